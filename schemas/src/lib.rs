@@ -1,1 +1,36 @@
-//! placeholder during dependency warm-up
+//! fp8scope-schemas: the contract between `fp8-capture` (which writes runs) and `fp8-analyze`
+//! (which reads them).
+//!
+//! It defines, once:
+//! - the run-directory layout ([`layout`]),
+//! - the manifest `run.json` and the full run configuration ([`manifest`], [`config`]),
+//! - the names used everywhere for layers, modules, GEMMs and tensor roles ([`names`]),
+//! - the Arrow schemas of the `steps`, `stats`, `tensors`, `events` and `shadow` tables with their
+//!   column-name constants ([`tables`]),
+//! - the crash-safe Parquet part writer and the checked part reader ([`parts`]).
+//!
+//! A schema version travels in the manifest and in every Parquet file's key-value metadata; readers
+//! refuse versions they do not know.
+
+pub mod config;
+pub mod error;
+pub mod layout;
+pub mod manifest;
+pub mod names;
+pub mod parts;
+pub mod tables;
+
+pub use error::SchemaError;
+
+/// The version of the run format written by this build. Bump it on any change to a table's columns,
+/// the manifest's fields or the layout; readers accept exactly the versions in
+/// [`SUPPORTED_SCHEMA_VERSIONS`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Versions this build can read.
+pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1];
+
+/// Key of the schema version in each Parquet file's key-value metadata.
+pub const META_SCHEMA_VERSION: &str = "fp8scope.schema_version";
+/// Key of the table name in each Parquet file's key-value metadata.
+pub const META_TABLE: &str = "fp8scope.table";

@@ -1,0 +1,193 @@
+//! The manifest `run.json`: what was run, on what, how it ended, and how many rows each table got.
+//!
+//! It is written when the run starts (`status: running`), rewritten atomically (temp file + rename)
+//! as parts close, and finally with `completed`, `diverged` or `crashed`. A run killed without a
+//! chance to write stays `running`; readers treat a `running` manifest whose process is gone as
+//! not completed.
+
+use crate::config::RunConfig;
+use crate::layout::RunDir;
+use crate::{SchemaError, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Still training, or killed before it could say otherwise.
+    Running,
+    /// Every step ran.
+    Completed,
+    /// The loss went non-finite; the step where it did is recorded in full, then training stopped.
+    Diverged,
+    /// An error stopped the run; `error` says which.
+    Crashed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Diverged => "diverged",
+            RunStatus::Crashed => "crashed",
+        }
+    }
+}
+
+/// Where the run trained.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// `cpu` or `cuda`.
+    pub kind: String,
+    /// CPU model or GPU name.
+    pub name: String,
+    /// e.g. `9.0` for a GPU, null on the CPU.
+    pub compute_capability: Option<String>,
+    /// Threads (CPU) or SMs (GPU).
+    pub parallelism: u32,
+    /// How `block` scaling ran its GEMMs (`emulated-cpu`, `cublaslt-block-scaling`,
+    /// `dequantize-bf16`), null for other recipes.
+    pub block_gemm: Option<String>,
+}
+
+/// Facts about the training data that the analyzer uses to judge a loss.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataInfo {
+    /// Lowest achievable mean cross-entropy (nats) on this data, when known.
+    pub entropy_floor: Option<f64>,
+    /// ln V: the loss of a uniform guess.
+    pub ln_vocab: f64,
+}
+
+/// Rows written per table (closed parts only).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowCounts {
+    pub steps: u64,
+    pub stats: u64,
+    pub tensors: u64,
+    pub events: u64,
+    pub shadow: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema_version: u32,
+    /// Run name (the directory's name when written).
+    pub name: String,
+    pub status: RunStatus,
+    /// Version of the program that wrote the run.
+    pub writer: String,
+    pub config: RunConfig,
+    pub device: DeviceInfo,
+    /// Versions of the libraries that shaped the numbers (e.g. cuBLASLt, NVRTC).
+    pub libraries: BTreeMap<String, String>,
+    pub data: DataInfo,
+    /// RFC 3339 times.
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    /// Steps fully recorded.
+    pub steps_completed: u32,
+    /// Mean loss of the last min(20, steps) steps, when finite.
+    pub final_loss: Option<f64>,
+    pub rows: RowCounts,
+    /// Why the run crashed, or the first non-finite step of a diverged run.
+    pub error: Option<String>,
+    /// The command line that produced the run.
+    pub command: Vec<String>,
+    /// Process id while running (lets readers tell a live run from a killed one).
+    pub pid: Option<u32>,
+}
+
+impl Manifest {
+    /// Reads and validates `run.json` of the run at `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest, SchemaError> {
+        let run = RunDir::new(dir);
+        let path = run.manifest();
+        if !dir.exists() {
+            return Err(SchemaError::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory")));
+        }
+        if !path.is_file() {
+            return Err(SchemaError::NotARun { path: dir.to_path_buf() });
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| SchemaError::io(&path, e))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| SchemaError::BadManifest { path: path.clone(), message: e.to_string() })?;
+        let version = value.get("schema_version").and_then(|v| v.as_u64()).ok_or_else(|| {
+            SchemaError::BadManifest { path: path.clone(), message: "no schema_version".into() }
+        })? as u32;
+        if !SUPPORTED_SCHEMA_VERSIONS.contains(&version) {
+            return Err(SchemaError::UnsupportedVersion {
+                path,
+                found: version,
+                supported: SUPPORTED_SCHEMA_VERSIONS.to_vec(),
+            });
+        }
+        serde_json::from_value(value)
+            .map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
+    }
+
+    /// Writes `run.json` atomically: a reader sees the old or the new manifest, never half of one.
+    pub fn write(&self, dir: &Path) -> Result<(), SchemaError> {
+        let path = RunDir::new(dir).manifest();
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
+        std::fs::write(&tmp, text + "\n").map_err(|e| SchemaError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| SchemaError::io(&path, e))
+    }
+
+    /// A fresh manifest for a run that is about to start.
+    pub fn new_running(name: String, config: RunConfig, device: DeviceInfo, data: DataInfo) -> Manifest {
+        Manifest {
+            schema_version: SCHEMA_VERSION,
+            name,
+            status: RunStatus::Running,
+            writer: format!("fp8scope {}", env!("CARGO_PKG_VERSION")),
+            config,
+            device,
+            libraries: BTreeMap::new(),
+            data,
+            started_at: now_rfc3339(),
+            ended_at: None,
+            steps_completed: 0,
+            final_loss: None,
+            rows: RowCounts::default(),
+            error: None,
+            command: std::env::args().collect(),
+            pid: Some(std::process::id()),
+        }
+    }
+
+    /// True when the run ended by itself (completed or diverged): its tables are whole.
+    pub fn finished(&self) -> bool {
+        matches!(self.status, RunStatus::Completed | RunStatus::Diverged)
+    }
+}
+
+/// The current time, RFC 3339, seconds precision, UTC.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Prepares `dir` for a new run: creates it, or accepts it when empty. Refuses a directory that
+/// holds a run or anything else, so that no recorded data is ever overwritten.
+pub fn prepare_new_run_dir(dir: &Path) -> Result<(), SchemaError> {
+    if dir.exists() {
+        if !dir.is_dir() {
+            return Err(SchemaError::NotEmpty { path: dir.to_path_buf() });
+        }
+        if RunDir::new(dir).is_run() {
+            let name = Manifest::read(dir).map(|m| m.name).unwrap_or_else(|_| "unreadable manifest".into());
+            return Err(SchemaError::RunExists { path: dir.to_path_buf(), name });
+        }
+        let mut entries = std::fs::read_dir(dir).map_err(|e| SchemaError::io(dir, e))?;
+        if entries.next().is_some() {
+            return Err(SchemaError::NotEmpty { path: dir.to_path_buf() });
+        }
+    } else {
+        std::fs::create_dir_all(dir).map_err(|e| SchemaError::io(dir, e))?;
+    }
+    Ok(())
+}

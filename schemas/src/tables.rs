@@ -1,0 +1,437 @@
+//! The Arrow schemas of a run's tables, their column names, and typed rows with batch builders.
+//!
+//! Each table's schema is defined once here ([`schema`]) and handed out by reference; the row
+//! structs are how `fp8-capture` (and tests that plant known values) produce batches.
+//! Field-by-field documentation lives in `schemas/README.md`.
+
+use crate::layout::Table;
+use crate::names::{Gemm, Module, Role};
+use arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanArray, Float32Array, Float32Builder, Float64Array, Int32Array,
+    Int64Array, Int64Builder, ListBuilder, StringArray, UInt32Builder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use std::sync::{Arc, LazyLock};
+
+/// Column names, shared by writer, reader, SQL and reports.
+pub mod col {
+    pub const STEP: &str = "step";
+    pub const LOSS: &str = "loss";
+    pub const GRAD_NORM: &str = "grad_norm";
+    pub const LR: &str = "lr";
+    pub const TOKENS: &str = "tokens";
+    pub const STEP_MS: &str = "step_ms";
+    pub const LOSS_IS_FINITE: &str = "loss_is_finite";
+    pub const NONFINITE_TENSORS: &str = "nonfinite_tensors";
+
+    pub const LAYER: &str = "layer";
+    pub const MODULE: &str = "module";
+    pub const GEMM: &str = "gemm";
+    pub const ROLE: &str = "role";
+    pub const FORMAT: &str = "format";
+    pub const SCALE: &str = "scale";
+    pub const AMAX: &str = "amax";
+    pub const AMAX_USED: &str = "amax_used";
+    pub const NUMEL: &str = "numel";
+    pub const UNDERFLOW_FRAC: &str = "underflow_frac";
+    pub const SATURATED_FRAC: &str = "saturated_frac";
+    pub const NAN_COUNT: &str = "nan_count";
+    pub const INF_COUNT: &str = "inf_count";
+    pub const ZERO_FRAC: &str = "zero_frac";
+    pub const MIN: &str = "min";
+    pub const MAX: &str = "max";
+    pub const MEAN: &str = "mean";
+    pub const STD: &str = "std";
+    pub const DYNAMIC_RANGE_LOG2: &str = "dynamic_range_log2";
+    pub const QUANT_MSE: &str = "quant_mse";
+    pub const QUANT_COS: &str = "quant_cos";
+
+    pub const SHAPE: &str = "shape";
+    pub const OFFSET: &str = "offset";
+    pub const STRIDE: &str = "stride";
+    pub const VALUES: &str = "values";
+    pub const FP8: &str = "fp8";
+    pub const BLOCK_SCALES: &str = "block_scales";
+    pub const BLOCK_ROWS: &str = "block_rows";
+    pub const BLOCK_COLS: &str = "block_cols";
+
+    pub const KIND: &str = "kind";
+    pub const VALUE: &str = "value";
+    pub const MESSAGE: &str = "message";
+
+    pub const COSINE: &str = "cosine";
+    pub const MSE: &str = "mse";
+    pub const REL_L2: &str = "rel_l2";
+    pub const MAX_ABS_DIFF: &str = "max_abs_diff";
+}
+
+fn f(name: &str, dt: DataType, nullable: bool) -> Field {
+    Field::new(name, dt, nullable)
+}
+
+fn list_of(dt: DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", dt, true)))
+}
+
+static STEPS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(LOSS, DataType::Float64, false),
+        f(GRAD_NORM, DataType::Float64, false),
+        f(LR, DataType::Float64, false),
+        f(TOKENS, DataType::Int64, false),
+        f(STEP_MS, DataType::Float64, false),
+        f(LOSS_IS_FINITE, DataType::Boolean, false),
+        f(NONFINITE_TENSORS, DataType::Int32, false),
+    ]))
+});
+
+static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(LAYER, DataType::Int32, false),
+        f(MODULE, DataType::Utf8, false),
+        f(GEMM, DataType::Utf8, false),
+        f(ROLE, DataType::Utf8, false),
+        f(FORMAT, DataType::Utf8, false),
+        f(SCALE, DataType::Float32, false),
+        f(AMAX, DataType::Float32, false),
+        f(AMAX_USED, DataType::Float32, false),
+        f(NUMEL, DataType::Int64, false),
+        f(UNDERFLOW_FRAC, DataType::Float64, false),
+        f(SATURATED_FRAC, DataType::Float64, false),
+        f(NAN_COUNT, DataType::Int64, false),
+        f(INF_COUNT, DataType::Int64, false),
+        f(ZERO_FRAC, DataType::Float64, false),
+        f(MIN, DataType::Float32, false),
+        f(MAX, DataType::Float32, false),
+        f(MEAN, DataType::Float64, false),
+        f(STD, DataType::Float64, false),
+        f(DYNAMIC_RANGE_LOG2, DataType::Float64, false),
+        f(QUANT_MSE, DataType::Float64, true),
+        f(QUANT_COS, DataType::Float64, true),
+    ]))
+});
+
+static TENSORS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(LAYER, DataType::Int32, false),
+        f(MODULE, DataType::Utf8, false),
+        f(ROLE, DataType::Utf8, false),
+        f(GEMM, DataType::Utf8, true),
+        f(FORMAT, DataType::Utf8, true),
+        f(SHAPE, list_of(DataType::Int64), false),
+        f(NUMEL, DataType::Int64, false),
+        f(OFFSET, DataType::Int64, false),
+        f(STRIDE, DataType::Int64, false),
+        f(VALUES, list_of(DataType::Float32), false),
+        f(FP8, DataType::Binary, true),
+        f(SCALE, DataType::Float32, true),
+        f(BLOCK_SCALES, list_of(DataType::Float32), true),
+        f(BLOCK_ROWS, DataType::UInt32, true),
+        f(BLOCK_COLS, DataType::UInt32, true),
+    ]))
+});
+
+static EVENTS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(KIND, DataType::Utf8, false),
+        f(LAYER, DataType::Int32, true),
+        f(MODULE, DataType::Utf8, true),
+        f(GEMM, DataType::Utf8, true),
+        f(ROLE, DataType::Utf8, true),
+        f(VALUE, DataType::Float64, true),
+        f(MESSAGE, DataType::Utf8, false),
+    ]))
+});
+
+static SHADOW: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(LAYER, DataType::Int32, false),
+        f(MODULE, DataType::Utf8, false),
+        f(GEMM, DataType::Utf8, false),
+        f(NUMEL, DataType::Int64, false),
+        f(COSINE, DataType::Float64, false),
+        f(MSE, DataType::Float64, false),
+        f(REL_L2, DataType::Float64, false),
+        f(MAX_ABS_DIFF, DataType::Float64, false),
+    ]))
+});
+
+/// The schema of `table`.
+pub fn schema(table: Table) -> &'static SchemaRef {
+    match table {
+        Table::Steps => &STEPS,
+        Table::Stats => &STATS,
+        Table::Tensors => &TENSORS,
+        Table::Events => &EVENTS,
+        Table::Shadow => &SHADOW,
+    }
+}
+
+/// Rows that turn into a batch of their table.
+pub trait Row {
+    const TABLE: Table;
+    fn to_batch(rows: &[Self]) -> RecordBatch
+    where
+        Self: Sized;
+}
+
+fn batch(table: Table, columns: Vec<ArrayRef>) -> RecordBatch {
+    // The columns are built here from typed rows against the schema defined above, so a mismatch is
+    // a bug in this file, not something input can cause.
+    RecordBatch::try_new(schema(table).clone(), columns).expect("row builder matches its schema")
+}
+
+fn strs<'a>(it: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(StringArray::from_iter_values(it))
+}
+
+/// One training step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRow {
+    pub step: u32,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub tokens: u64,
+    pub step_ms: f64,
+    pub nonfinite_tensors: u32,
+}
+
+impl Row for StepRow {
+    const TABLE: Table = Table::Steps;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        batch(
+            Table::Steps,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.loss))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.grad_norm))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.lr))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.tokens as i64))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.step_ms))),
+                Arc::new(BooleanArray::from(rows.iter().map(|r| r.loss.is_finite()).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.nonfinite_tensors as i32))),
+            ],
+        )
+    }
+}
+
+/// Statistics of one quantized operand of one FP8 GEMM at one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatRow {
+    pub step: u32,
+    pub layer: u32,
+    pub module: Module,
+    pub gemm: Gemm,
+    pub role: Role,
+    pub format: &'static str,
+    pub scale: f32,
+    pub amax: f32,
+    pub amax_used: f32,
+    pub numel: u64,
+    pub underflow_frac: f64,
+    pub saturated_frac: f64,
+    pub nan_count: u64,
+    pub inf_count: u64,
+    pub zero_frac: f64,
+    pub min: f32,
+    pub max: f32,
+    pub mean: f64,
+    pub std: f64,
+    pub dynamic_range_log2: f64,
+    pub quant_mse: Option<f64>,
+    pub quant_cos: Option<f64>,
+}
+
+impl Row for StatRow {
+    const TABLE: Table = Table::Stats;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        let f32s = |g: fn(&StatRow) -> f32| -> ArrayRef { Arc::new(Float32Array::from_iter_values(rows.iter().map(g))) };
+        let f64s = |g: fn(&StatRow) -> f64| -> ArrayRef { Arc::new(Float64Array::from_iter_values(rows.iter().map(g))) };
+        let i64s = |g: fn(&StatRow) -> i64| -> ArrayRef { Arc::new(Int64Array::from_iter_values(rows.iter().map(g))) };
+        let opt = |g: fn(&StatRow) -> Option<f64>| -> ArrayRef { Arc::new(Float64Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
+        batch(
+            Table::Stats,
+            vec![
+                i64s(|r| r.step as i64),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.gemm.as_str())),
+                strs(rows.iter().map(|r| r.role.as_str())),
+                strs(rows.iter().map(|r| r.format)),
+                f32s(|r| r.scale),
+                f32s(|r| r.amax),
+                f32s(|r| r.amax_used),
+                i64s(|r| r.numel as i64),
+                f64s(|r| r.underflow_frac),
+                f64s(|r| r.saturated_frac),
+                i64s(|r| r.nan_count as i64),
+                i64s(|r| r.inf_count as i64),
+                f64s(|r| r.zero_frac),
+                f32s(|r| r.min),
+                f32s(|r| r.max),
+                f64s(|r| r.mean),
+                f64s(|r| r.std),
+                f64s(|r| r.dynamic_range_log2),
+                opt(|r| r.quant_mse),
+                opt(|r| r.quant_cos),
+            ],
+        )
+    }
+}
+
+/// Sampled values of one tensor at a dump step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorRow {
+    pub step: u32,
+    pub layer: u32,
+    pub module: Module,
+    pub role: Role,
+    /// The FP8 GEMM whose cast produced `fp8` (quantized roles routed to FP8), else None.
+    pub gemm: Option<Gemm>,
+    pub format: Option<&'static str>,
+    /// Logical shape, row-major.
+    pub shape: Vec<u64>,
+    /// Element index (row-major) of the first value.
+    pub offset: u64,
+    /// Distance between consecutive values (1 for leading rows).
+    pub stride: u64,
+    pub values: Vec<f32>,
+    pub fp8: Option<Vec<u8>>,
+    /// Per-tensor scale used for the cast (None with block scaling).
+    pub scale: Option<f32>,
+    /// Block scaling: the scales of the tiles that cover the dumped values, row-major over tiles.
+    pub block_scales: Option<Vec<f32>>,
+    pub block_rows: Option<u32>,
+    pub block_cols: Option<u32>,
+}
+
+impl Row for TensorRow {
+    const TABLE: Table = Table::Tensors;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        let mut shape = ListBuilder::new(Int64Builder::new());
+        let mut values = ListBuilder::new(Float32Builder::new());
+        let mut fp8 = BinaryBuilder::new();
+        let mut block_scales = ListBuilder::new(Float32Builder::new());
+        let mut block_rows = UInt32Builder::new();
+        let mut block_cols = UInt32Builder::new();
+        for r in rows {
+            shape.append_value(r.shape.iter().map(|&d| Some(d as i64)));
+            values.values().append_slice(&r.values);
+            values.append(true);
+            match &r.fp8 {
+                Some(b) => fp8.append_value(b),
+                None => fp8.append_null(),
+            }
+            match &r.block_scales {
+                Some(s) => {
+                    block_scales.values().append_slice(s);
+                    block_scales.append(true);
+                }
+                None => block_scales.append(false),
+            }
+            block_rows.append_option(r.block_rows);
+            block_cols.append_option(r.block_cols);
+        }
+        batch(
+            Table::Tensors,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.role.as_str())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.gemm.map(|g| g.as_str())).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.format).collect::<Vec<_>>())),
+                Arc::new(shape.finish()),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.shape.iter().product::<u64>() as i64))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.offset as i64))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.stride as i64))),
+                Arc::new(values.finish()),
+                Arc::new(fp8.finish()),
+                Arc::new(Float32Array::from(rows.iter().map(|r| r.scale).collect::<Vec<_>>())),
+                Arc::new(block_scales.finish()),
+                Arc::new(block_rows.finish()),
+                Arc::new(block_cols.finish()),
+            ],
+        )
+    }
+}
+
+/// Something the capture itself noticed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRow {
+    pub step: u32,
+    /// `nonfinite_loss`, `nonfinite_tensor`, `saturation_burst`, `injection`.
+    pub kind: String,
+    pub layer: Option<u32>,
+    pub module: Option<Module>,
+    pub gemm: Option<Gemm>,
+    pub role: Option<Role>,
+    pub value: Option<f64>,
+    pub message: String,
+}
+
+impl Row for EventRow {
+    const TABLE: Table = Table::Events;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        batch(
+            Table::Events,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                strs(rows.iter().map(|r| r.kind.as_str())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.layer.map(|l| l as i32)).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.module.map(|m| m.as_str())).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.gemm.map(|g| g.as_str())).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.role.map(|g| g.as_str())).collect::<Vec<_>>())),
+                Arc::new(Float64Array::from(rows.iter().map(|r| r.value).collect::<Vec<_>>())),
+                strs(rows.iter().map(|r| r.message.as_str())),
+            ],
+        )
+    }
+}
+
+/// Error one FP8 GEMM adds in one step: its output against a BF16 GEMM on the same inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShadowRow {
+    pub step: u32,
+    pub layer: u32,
+    pub module: Module,
+    pub gemm: Gemm,
+    pub numel: u64,
+    pub cosine: f64,
+    pub mse: f64,
+    pub rel_l2: f64,
+    pub max_abs_diff: f64,
+}
+
+impl Row for ShadowRow {
+    const TABLE: Table = Table::Shadow;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        let f64s = |g: fn(&ShadowRow) -> f64| -> ArrayRef { Arc::new(Float64Array::from_iter_values(rows.iter().map(g))) };
+        batch(
+            Table::Shadow,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.gemm.as_str())),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.numel as i64))),
+                f64s(|r| r.cosine),
+                f64s(|r| r.mse),
+                f64s(|r| r.rel_l2),
+                f64s(|r| r.max_abs_diff),
+            ],
+        )
+    }
+}
