@@ -1,1 +1,87 @@
-//! placeholder during dependency warm-up
+//! fp8-capture: trains a transformer with FP8 GEMMs — exactly emulated on the CPU — and records the
+//! run (loss, per-tensor FP8 statistics, sampled tensors, anomalies) in the format of
+//! `fp8scope-schemas`.
+//!
+//! The binary (`main.rs`) only parses flags and calls [`run`]; everything else lives here so that
+//! tests and the `fp8scope` demo can reach it.
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod data;
+pub mod fp8;
+pub mod layers;
+pub mod model;
+pub mod recipe;
+pub mod record;
+pub mod tensor_stats;
+pub mod train;
+
+use anyhow::{bail, Context};
+use cli::{Cli, Command, DeviceArg, TrainArgs};
+use fp8scope_schemas::layout::RunDir;
+use fp8scope_schemas::manifest::{prepare_new_run_dir, Manifest, RunStatus};
+
+/// Runs a parsed command line. Returns the process exit code for outcomes that are not errors
+/// (0 for a completed run, 3 for a diverged one).
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Presets => {
+            println!("{:<6} {:>6} {:>5} {:>5} {:>3} {:>3} {:>9}  {}", "preset", "V", "C", "F", "NH", "L", "B x T", "for");
+            for p in config::PRESETS {
+                let (v, c, f, nh, l, b, t) = p.dims;
+                println!("{:<6} {v:>6} {c:>5} {f:>5} {nh:>3} {l:>3} {:>9}  {}", p.name, format!("{b} x {t}"), p.about);
+            }
+            Ok(0)
+        }
+        Command::Train(args) => train_command(&args),
+    }
+}
+
+fn resolve_device(arg: DeviceArg) -> anyhow::Result<&'static str> {
+    match arg {
+        DeviceArg::Cpu | DeviceArg::Auto => Ok("cpu"),
+        DeviceArg::Cuda => bail!("--device cuda: this build of fp8-capture has no CUDA backend yet; use --device cpu"),
+    }
+}
+
+/// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
+pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
+    let device = resolve_device(args.device)?;
+    let plan = args.validate(device)?;
+    if let Some(n) = args.threads {
+        // Ignore the error of a pool that already exists (a second run in one process).
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
+    }
+    prepare_new_run_dir(&plan.out)?;
+    let run = RunDir::new(&plan.out);
+    let mut be = backend::cpu::CpuBackend::new();
+    let outcome = train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet);
+    let manifest = match outcome {
+        Ok(o) => o.manifest,
+        Err(e) => {
+            // Say in the manifest why the run stopped; the closed parts stay as they are.
+            if let Ok(mut m) = Manifest::read(run.root()) {
+                m.status = RunStatus::Crashed;
+                m.error = Some(format!("{e:#}"));
+                m.ended_at = Some(fp8scope_schemas::manifest::now_rfc3339());
+                m.pid = None;
+                let _ = m.write(run.root());
+            }
+            return Err(e).with_context(|| format!("run {} crashed", plan.out.display()));
+        }
+    };
+    if !args.quiet {
+        let floor = manifest.data.entropy_floor.map(|f| format!(", entropy floor {f:.4}")).unwrap_or_default();
+        let fl = manifest.final_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "n/a".into());
+        println!(
+            "{}: {} after {} steps, final loss {fl} (ln V = {:.4}{floor}) -> {}",
+            manifest.name,
+            manifest.status.as_str(),
+            manifest.steps_completed,
+            manifest.data.ln_vocab,
+            plan.out.display()
+        );
+    }
+    Ok(if manifest.status == RunStatus::Diverged { 3 } else { 0 })
+}

@@ -1,1 +1,33 @@
-fn main() {}
+//! `fp8-capture`: parse the flags, run, and turn any error into one line and a non-zero exit.
+
+use clap::Parser;
+use fp8_capture::cli::Cli;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("fp8-capture: {first} (see --help)");
+            std::process::exit(2);
+        }
+    };
+    match fp8_capture::run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("fp8-capture: {}", one_line(&e));
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The error chain on one line, outermost first.
+fn one_line(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+}

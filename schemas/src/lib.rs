@@ -22,6 +22,9 @@ pub mod tables;
 
 pub use error::SchemaError;
 
+/// The Arrow crate this contract is written against, for readers that want the same types.
+pub use arrow as arrow_reexport;
+
 /// The version of the run format written by this build. Bump it on any change to a table's columns,
 /// the manifest's fields or the layout; readers accept exactly the versions in
 /// [`SUPPORTED_SCHEMA_VERSIONS`].

@@ -1,0 +1,181 @@
+//! CPU operand casts: an operand is rounded to BF16 or cast to FP8 (per tensor or per tile) and
+//! dequantized back to f32 for the FP32-accumulating GEMM, with the statistics the recorder needs.
+//! This is the exact emulation the GPU casts are checked against.
+
+use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use crate::fp8::{self, Fp8Format};
+use crate::tensor_stats;
+use half::bf16;
+use rayon::prelude::*;
+
+/// Indices of the elements a planted outlier fault multiplies: four, spread over the tensor.
+pub fn outlier_indices(numel: usize) -> impl Iterator<Item = usize> {
+    (0..4).map(move |j| (j * numel / 4 + numel / 8).min(numel.saturating_sub(1))).filter(move |_| numel > 0)
+}
+
+/// Rounds to BF16 (nearest even) and back.
+#[inline]
+pub fn to_bf16(x: f32) -> f32 {
+    bf16::from_f32(x).to_f32()
+}
+
+/// Rounds a slice to BF16 in place, in parallel.
+pub fn round_bf16_inplace(x: &mut [f32]) {
+    x.par_chunks_mut(1 << 15).for_each(|c| c.iter_mut().for_each(|v| *v = to_bf16(*v)));
+}
+
+/// The result of casting one operand.
+pub struct Cast {
+    /// The values the GEMM multiplies: dequant(cast(x)) or bf16(x).
+    pub dequantized: Vec<f32>,
+    pub report: CastReport,
+}
+
+/// Casts `x` (rows × cols, row-major) as `how` says, applying `fault`.
+pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault: OperandFault, level: StatsLevel, keep: bool) -> Cast {
+    debug_assert_eq!(x.len(), rows * cols);
+    let faulted;
+    let x = if fault.outlier_factor != 1.0 {
+        let mut v = x.to_vec();
+        for i in outlier_indices(v.len()) {
+            v[i] *= fault.outlier_factor;
+        }
+        faulted = v;
+        &faulted[..]
+    } else {
+        x
+    };
+    let numel = x.len() as u64;
+    let (dequantized, mut report) = match how {
+        OperandCast::Bf16 => {
+            let mut d = x.to_vec();
+            round_bf16_inplace(&mut d);
+            let (mut underflow, mut saturated, mut nan, mut inf, mut zeros) = (0u64, 0u64, 0u64, 0u64, 0u64);
+            let mut amax = 0f32;
+            for (&v, &r) in x.iter().zip(&d) {
+                if v.is_nan() {
+                    nan += 1;
+                } else if v.is_infinite() {
+                    inf += 1;
+                } else {
+                    amax = amax.max(v.abs());
+                    if v == 0.0 {
+                        zeros += 1;
+                    } else if r == 0.0 {
+                        underflow += 1;
+                    } else if r.is_infinite() {
+                        saturated += 1;
+                    }
+                }
+            }
+            let report = CastReport { format: "bf16", scale: 1.0, amax, amax_used: amax, numel, underflow, saturated, nan, inf, zeros, ..Default::default() };
+            (d, report)
+        }
+        OperandCast::Fp8Tensor { format, scale } => {
+            let amax_now = fp8::amax(x);
+            let (base, amax_used) = match scale {
+                ScaleSource::Given { scale, amax_used } => (scale, amax_used),
+                ScaleSource::Current { margin } => (fp8::scale_for_amax(format, amax_now, margin), amax_now),
+            };
+            let s = base * fault.scale_mult;
+            let mut q = vec![0u8; x.len()];
+            let st = fp8::quantize(format, x, s, &mut q);
+            let mut d = vec![0f32; x.len()];
+            fp8::dequantize(format, &q, s, &mut d);
+            let report = CastReport {
+                format: format.name(),
+                scale: s,
+                amax: st.amax,
+                amax_used,
+                numel,
+                underflow: st.underflow,
+                saturated: st.saturated,
+                nan: st.nan,
+                inf: st.inf,
+                zeros: st.zeros,
+                quantized: keep.then_some(q),
+                ..Default::default()
+            };
+            (d, report)
+        }
+        OperandCast::Fp8Block { format, tile_rows, tile_cols, margin } => {
+            let tiles = rows.div_ceil(tile_rows) * cols.div_ceil(tile_cols);
+            let mut q = vec![0u8; x.len()];
+            let mut scales = vec![0f32; tiles];
+            let st = fp8::quantize_block(format, x, rows, cols, tile_rows, tile_cols, margin, &mut q, &mut scales);
+            if fault.scale_mult != 1.0 {
+                // A planted scale fault applies to every tile: re-cast with the changed scales.
+                scales.iter_mut().for_each(|s| *s *= fault.scale_mult);
+                recast_tiles(format, x, cols, tile_rows, tile_cols, &scales, &mut q);
+            }
+            let d = dequantize_tiles(format, &q, rows, cols, tile_rows, tile_cols, &scales);
+            let counts = count_block_cast(format, x, &q, cols, tile_rows, tile_cols, &scales);
+            let report = CastReport {
+                format: format.name(),
+                scale: scales.iter().copied().fold(f32::INFINITY, f32::min),
+                amax: st.amax,
+                amax_used: st.amax,
+                numel,
+                underflow: counts.0,
+                saturated: counts.1,
+                nan: st.nan,
+                inf: st.inf,
+                zeros: st.zeros,
+                quantized: keep.then(|| q.clone()),
+                block_scales: keep.then(|| (scales.clone(), tile_rows, tile_cols)),
+                ..Default::default()
+            };
+            (d, report)
+        }
+    };
+    if level >= StatsLevel::Cheap {
+        report.moments = Some(tensor_stats::moments(x));
+    }
+    if level >= StatsLevel::Full {
+        report.quant_error = Some(tensor_stats::quant_error(x, &dequantized));
+    }
+    Cast { dequantized, report }
+}
+
+/// (underflow, saturated) of a block cast: non-zero finite inputs whose code is ±0, and finite
+/// inputs with |x·scale| > max for their tile's scale.
+#[allow(clippy::too_many_arguments)]
+fn count_block_cast(format: Fp8Format, x: &[f32], q: &[u8], cols: usize, tr: usize, tc: usize, scales: &[f32]) -> (u64, u64) {
+    let max = format.max();
+    let mut under = 0;
+    let mut sat = 0;
+    for (i, (&v, &c)) in x.iter().zip(q).enumerate() {
+        if !v.is_finite() || v == 0.0 {
+            continue;
+        }
+        if c & 0x7f == 0 {
+            under += 1;
+        }
+        if (v * scales[tile_index(i / cols, i % cols, cols, tr, tc)]).abs() > max {
+            sat += 1;
+        }
+    }
+    (under, sat)
+}
+
+fn tile_index(r: usize, c: usize, cols: usize, tr: usize, tc: usize) -> usize {
+    (r / tr) * cols.div_ceil(tc) + c / tc
+}
+
+fn recast_tiles(format: Fp8Format, x: &[f32], cols: usize, tr: usize, tc: usize, scales: &[f32], q: &mut [u8]) {
+    q.par_chunks_mut(cols).enumerate().for_each(|(r, qrow)| {
+        for c in 0..cols {
+            qrow[c] = fp8::cast(format, x[r * cols + c], scales[tile_index(r, c, cols, tr, tc)]);
+        }
+    });
+}
+
+fn dequantize_tiles(format: Fp8Format, q: &[u8], rows: usize, cols: usize, tr: usize, tc: usize, scales: &[f32]) -> Vec<f32> {
+    let mut d = vec![0f32; rows * cols];
+    d.par_chunks_mut(cols).enumerate().for_each(|(r, drow)| {
+        for c in 0..cols {
+            drow[c] = fp8::decode(format, q[r * cols + c]) / scales[tile_index(r, c, cols, tr, tc)];
+        }
+    });
+    d
+}

@@ -1,0 +1,211 @@
+//! The CPU backend: the numeric reference. Layers come from `crate::layers` (f32, deterministic,
+//! rayon-parallel), GEMMs from `matrixmultiply` with FP32 accumulation over operands that
+//! [`cast::cast_operand`] rounded to BF16 or cast to FP8 exactly; GEMM outputs are rounded to BF16.
+
+pub mod cast;
+
+use crate::backend::{AdamW, Backend, GemmCall, GemmReport, LinearDims, OperandCast, ShadowError};
+use crate::layers;
+use crate::tensor_stats;
+use cast::{cast_operand, round_bf16_inplace};
+use fp8scope_schemas::manifest::DeviceInfo;
+use fp8scope_schemas::names::Gemm;
+use rayon::prelude::*;
+
+/// The CPU device: holds nothing but the queue of GEMM reports.
+#[derive(Default)]
+pub struct CpuBackend {
+    reports: Vec<GemmReport>,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+}
+
+/// Shapes (rows, cols) of operand A and B of a GEMM, row-major, as the model stores them.
+pub fn operand_shapes(gemm: Gemm, d: LinearDims) -> [(usize, usize); 2] {
+    match gemm {
+        Gemm::Fprop => [(d.n, d.k), (d.m, d.k)],
+        Gemm::Dgrad => [(d.n, d.m), (d.m, d.k)],
+        Gemm::Wgrad => [(d.n, d.m), (d.n, d.k)],
+    }
+}
+
+/// The f32 GEMM of `gemm` kind over already-cast operands; `out` is overwritten.
+fn raw_gemm(gemm: Gemm, out: &mut [f32], a: &[f32], b: &[f32], bias: Option<&[f32]>, d: LinearDims) {
+    match gemm {
+        Gemm::Fprop => layers::matmul::matmul_fwd(out, a, b, bias, d.n, d.k, d.m),
+        Gemm::Dgrad => layers::matmul::matmul_dgrad(out, a, b, d.n, d.k, d.m),
+        Gemm::Wgrad => {
+            out.iter_mut().for_each(|v| *v = 0.0);
+            layers::matmul::matmul_wgrad(out, None, a, b, d.n, d.k, d.m)
+        }
+    }
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+impl Backend for CpuBackend {
+    type Buf = Vec<f32>;
+    type Tokens = Vec<u32>;
+
+    fn kind(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn device_info(&self) -> DeviceInfo {
+        DeviceInfo {
+            kind: "cpu".into(),
+            name: cpu_name(),
+            compute_capability: None,
+            parallelism: rayon::current_num_threads() as u32,
+            block_gemm: None,
+        }
+    }
+
+    fn zeros(&mut self, n: usize) -> Vec<f32> {
+        vec![0.0; n]
+    }
+    fn upload(&mut self, data: &[f32]) -> Vec<f32> {
+        data.to_vec()
+    }
+    fn upload_tokens(&mut self, tokens: &[u32]) -> Vec<u32> {
+        tokens.to_vec()
+    }
+    fn download(&mut self, buf: &Vec<f32>, offset: usize, len: usize, stride: usize) -> Vec<f32> {
+        (0..len).map(|i| buf[offset + i * stride]).collect()
+    }
+    fn len(&self, buf: &Vec<f32>) -> usize {
+        buf.len()
+    }
+    fn fill_zero(&mut self, buf: &mut Vec<f32>) {
+        buf.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
+    }
+
+    fn embedding_fwd(&mut self, out: &mut Vec<f32>, tokens: &Vec<u32>, wte: &Vec<f32>, c: usize) {
+        layers::embedding::embedding_fwd(out, tokens, wte, c)
+    }
+    fn embedding_bwd(&mut self, dwte: &mut Vec<f32>, dout: &Vec<f32>, tokens: &Vec<u32>, c: usize) {
+        layers::embedding::embedding_bwd(dwte, dout, tokens, c)
+    }
+    fn layernorm_fwd(&mut self, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, b: &Vec<f32>, c: usize) {
+        layers::layernorm::layernorm_fwd(out, mean, rstd, inp, w, b, c)
+    }
+    fn layernorm_bwd(&mut self, dinp: &mut Vec<f32>, dw: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, c: usize) {
+        layers::layernorm::layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, c)
+    }
+    fn attention_fwd(&mut self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
+        layers::attention::attention_fwd(out, att, qkv, b, t, c, nh, causal);
+        round_bf16_inplace(out);
+    }
+    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
+        layers::attention::attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, causal);
+        round_bf16_inplace(dqkv);
+    }
+    fn gelu_fwd(&mut self, out: &mut Vec<f32>, inp: &Vec<f32>) {
+        layers::gelu::gelu_fwd(out, inp)
+    }
+    fn gelu_bwd(&mut self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
+        layers::gelu::gelu_bwd(dinp, inp, dout)
+    }
+    fn add(&mut self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {
+        layers::residual::residual_fwd(out, a, b)
+    }
+    fn add_inplace(&mut self, acc: &mut Vec<f32>, x: &Vec<f32>) {
+        acc.par_chunks_mut(1 << 15).zip(x.par_chunks(1 << 15)).for_each(|(a, x)| a.iter_mut().zip(x).for_each(|(a, x)| *a += x));
+    }
+    fn round_bf16(&mut self, x: &mut Vec<f32>) {
+        round_bf16_inplace(x)
+    }
+    fn matmul_bf16_fwd(&mut self, out: &mut Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, d: LinearDims) {
+        let mut a = inp.clone();
+        let mut b = w.clone();
+        round_bf16_inplace(&mut a);
+        round_bf16_inplace(&mut b);
+        layers::matmul::matmul_fwd(out, &a, &b, None, d.n, d.k, d.m);
+        round_bf16_inplace(out);
+    }
+    fn matmul_bf16_bwd(&mut self, dinp: &mut Vec<f32>, dw: &mut Vec<f32>, dout: &Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, d: LinearDims) {
+        let mut g = dout.clone();
+        let mut x = inp.clone();
+        let mut b = w.clone();
+        round_bf16_inplace(&mut g);
+        round_bf16_inplace(&mut x);
+        round_bf16_inplace(&mut b);
+        layers::matmul::matmul_dgrad(dinp, &g, &b, d.n, d.k, d.m);
+        round_bf16_inplace(dinp);
+        let mut dw_step = vec![0.0; d.m * d.k];
+        layers::matmul::matmul_wgrad(&mut dw_step, None, &g, &x, d.n, d.k, d.m);
+        round_bf16_inplace(&mut dw_step);
+        self.add_inplace(dw, &dw_step);
+    }
+    fn crossentropy(&mut self, losses: &mut Vec<f32>, dlogits: &mut Vec<f32>, logits: &Vec<f32>, targets: &Vec<u32>, v: usize, dloss: f32) {
+        layers::loss::crossentropy_fwd_bwd(losses, dlogits, logits, targets, v, dloss)
+    }
+    fn sumsq(&mut self, x: &Vec<f32>) -> f64 {
+        let parts: Vec<f64> = x.par_chunks(1 << 15).map(|c| c.iter().map(|&v| (v as f64) * (v as f64)).sum()).collect();
+        parts.into_iter().sum()
+    }
+    fn count_nonfinite(&mut self, x: &Vec<f32>) -> u64 {
+        x.par_chunks(1 << 15).map(|c| c.iter().filter(|v| !v.is_finite()).count() as u64).sum()
+    }
+    fn adamw(&mut self, p: &mut Vec<f32>, g: &Vec<f32>, m: &mut Vec<f32>, v: &mut Vec<f32>, h: &AdamW) {
+        if h.grad_scale == 1.0 {
+            layers::adamw::adamw_update(p, g, m, v, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.t)
+        } else {
+            let scaled: Vec<f32> = g.par_iter().map(|&x| x * h.grad_scale).collect();
+            layers::adamw::adamw_update(p, &scaled, m, v, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.t)
+        }
+    }
+
+    fn gemm(&mut self, call: &GemmCall, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, dbias: Option<&mut Vec<f32>>) {
+        let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, call.dims);
+        let ca = cast_operand(a, ar, ac, call.cast_a, call.fault_a, call.stats, call.keep_quantized);
+        let cb = cast_operand(b, br, bc, call.cast_b, call.fault_b, call.stats, call.keep_quantized);
+        let bias_bf16: Option<Vec<f32>> = bias.map(|b| {
+            let mut b = b.clone();
+            round_bf16_inplace(&mut b);
+            b
+        });
+        raw_gemm(call.id.gemm, out, &ca.dequantized, &cb.dequantized, bias_bf16.as_deref(), call.dims);
+        round_bf16_inplace(out);
+        if let Some(db) = dbias {
+            // Column sums of dY in BF16-rounded operand precision, as the bias gradient.
+            let m = call.dims.m;
+            let dy = &ca.dequantized;
+            let sums: Vec<f32> = (0..m).into_par_iter().map(|j| (0..call.dims.n).map(|i| dy[i * m + j]).sum::<f32>()).collect();
+            db.iter_mut().zip(sums).for_each(|(d, s)| *d += s);
+        }
+        let is_fp8 = !matches!(call.cast_a, OperandCast::Bf16) || !matches!(call.cast_b, OperandCast::Bf16);
+        let shadow = (call.shadow && is_fp8).then(|| {
+            let ra = cast_operand(a, ar, ac, OperandCast::Bf16, Default::default(), crate::backend::StatsLevel::Amax, false);
+            let rb = cast_operand(b, br, bc, OperandCast::Bf16, Default::default(), crate::backend::StatsLevel::Amax, false);
+            let mut reference = vec![0.0; out.len()];
+            raw_gemm(call.id.gemm, &mut reference, &ra.dequantized, &rb.dequantized, bias_bf16.as_deref(), call.dims);
+            round_bf16_inplace(&mut reference);
+            let (cosine, mse, rel_l2, max_abs_diff) = tensor_stats::output_error(out, &reference);
+            ShadowError { numel: out.len() as u64, cosine, mse, rel_l2, max_abs_diff }
+        });
+        if call.nan_output && !out.is_empty() {
+            out[0] = f32::NAN;
+        }
+        let output_nonfinite = self.count_nonfinite(out);
+        let [role_a, role_b] = call.id.gemm.operands();
+        let mut ra = ca.report;
+        let mut rb = cb.report;
+        ra.role = Some(role_a);
+        rb.role = Some(role_b);
+        self.reports.push(GemmReport { id: call.id, a: ra, b: rb, shadow, output_nonfinite });
+    }
+
+    fn take_reports(&mut self) -> Vec<GemmReport> {
+        std::mem::take(&mut self.reports)
+    }
+}

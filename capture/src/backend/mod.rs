@@ -1,0 +1,262 @@
+//! The `Backend` trait: the primitives the model is written over, once, for both devices.
+//!
+//! The model (`model.rs`) owns the order of operations, the tensor names, the recipes' scaling state
+//! and the routing; a backend supplies buffers and the numeric primitives: LayerNorm, attention,
+//! GELU, residual adds, embedding, cross-entropy, AdamW, reductions, and — the one that matters —
+//! [`Backend::gemm`], a linear-layer GEMM whose operands are cast to FP8 (or rounded to BF16) as the
+//! call says, with the cast statistics the recorder needs.
+//!
+//! The CPU backend (`cpu.rs`) is the reference: exact FP8 emulation, BF16 rounding emulated with
+//! `half`, FP32 accumulation. Other backends must agree with it (bit-exact casts,
+//! tolerance-bounded layers).
+//!
+//! Reports of casts and shadow GEMMs are queued inside the backend and collected once per step
+//! ([`Backend::take_reports`]), so a device backend needs no host synchronisation per GEMM.
+
+pub mod cpu;
+
+use crate::fp8::Fp8Format;
+use fp8scope_schemas::names::{Gemm, Module, Role};
+
+/// Identifies one GEMM of the model: `layers.{layer}.{module}.{gemm}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GemmId {
+    pub layer: u32,
+    pub module: Module,
+    pub gemm: Gemm,
+}
+
+impl std::fmt::Display for GemmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "layers.{}.{}.{}", self.layer, self.module, self.gemm)
+    }
+}
+
+/// How one GEMM operand is represented before the multiply.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OperandCast {
+    /// Rounded to BF16 (round to nearest even).
+    Bf16,
+    /// Cast to FP8 with one scale for the whole tensor.
+    Fp8Tensor {
+        format: Fp8Format,
+        scale: ScaleSource,
+    },
+    /// Cast to FP8 with one scale per tile of `tile_rows × tile_cols` elements of the operand's
+    /// row-major layout, each from the tile's own amax.
+    Fp8Block {
+        format: Fp8Format,
+        tile_rows: usize,
+        tile_cols: usize,
+        margin: i32,
+    },
+}
+
+/// Where a per-tensor scale comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScaleSource {
+    /// A scale the host computed (delayed scaling), with the amax it came from.
+    Given { scale: f32, amax_used: f32 },
+    /// From the operand's own amax just before the cast (current scaling).
+    Current { margin: i32 },
+}
+
+/// A planted defect in one operand's cast (see `--inject`); absent in healthy runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OperandFault {
+    /// Multiplies the scale after it is computed (2^k: k > 0 saturates, k < 0 underflows).
+    pub scale_mult: f32,
+    /// Multiplies a few elements of the high-precision operand before the cast (1.0: none).
+    pub outlier_factor: f32,
+}
+
+impl Default for OperandFault {
+    fn default() -> Self {
+        OperandFault::NONE
+    }
+}
+
+impl OperandFault {
+    pub const NONE: OperandFault = OperandFault { scale_mult: 1.0, outlier_factor: 1.0 };
+    pub fn is_none(&self) -> bool {
+        self.scale_mult == 1.0 && self.outlier_factor == 1.0
+    }
+}
+
+/// How much the backend measures about each operand cast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StatsLevel {
+    /// Only the amax (the recipes need it every step).
+    Amax,
+    /// Every cheap column: counts, min/max, mean/std, dynamic range.
+    Cheap,
+    /// Cheap plus the quantization error (x vs dequant(cast(x))).
+    Full,
+}
+
+/// Layout of a linear layer's operands. `n` tokens, `k` input features, `m` output features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearDims {
+    pub n: usize,
+    pub k: usize,
+    pub m: usize,
+}
+
+/// One GEMM call. Operand A and B are, by `id.gemm`:
+/// fprop: A = X (n×k), B = W (m×k) → out Y (n×m) = X·Wᵀ (+bias)
+/// dgrad: A = dY (n×m), B = W (m×k) → out dX (n×k) = dY·W
+/// wgrad: A = dY (n×m), B = X (n×k) → out dW (m×k) = dYᵀ·X (and dbias = column sums of dY)
+#[derive(Clone, Debug)]
+pub struct GemmCall {
+    pub id: GemmId,
+    pub dims: LinearDims,
+    pub cast_a: OperandCast,
+    pub cast_b: OperandCast,
+    pub fault_a: OperandFault,
+    pub fault_b: OperandFault,
+    /// Replace the output with NaN at one element (a planted NaN).
+    pub nan_output: bool,
+    pub stats: StatsLevel,
+    /// Keep the operands' FP8 bytes (or nothing for BF16) in the report, for tensor dumps.
+    pub keep_quantized: bool,
+    /// Also run the GEMM in BF16 on the same high-precision inputs and report the output error.
+    pub shadow: bool,
+}
+
+/// What a backend measured about one operand cast.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CastReport {
+    /// The operand's role.
+    pub role: Option<Role>,
+    /// `e4m3`, `e5m2` or `bf16`.
+    pub format: &'static str,
+    /// The scale used (per-tensor), or the smallest tile scale (block scaling), 1.0 for BF16.
+    pub scale: f32,
+    /// max |x| over finite values of the operand as cast (faults included).
+    pub amax: f32,
+    /// The amax the scale was computed from.
+    pub amax_used: f32,
+    pub numel: u64,
+    pub underflow: u64,
+    pub saturated: u64,
+    pub nan: u64,
+    pub inf: u64,
+    pub zeros: u64,
+    /// Filled from `StatsLevel::Cheap` on.
+    pub moments: Option<Moments>,
+    /// Filled at `StatsLevel::Full`: (MSE, cosine) of x against dequant(cast(x)).
+    pub quant_error: Option<(f64, f64)>,
+    /// With `keep_quantized`: the FP8 bytes, row-major in the operand's layout.
+    pub quantized: Option<Vec<u8>>,
+    /// With `keep_quantized` and block scaling: tile scales, row-major over tiles, and the tile.
+    pub block_scales: Option<(Vec<f32>, usize, usize)>,
+}
+
+/// Plain statistics of a tensor's finite values.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moments {
+    pub min: f32,
+    pub max: f32,
+    pub mean: f64,
+    pub std: f64,
+    /// log2(max |x| / min non-zero |x|), 0 when there is no non-zero value.
+    pub dynamic_range_log2: f64,
+}
+
+/// Output error of an FP8 GEMM against the BF16 GEMM on the same inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShadowError {
+    pub numel: u64,
+    pub cosine: f64,
+    pub mse: f64,
+    pub rel_l2: f64,
+    pub max_abs_diff: f64,
+}
+
+/// Everything measured about one GEMM.
+#[derive(Clone, Debug)]
+pub struct GemmReport {
+    pub id: GemmId,
+    pub a: CastReport,
+    pub b: CastReport,
+    pub shadow: Option<ShadowError>,
+    /// Non-finite values in the GEMM's output.
+    pub output_nonfinite: u64,
+}
+
+/// AdamW hyper-parameters for one update.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamW {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// 1-based step.
+    pub t: u32,
+    /// Multiplies the gradients first (global-norm clipping).
+    pub grad_scale: f32,
+}
+
+/// The primitives of one device. Buffers hold f32 values; tokens are u32.
+pub trait Backend {
+    type Buf;
+    type Tokens;
+
+    /// `cpu` or `cuda`.
+    fn kind(&self) -> &'static str;
+    fn device_info(&self) -> fp8scope_schemas::manifest::DeviceInfo;
+
+    fn zeros(&mut self, n: usize) -> Self::Buf;
+    fn upload(&mut self, data: &[f32]) -> Self::Buf;
+    fn upload_tokens(&mut self, tokens: &[u32]) -> Self::Tokens;
+    /// Copies `len` values from `offset` on, with `stride` between them, to the host.
+    fn download(&mut self, buf: &Self::Buf, offset: usize, len: usize, stride: usize) -> Vec<f32>;
+    fn len(&self, buf: &Self::Buf) -> usize;
+    fn fill_zero(&mut self, buf: &mut Self::Buf);
+
+    /// out (N,C) = wte[tokens].
+    fn embedding_fwd(&mut self, out: &mut Self::Buf, tokens: &Self::Tokens, wte: &Self::Buf, c: usize);
+    /// dwte += scatter of dout by token.
+    fn embedding_bwd(&mut self, dwte: &mut Self::Buf, dout: &Self::Buf, tokens: &Self::Tokens, c: usize);
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_fwd(&mut self, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, b: &Self::Buf, c: usize);
+    /// dinp, dw, db are accumulated (`+=`).
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, db: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, c: usize);
+    /// out (B,T,C), att (B,NH,T,T) saved probabilities, from qkv (B,T,3C). BF16 operands.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, causal: bool);
+    /// dqkv (=) from dout; datt is scratch of att's size.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, causal: bool);
+    fn gelu_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf);
+    /// dinp (=) = gelu'(inp) · dout.
+    fn gelu_bwd(&mut self, dinp: &mut Self::Buf, inp: &Self::Buf, dout: &Self::Buf);
+    /// out = a + b.
+    fn add(&mut self, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf);
+    /// acc += x.
+    fn add_inplace(&mut self, acc: &mut Self::Buf, x: &Self::Buf);
+    /// Rounds every element to BF16 in place (emulates a BF16 activation).
+    fn round_bf16(&mut self, x: &mut Self::Buf);
+    /// Plain BF16 GEMM out (n,m) = inp (n,k) · w (m,k)ᵀ, for the lm_head. BF16 operands and output.
+    fn matmul_bf16_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, dims: LinearDims);
+    /// dinp (=) = dout·w and dw (+=) = doutᵀ·inp, BF16 operands, for the lm_head.
+    fn matmul_bf16_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, dims: LinearDims);
+    /// Per-token losses and dlogits (=) = (softmax − onehot)·dloss, from logits (N,V).
+    fn crossentropy(&mut self, losses: &mut Self::Buf, dlogits: &mut Self::Buf, logits: &Self::Buf, targets: &Self::Tokens, v: usize, dloss: f32);
+    /// Σ x² in f64 (non-finite values propagate).
+    fn sumsq(&mut self, x: &Self::Buf) -> f64;
+    /// Number of non-finite values.
+    fn count_nonfinite(&mut self, x: &Self::Buf) -> u64;
+    fn adamw(&mut self, p: &mut Self::Buf, g: &Self::Buf, m: &mut Self::Buf, v: &mut Self::Buf, h: &AdamW);
+
+    /// A linear layer's GEMM as `call` says (see [`GemmCall`] for the operands' layout). `a`, `b`
+    /// are the high-precision operands; `out` receives the result (`=`), rounded to BF16; for
+    /// wgrad, `dbias` (if given) accumulates the column sums of dY. For fprop, `bias` is added.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(&mut self, call: &GemmCall, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf, bias: Option<&Self::Buf>, dbias: Option<&mut Self::Buf>);
+
+    /// The reports of every `gemm` since the last call, in call order.
+    fn take_reports(&mut self) -> Vec<GemmReport>;
+}

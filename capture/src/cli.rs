@@ -1,0 +1,470 @@
+//! The flags of `fp8-capture`, each defined once with its help, and their validation into a
+//! [`RunConfig`]. Nothing touches the disk until every flag has been checked.
+
+use crate::config::{preset, PRESETS};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fp8scope_schemas::config::*;
+use fp8scope_schemas::names::{Gemm, Role, Site};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fp8-capture",
+    version,
+    about = "Train a transformer with FP8 GEMMs and record why it goes wrong.",
+    long_about = "Trains a pre-LN transformer whose linear layers run FP8 GEMMs (exactly emulated on \
+the CPU), and records the run as Parquet: the loss every step, FP8 statistics of every quantized \
+tensor, sampled tensors with their raw FP8 bytes, and anomalies. Read the runs with fp8-analyze.",
+    after_help = "Examples:\n  fp8-capture train --preset tiny --recipe bf16 --out runs/bf16\n  \
+fp8-capture train --preset tiny --recipe delayed --out runs/fp8 --dump-every 50 --shadow\n  \
+fp8-capture train --preset tiny --recipe delayed --bf16-gemms dgrad --out runs/no-dgrad\n  \
+fp8-capture presets"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train and record one run.
+    Train(Box<TrainArgs>),
+    /// List the model presets.
+    Presets,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DeviceArg {
+    /// CUDA when a GPU is found, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RecipeArg {
+    Bf16,
+    Delayed,
+    Current,
+    Block,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FormatArg {
+    /// E4M3 for activations and weights, E5M2 for gradients.
+    Hybrid,
+    /// E4M3 everywhere.
+    E4m3,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AmaxAlgoArg {
+    Max,
+    MostRecent,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DataArg {
+    /// Seeded Markov language with a known entropy floor.
+    Synthetic,
+    /// Uniformly random tokens: the loss cannot fall below ln V.
+    Uniform,
+    /// A text file, bytes as tokens (needs --data-path, V ≥ 256).
+    Text,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MaskArg {
+    Causal,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SampleArg {
+    /// Leading rows, like t[:32].
+    First,
+    /// Evenly spaced elements over the whole tensor.
+    Strided,
+}
+
+fn positive(s: &str) -> Result<u32, String> {
+    match s.parse::<i64>() {
+        Ok(v) if v > 0 && v <= u32::MAX as i64 => Ok(v as u32),
+        Ok(v) => Err(format!("{v} is not a positive whole number")),
+        Err(_) => Err(format!("'{s}' is not a positive whole number")),
+    }
+}
+
+fn non_negative(s: &str) -> Result<u32, String> {
+    match s.parse::<i64>() {
+        Ok(v) if v >= 0 && v <= u32::MAX as i64 => Ok(v as u32),
+        _ => Err(format!("'{s}' is not a whole number ≥ 0")),
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number")),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Directory of the new run. Must not exist or be empty [default: runs/<name>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Run name [default: <preset>-<recipe>-s<seed>].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where to train.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceArg,
+    /// CPU threads (default: all cores).
+    #[arg(long, value_parser = positive)]
+    pub threads: Option<u32>,
+    /// No progress bar and no log lines.
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    // ---- model
+    /// Model size preset: tiny (CPU demo), small, seed (the reference repro). See `presets`.
+    #[arg(long, default_value = "tiny", help_heading = "Model")]
+    pub preset: String,
+    /// Vocabulary size V.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub vocab: Option<u32>,
+    /// Channels C.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub channels: Option<u32>,
+    /// Feed-forward width F.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub ffn: Option<u32>,
+    /// Attention heads NH (must divide C).
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub heads: Option<u32>,
+    /// Transformer layers L.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub layers: Option<u32>,
+    /// Sequences per step B.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub batch: Option<u32>,
+    /// Tokens per sequence T.
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub seq: Option<u32>,
+    /// Attention mask.
+    #[arg(long, value_enum, default_value = "causal", help_heading = "Model")]
+    pub attn_mask: MaskArg,
+
+    // ---- recipe
+    /// Scaling recipe: bf16 (no FP8, the baseline), delayed (TE DelayedScaling), current, block
+    /// (DeepSeek-V3 1×128 / 128×128 tiles, E4M3).
+    #[arg(long, value_enum, default_value = "delayed", help_heading = "FP8 recipe")]
+    pub recipe: RecipeArg,
+    /// FP8 formats per role.
+    #[arg(long, value_enum, default_value = "hybrid", help_heading = "FP8 recipe")]
+    pub format: FormatArg,
+    /// Delayed scaling: steps of amax history.
+    #[arg(long, default_value = "1024", value_parser = positive, help_heading = "FP8 recipe")]
+    pub amax_history: u32,
+    /// Delayed scaling: how the history is reduced.
+    #[arg(long, value_enum, default_value = "max", help_heading = "FP8 recipe")]
+    pub amax_algo: AmaxAlgoArg,
+    /// scale = (fp8_max / amax) / 2^margin.
+    #[arg(long, default_value = "0", allow_negative_numbers = true, help_heading = "FP8 recipe")]
+    pub margin: i32,
+
+    // ---- routing
+    /// GEMM kinds sent back to BF16 everywhere: fprop,dgrad,wgrad.
+    #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
+    pub bf16_gemms: Vec<String>,
+    /// Layers whose GEMMs run in BF16: 0,3-5.
+    #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
+    pub bf16_layers: Vec<String>,
+    /// Sites or single GEMMs in BF16: layers.7.fc2 or layers.7.fc2:dgrad (comma-separated).
+    #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
+    pub bf16_sites: Vec<String>,
+
+    // ---- data and training
+    /// Training data.
+    #[arg(long, value_enum, default_value = "synthetic", help_heading = "Data and training")]
+    pub data: DataArg,
+    /// Text file for --data text.
+    #[arg(long, value_name = "FILE", help_heading = "Data and training")]
+    pub data_path: Option<String>,
+    /// Successors per token of the synthetic language (its entropy grows with it).
+    #[arg(long, default_value = "8", value_parser = positive, help_heading = "Data and training")]
+    pub branching: u32,
+    /// Seed of the synthetic language's transition table.
+    #[arg(long, default_value = "1234", help_heading = "Data and training")]
+    pub language_seed: u64,
+    /// Training steps.
+    #[arg(long, default_value = "300", value_parser = positive, help_heading = "Data and training")]
+    pub steps: u32,
+    /// Peak learning rate [default: the preset's].
+    #[arg(long, value_parser = positive_f64, help_heading = "Data and training")]
+    pub lr: Option<f64>,
+    /// Linear warm-up steps [default: steps/10].
+    #[arg(long, value_parser = non_negative, help_heading = "Data and training")]
+    pub warmup: Option<u32>,
+    #[arg(long, default_value = "0.0", help_heading = "Data and training")]
+    pub weight_decay: f64,
+    #[arg(long, default_value = "0.9", help_heading = "Data and training")]
+    pub beta1: f64,
+    #[arg(long, default_value = "0.95", help_heading = "Data and training")]
+    pub beta2: f64,
+    #[arg(long, default_value = "1e-8", help_heading = "Data and training")]
+    pub eps: f64,
+    /// Global gradient-norm clip (0: off).
+    #[arg(long, default_value = "1.0", help_heading = "Data and training")]
+    pub grad_clip: f64,
+    /// Seed of the weights and the batches.
+    #[arg(long, default_value = "0", help_heading = "Data and training")]
+    pub seed: u64,
+
+    // ---- recording
+    /// Record FP8 statistics every N steps (0: never).
+    #[arg(long, default_value = "1", value_parser = non_negative, help_heading = "Recording")]
+    pub stats_every: u32,
+    /// Compute quant_mse / quant_cos every N statistics steps (0: only at dump steps).
+    #[arg(long, default_value = "10", value_parser = non_negative, help_heading = "Recording")]
+    pub quant_error_every: u32,
+    /// Dump sampled tensors every N steps, and at step 1 (0: never).
+    #[arg(long, default_value = "0", value_parser = non_negative, help_heading = "Recording")]
+    pub dump_every: u32,
+    /// Regex over site names (layers.1.fc2) selecting the dumped sites.
+    #[arg(long, default_value = ".*", help_heading = "Recording")]
+    pub dump_layers: String,
+    /// Roles dumped: activation,weight,gradient,output,dgrad,wgrad.
+    #[arg(long, value_delimiter = ',', default_value = "activation,weight,gradient,output,dgrad,wgrad", help_heading = "Recording")]
+    pub dump_roles: Vec<String>,
+    /// At most this many elements per dumped tensor.
+    #[arg(long, default_value = "4096", value_parser = positive, help_heading = "Recording")]
+    pub dump_max_elems: u32,
+    /// Which elements a dump takes.
+    #[arg(long, value_enum, default_value = "first", help_heading = "Recording")]
+    pub dump_sample: SampleArg,
+    /// At dump steps, also run each FP8 GEMM of the dumped sites in BF16 and record its error.
+    #[arg(long, help_heading = "Recording")]
+    pub shadow: bool,
+    /// Close a Parquet part of every table at least every N steps.
+    #[arg(long, default_value = "25", value_parser = positive, help_heading = "Recording")]
+    pub flush_every: u32,
+
+    // ---- faults
+    /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
+    /// Repeatable.
+    #[arg(long, value_name = "SPEC", help_heading = "Planted faults")]
+    pub inject: Vec<String>,
+}
+
+/// Parses `0,3-5` into layer indices, each < `n_layers`.
+pub fn parse_layers(items: &[String], n_layers: u32) -> anyhow::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let (a, b) = match item.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (item, item),
+        };
+        let parse = |s: &str| s.trim().parse::<u32>().with_context(|| format!("--bf16-layers: '{item}' is not a layer or a range like 3-5"));
+        let (a, b) = (parse(a)?, parse(b)?);
+        if a > b || b >= n_layers {
+            bail!("--bf16-layers: '{item}' is outside the model's layers 0-{}", n_layers - 1);
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Default magnitude of each injection kind (documented in the README).
+pub fn default_magnitude(kind: &str) -> Option<f64> {
+    match kind {
+        "overflow" => Some(8.0),
+        "underflow" => Some(16.0),
+        "outlier" => Some(1e4),
+        "nan" => Some(0.0),
+        _ => None,
+    }
+}
+
+/// Parses one `--inject` spec.
+pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
+    let mut site = None;
+    let mut gemm = None;
+    let mut kind = None;
+    let mut step = None;
+    let mut magnitude = None;
+    for kv in spec.split(',') {
+        let (k, v) = kv.split_once('=').with_context(|| format!("--inject '{spec}': '{kv}' is not key=value"))?;
+        match k.trim() {
+            "site" => site = Some(v.trim().to_string()),
+            "gemm" => gemm = Some(v.trim().to_string()),
+            "kind" => kind = Some(v.trim().to_string()),
+            "step" => step = Some(positive(v.trim()).map_err(|e| anyhow::anyhow!("--inject '{spec}': step {e}"))?),
+            "magnitude" | "k" | "factor" => magnitude = Some(v.trim().parse::<f64>().with_context(|| format!("--inject '{spec}': magnitude '{v}' is not a number"))?),
+            other => bail!("--inject '{spec}': unknown key '{other}' (site, gemm, kind, step, magnitude)"),
+        }
+    }
+    let site = site.with_context(|| format!("--inject '{spec}': missing site=layers.N.MODULE"))?;
+    let parsed = Site::parse(&site).with_context(|| format!("--inject '{spec}': '{site}' is not a site like layers.1.fc2"))?;
+    if parsed.layer >= n_layers {
+        bail!("--inject '{spec}': the model has layers 0-{}", n_layers - 1);
+    }
+    let gemm = gemm.with_context(|| format!("--inject '{spec}': missing gemm=fprop|dgrad|wgrad"))?;
+    if Gemm::parse(&gemm).is_none() {
+        bail!("--inject '{spec}': gemm must be fprop, dgrad or wgrad");
+    }
+    let kind = kind.with_context(|| format!("--inject '{spec}': missing kind=overflow|underflow|outlier|nan"))?;
+    let default = default_magnitude(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier or nan"))?;
+    Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude: magnitude.unwrap_or(default) })
+}
+
+/// Validated configuration of a `train` call.
+pub struct TrainPlan {
+    pub config: RunConfig,
+    pub out: PathBuf,
+    pub name: String,
+}
+
+impl TrainArgs {
+    /// Checks every flag and builds the run's configuration. Touches no file.
+    pub fn validate(&self, device: &str) -> anyhow::Result<TrainPlan> {
+        let p = preset(&self.preset).with_context(|| {
+            format!("unknown preset '{}' (choose {})", self.preset, PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))
+        })?;
+        let mut model = p.model();
+        let o = |v: Option<u32>, d: u32| v.unwrap_or(d);
+        model.vocab = o(self.vocab, model.vocab);
+        model.channels = o(self.channels, model.channels);
+        model.ffn = o(self.ffn, model.ffn);
+        model.heads = o(self.heads, model.heads);
+        model.layers = o(self.layers, model.layers);
+        model.batch = o(self.batch, model.batch);
+        model.seq = o(self.seq, model.seq);
+        model.attn_mask = match self.attn_mask {
+            MaskArg::Causal => AttnMask::Causal,
+            MaskArg::Full => AttnMask::Full,
+        };
+        if model.channels % model.heads != 0 {
+            bail!("--heads {} does not divide --channels {}", model.heads, model.channels);
+        }
+        let kind = match self.recipe {
+            RecipeArg::Bf16 => RecipeKind::Bf16,
+            RecipeArg::Delayed => RecipeKind::Delayed,
+            RecipeArg::Current => RecipeKind::Current,
+            RecipeArg::Block => RecipeKind::Block,
+        };
+        for g in &self.bf16_gemms {
+            if Gemm::parse(g).is_none() {
+                bail!("--bf16-gemms: '{g}' is not fprop, dgrad or wgrad");
+            }
+        }
+        for s in &self.bf16_sites {
+            let (site, gemm) = match s.split_once(':') {
+                Some((a, b)) => (a, Some(b)),
+                None => (s.as_str(), None),
+            };
+            let parsed = Site::parse(site).with_context(|| format!("--bf16-sites: '{s}' is not layers.N.MODULE[:GEMM]"))?;
+            if parsed.layer >= model.layers || gemm.is_some_and(|g| Gemm::parse(g).is_none()) {
+                bail!("--bf16-sites: '{s}' names no GEMM of this model");
+            }
+        }
+        let routing = RoutingConfig {
+            bf16_gemms: self.bf16_gemms.clone(),
+            bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
+            bf16_sites: self.bf16_sites.clone(),
+        };
+        regex::Regex::new(&self.dump_layers).map_err(|e| anyhow::anyhow!("--dump-layers: the regex does not compile: {}", e.to_string().lines().last().unwrap_or("")))?;
+        for r in &self.dump_roles {
+            if Role::parse(r).is_none() {
+                bail!("--dump-roles: '{r}' is not a role (activation, weight, gradient, output, dgrad, wgrad)");
+            }
+        }
+        let injections = self.inject.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        if !injections.is_empty() && kind == RecipeKind::Bf16 {
+            bail!("--inject plants faults in FP8 casts; --recipe bf16 has none");
+        }
+        let data_kind = match self.data {
+            DataArg::Synthetic => DataKind::Synthetic,
+            DataArg::Uniform => DataKind::Uniform,
+            DataArg::Text => DataKind::Text,
+        };
+        if data_kind == DataKind::Text {
+            let path = self.data_path.as_deref().context("--data text needs --data-path FILE")?;
+            if !std::path::Path::new(path).is_file() {
+                bail!("--data-path {path}: no such file");
+            }
+            if model.vocab < 256 {
+                bail!("--data text uses bytes as tokens: --vocab must be at least 256 (is {})", model.vocab);
+            }
+        }
+        if self.branching > model.vocab {
+            bail!("--branching {} exceeds the vocabulary ({})", self.branching, model.vocab);
+        }
+        for (flag, v) in [("--beta1", self.beta1), ("--beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                bail!("{flag} must be in [0, 1), got {v}");
+            }
+        }
+        if !(self.eps > 0.0) || !(self.weight_decay >= 0.0) || !(self.grad_clip >= 0.0) {
+            bail!("--eps must be > 0, --weight-decay and --grad-clip ≥ 0");
+        }
+        let recipe_name = kind.as_str();
+        let name = self.name.clone().unwrap_or_else(|| format!("{}-{}-s{}", p.name, recipe_name, self.seed));
+        if name.is_empty() || name.contains('/') {
+            bail!("--name '{name}' must be a non-empty name without '/'");
+        }
+        let out = self.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(&name));
+        let config = RunConfig {
+            preset: p.name.to_string(),
+            model,
+            recipe: RecipeConfig {
+                kind,
+                format: match self.format {
+                    FormatArg::Hybrid => FormatPolicy::Hybrid,
+                    FormatArg::E4m3 => FormatPolicy::E4m3,
+                },
+                amax_history: self.amax_history,
+                amax_algo: match self.amax_algo {
+                    AmaxAlgoArg::Max => AmaxAlgo::Max,
+                    AmaxAlgoArg::MostRecent => AmaxAlgo::MostRecent,
+                },
+                margin: self.margin,
+            },
+            routing,
+            data: DataConfig { kind: data_kind, path: self.data_path.clone(), language_seed: self.language_seed, branching: self.branching },
+            train: TrainConfig {
+                steps: self.steps,
+                lr: self.lr.unwrap_or(p.lr),
+                warmup_steps: self.warmup.unwrap_or(self.steps / 10),
+                weight_decay: self.weight_decay,
+                beta1: self.beta1,
+                beta2: self.beta2,
+                eps: self.eps,
+                grad_clip: self.grad_clip,
+                seed: self.seed,
+            },
+            record: RecordConfig {
+                stats_every: self.stats_every,
+                quant_error_every: self.quant_error_every,
+                dump_every: self.dump_every,
+                dump_layers: self.dump_layers.clone(),
+                dump_roles: self.dump_roles.clone(),
+                dump_max_elems: self.dump_max_elems,
+                dump_sample: match self.dump_sample {
+                    SampleArg::First => DumpSample::First,
+                    SampleArg::Strided => DumpSample::Strided,
+                },
+                shadow: self.shadow,
+                flush_every: self.flush_every,
+            },
+            injections,
+            scenario: None,
+            device: device.to_string(),
+        };
+        Ok(TrainPlan { config, out, name })
+    }
+}

@@ -1,0 +1,226 @@
+//! The training loop: data → forward/backward → global-norm clip → AdamW, with the recipe's scaling
+//! updated after every step and every measurement handed to the writer thread. A non-finite loss
+//! stops the run after that step is recorded in full (status `diverged`).
+
+use crate::backend::{Backend, GemmId, OperandFault, StatsLevel};
+use crate::config::is_fp8;
+use crate::data::Data;
+use crate::model::{Dims, Model, StepPlan};
+use crate::record::rows;
+use crate::record::writer::{StepRows, Writer};
+use crate::recipe::Scaling;
+use fp8scope_schemas::config::{DumpSample, RunConfig};
+use fp8scope_schemas::layout::RunDir;
+use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
+use fp8scope_schemas::names::{Gemm, Module, Role, Site};
+use fp8scope_schemas::tables::{EventRow, StepRow};
+use indicatif::{ProgressBar, ProgressStyle};
+use regex::Regex;
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+/// How a training run ended, for the caller to print.
+pub struct Outcome {
+    pub manifest: Manifest,
+}
+
+/// Learning rate at `step` (1-based): linear warm-up, then cosine decay to 10% of the peak.
+pub fn lr_at(cfg: &RunConfig, step: u32) -> f64 {
+    let t = &cfg.train;
+    if step <= t.warmup_steps {
+        return t.lr * step as f64 / t.warmup_steps.max(1) as f64;
+    }
+    let span = (t.steps.saturating_sub(t.warmup_steps)).max(1) as f64;
+    let progress = ((step - t.warmup_steps) as f64 / span).min(1.0);
+    t.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()))
+}
+
+/// The faults of `cfg.injections` active at `step` on `id` (FP8 GEMMs only).
+fn faults_at(cfg: &RunConfig, id: GemmId, step: u32) -> Option<(OperandFault, OperandFault, bool)> {
+    let site = Site::new(id.layer, id.module).to_string();
+    let mut fa = OperandFault::NONE;
+    let mut fb = OperandFault::NONE;
+    let mut nan = false;
+    for inj in &cfg.injections {
+        if inj.site != site || inj.gemm != id.gemm.as_str() || step < inj.step {
+            continue;
+        }
+        match inj.kind.as_str() {
+            "overflow" => {
+                let m = 2f32.powf(inj.magnitude as f32);
+                fa.scale_mult *= m;
+                fb.scale_mult *= m;
+            }
+            "underflow" => {
+                let m = 2f32.powf(-inj.magnitude as f32);
+                fa.scale_mult *= m;
+                fb.scale_mult *= m;
+            }
+            "outlier" => fa.outlier_factor *= inj.magnitude as f32,
+            "nan" => nan |= step == inj.step,
+            _ => {}
+        }
+    }
+    (!fa.is_none() || !fb.is_none() || nan).then_some((fa, fb, nan))
+}
+
+struct Recording {
+    dump_sites: HashSet<Site>,
+    dump_roles: Vec<Role>,
+}
+
+fn recording(cfg: &RunConfig, n_layers: u32) -> Result<Recording, regex::Error> {
+    let re = Regex::new(&format!("^(?:{})$", cfg.record.dump_layers))?;
+    let dump_sites = (0..n_layers)
+        .flat_map(|l| Module::ALL.map(|m| Site::new(l, m)))
+        .filter(|s| re.is_match(&s.to_string()))
+        .collect();
+    let dump_roles = cfg.record.dump_roles.iter().filter_map(|r| Role::parse(r)).collect();
+    Ok(Recording { dump_sites, dump_roles })
+}
+
+fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32) -> StepPlan {
+    let r = &cfg.record;
+    let stats_step = r.stats_every > 0 && (step % r.stats_every == 0 || step == 1);
+    let dump_step = r.dump_every > 0 && (step % r.dump_every == 0 || step == 1);
+    let full = dump_step || (stats_step && r.quant_error_every > 0 && (step == 1 || step % (r.stats_every * r.quant_error_every) == 0));
+    let stats = if full && stats_step { StatsLevel::Full } else if stats_step { StatsLevel::Cheap } else { StatsLevel::Amax };
+    let mut casts = HashMap::new();
+    let mut faults = HashMap::new();
+    for layer in 0..n_layers {
+        for module in Module::ALL {
+            let site = Site::new(layer, module);
+            for gemm in Gemm::ALL {
+                let id = GemmId { layer, module, gemm };
+                let [ra, rb] = gemm.operands();
+                let ca = scaling.operand_cast(cfg, site, gemm, ra);
+                let cb = scaling.operand_cast(cfg, site, gemm, rb);
+                casts.insert(id, (ca, cb));
+                if is_fp8(cfg, site, gemm) {
+                    if let Some(f) = faults_at(cfg, id, step) {
+                        faults.insert(id, f);
+                    }
+                }
+            }
+        }
+    }
+    StepPlan {
+        casts,
+        faults,
+        stats,
+        dump_sites: if dump_step { rec.dump_sites.clone() } else { HashSet::new() },
+        dump_roles: rec.dump_roles.clone(),
+        dump_max_elems: r.dump_max_elems as usize,
+        dump_strided: r.dump_sample == DumpSample::Strided,
+        shadow: r.shadow,
+    }
+}
+
+/// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
+pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
+    let m = &cfg.model;
+    let dims = Dims::from_model(m);
+    let data = Data::new(&cfg.data, m.vocab, m.batch, m.seq, cfg.train.seed)?;
+    let rec = recording(cfg, m.layers)?;
+    let mut device = be.device_info();
+    if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
+        device.block_gemm = Some(if be.kind() == "cpu" { "emulated-cpu".into() } else { "cublaslt-block-scaling".into() });
+    }
+    let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };
+    let manifest = Manifest::new_running(name, cfg.clone(), device, info);
+    let mut writer = Writer::start(run, manifest)?;
+    let mut model: Model<B> = Model::new(be, dims, cfg.train.seed);
+    let mut scaling = Scaling::new(cfg);
+
+    let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(cfg.train.steps as u64) };
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut losses: Vec<f64> = Vec::new();
+    let mut status = RunStatus::Completed;
+    let mut error = None;
+    let tokens = dims.n as u64;
+    let started = Instant::now();
+    for step in 1..=cfg.train.steps {
+        let t0 = Instant::now();
+        let batch = data.batch(step);
+        let inputs = be.upload_tokens(&batch.inputs);
+        let targets = be.upload_tokens(&batch.targets);
+        let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
+        let out = model.forward_backward(be, &inputs, &targets, &plan);
+        let grad_sumsq: f64 = model.state.grads.iter().map(|g| be.sumsq(g)).sum();
+        let grad_norm = grad_sumsq.sqrt();
+        let clip = cfg.train.grad_clip;
+        let grad_scale = if clip > 0.0 && grad_norm.is_finite() && grad_norm > clip { (clip / grad_norm) as f32 } else { 1.0 };
+        let lr = lr_at(cfg, step);
+        let h = crate::backend::AdamW {
+            lr: lr as f32,
+            beta1: cfg.train.beta1 as f32,
+            beta2: cfg.train.beta2 as f32,
+            eps: cfg.train.eps as f32,
+            weight_decay: cfg.train.weight_decay as f32,
+            t: step,
+            grad_scale,
+        };
+        let finite = out.loss.is_finite();
+        if finite {
+            let s = &mut model.state;
+            for i in 0..s.params.len() {
+                be.adamw(&mut s.params[i], &s.grads[i], &mut s.adam_m[i], &mut s.adam_v[i], &h);
+            }
+        }
+        let reports = be.take_reports();
+        scaling.observe(&reports);
+        let step_ms = t0.elapsed().as_secs_f64() * 1e3;
+
+        let mut rows_out = StepRows {
+            step: Some(StepRow { step, loss: out.loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports) }),
+            ..Default::default()
+        };
+        if plan.stats >= StatsLevel::Cheap {
+            for r in &reports {
+                rows_out.stats.extend(rows::stat_row(step, r, &r.a));
+                rows_out.stats.extend(rows::stat_row(step, r, &r.b));
+            }
+        }
+        rows_out.events = rows::nonfinite_events(step, &reports);
+        rows_out.shadow = rows::shadow_rows(step, &reports);
+        rows_out.tensors = rows::tensor_rows(step, out.dumps, &reports);
+        if !finite {
+            rows_out.events.push(EventRow {
+                step,
+                kind: "nonfinite_loss".into(),
+                layer: None,
+                module: None,
+                gemm: None,
+                role: None,
+                value: Some(out.loss),
+                message: format!("loss is {} at step {step}; training stopped", out.loss),
+            });
+        }
+        writer.rows(rows_out)?;
+        losses.push(out.loss);
+        let tok_s = tokens as f64 * step as f64 / started.elapsed().as_secs_f64();
+        pb.set_message(format!("loss {:.4}  {:.0} tok/s", out.loss, tok_s));
+        pb.inc(1);
+        if step % 50 == 0 || !finite {
+            pb.suspend(|| println!("step {step:>4}  loss={:.4}", out.loss));
+        }
+        if !finite {
+            status = RunStatus::Diverged;
+            error = Some(format!("non-finite loss at step {step}"));
+            writer.flush(step)?;
+            break;
+        }
+        if cfg.record.flush_every > 0 && step % cfg.record.flush_every == 0 {
+            writer.flush(step)?;
+        }
+    }
+    pb.finish_and_clear();
+    let done = losses.len() as u32;
+    let tail = &losses[losses.len().saturating_sub(20)..];
+    let final_loss = (!tail.is_empty() && tail.iter().all(|l| l.is_finite())).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
+    let manifest = writer.finish(status, done, final_loss, error)?;
+    Ok(Outcome { manifest })
+}

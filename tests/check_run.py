@@ -1,0 +1,150 @@
+"""Independent check of an fp8scope run directory with pyarrow and ml_dtypes.
+
+Reads every closed Parquet part of every table, checks the fp8scope metadata (table name, schema
+version), the documented columns and types, the row counts against run.json and against what the
+configuration implies, and re-casts every dumped FP8 value with ml_dtypes (values * scale, clipped
+to the format's max, round-to-nearest-even) to compare byte for byte with the recorded FP8 bytes.
+
+Usage: python3 check_run.py RUN_DIR [--allow-incomplete]
+Prints one summary line; exits 1 with the reason on the first mismatch.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = "1"
+COLUMNS = {
+    "steps": [("step", pa.int64()), ("loss", pa.float64()), ("grad_norm", pa.float64()), ("lr", pa.float64()),
+              ("tokens", pa.int64()), ("step_ms", pa.float64()), ("loss_is_finite", pa.bool_()),
+              ("nonfinite_tensors", pa.int32())],
+    "stats": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
+              ("role", pa.string()), ("format", pa.string()), ("scale", pa.float32()), ("amax", pa.float32()),
+              ("amax_used", pa.float32()), ("numel", pa.int64()), ("underflow_frac", pa.float64()),
+              ("saturated_frac", pa.float64()), ("nan_count", pa.int64()), ("inf_count", pa.int64()),
+              ("zero_frac", pa.float64()), ("min", pa.float32()), ("max", pa.float32()), ("mean", pa.float64()),
+              ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
+              ("quant_cos", pa.float64())],
+    "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
+                ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
+                ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
+                ("values", pa.list_(pa.float32())), ("fp8", pa.binary()), ("scale", pa.float32()),
+                ("block_scales", pa.list_(pa.float32())), ("block_rows", pa.uint32()), ("block_cols", pa.uint32())],
+    "events": [("step", pa.int64()), ("kind", pa.string()), ("layer", pa.int32()), ("module", pa.string()),
+               ("gemm", pa.string()), ("role", pa.string()), ("value", pa.float64()), ("message", pa.string())],
+    "shadow": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
+               ("numel", pa.int64()), ("cosine", pa.float64()), ("mse", pa.float64()), ("rel_l2", pa.float64()),
+               ("max_abs_diff", pa.float64())],
+}
+FORMATS = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
+MODULES = ["qkv", "proj", "fc1", "fc2"]
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def read_table(run, name):
+    parts = sorted(glob.glob(os.path.join(run, name, "part-*.parquet")))
+    tables = []
+    for p in parts:
+        f = pq.ParquetFile(p)
+        meta = f.metadata.metadata or {}
+        if meta.get(b"fp8scope.table") != name.encode():
+            fail(f"{p}: table metadata {meta.get(b'fp8scope.table')!r}, expected {name}")
+        if meta.get(b"fp8scope.schema_version") != SCHEMA_VERSION.encode():
+            fail(f"{p}: schema version {meta.get(b'fp8scope.schema_version')!r}")
+        t = f.read()
+        got = [(fld.name, fld.type) for fld in t.schema]
+        want = COLUMNS[name]
+        if [g[0] for g in got] != [w[0] for w in want]:
+            fail(f"{p}: columns {[g[0] for g in got]} != documented {[w[0] for w in want]}")
+        for (gn, gt), (_, wt) in zip(got, want):
+            if not gt.equals(wt):
+                fail(f"{p}: column {gn} has type {gt}, documented {wt}")
+        tables.append(t)
+    return pa.concat_tables(tables) if tables else None, len(parts)
+
+
+def recast(values, scale_per_elem, fmt):
+    dtype, mx = FORMATS[fmt]
+    x = (values.astype(np.float32) * scale_per_elem.astype(np.float32)).astype(np.float32)
+    x = np.where(np.isnan(x), x, np.clip(x, -mx, mx)).astype(np.float32)
+    return x.astype(dtype).view(np.uint8)
+
+
+def main():
+    run = sys.argv[1]
+    allow_incomplete = "--allow-incomplete" in sys.argv
+    m = json.load(open(os.path.join(run, "run.json")))
+    cfg = m["config"]
+    counts = {}
+    data = {}
+    for name in COLUMNS:
+        t, nparts = read_table(run, name)
+        data[name] = t
+        counts[name] = 0 if t is None else t.num_rows
+        if counts[name] != m["rows"][name] and not allow_incomplete:
+            fail(f"{name}: {counts[name]} rows in parts, manifest says {m['rows'][name]}")
+    done = m["steps_completed"]
+    if not allow_incomplete:
+        if m["status"] not in ("completed", "diverged"):
+            fail(f"status {m['status']}")
+        if counts["steps"] != done:
+            fail(f"steps: {counts['steps']} rows for {done} steps")
+        steps = data["steps"].column("step").to_pylist()
+        if steps != list(range(1, done + 1)):
+            fail("steps are not 1..N in order")
+        # stats: every GEMM operand at every stats step
+        rec = cfg["record"]
+        L = cfg["model"]["layers"]
+        se = rec["stats_every"]
+        stat_steps = [s for s in range(1, done + 1) if se > 0 and (s == 1 or s % se == 0)]
+        if counts["stats"] != len(stat_steps) * L * 4 * 3 * 2:
+            fail(f"stats: {counts['stats']} rows, expected {len(stat_steps)} steps x {L * 24}")
+        de = rec["dump_every"]
+        dump_steps = [s for s in range(1, done + 1) if de > 0 and (s == 1 or s % de == 0)]
+        sites = [f"layers.{l}.{mname}" for l in range(L) for mname in MODULES
+                 if re.fullmatch(rec["dump_layers"], f"layers.{l}.{mname}")]
+        want_tensors = len(dump_steps) * len(sites) * len(rec["dump_roles"])
+        if counts["tensors"] != want_tensors:
+            fail(f"tensors: {counts['tensors']} rows, expected {want_tensors}")
+    # FP8 bytes against ml_dtypes
+    checked = matched = 0
+    t = data["tensors"]
+    if t is not None:
+        for row in t.to_pylist():
+            if row["fp8"] is None:
+                continue
+            vals = np.array(row["values"], dtype=np.float32)
+            got = np.frombuffer(row["fp8"], dtype=np.uint8)
+            if row["scale"] is not None:
+                scales = np.full(vals.shape, row["scale"], dtype=np.float32)
+            else:
+                rows_, cols = row["shape"]
+                tr, tc = row["block_rows"], row["block_cols"]
+                tiles_per_row = -(-cols // tc)
+                idx = row["offset"] + row["stride"] * np.arange(len(vals))
+                r, c = idx // cols, idx % cols
+                bs = np.array(row["block_scales"], dtype=np.float32)
+                scales = bs[(r // tr) * tiles_per_row + c // tc]
+            want = recast(vals, scales, row["format"])
+            checked += len(vals)
+            matched += int((want == got).sum())
+            if not (want == got).all():
+                i = int(np.argmax(want != got))
+                fail(f"fp8 bytes differ at step {row['step']} layers.{row['layer']}.{row['module']}.{row['role']} "
+                     f"element {i}: value {vals[i]!r} scale {scales[i]!r} -> ml_dtypes {want[i]:#04x}, recorded {got[i]:#04x}")
+    print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+          + f"; fp8 bytes matched {matched} of {checked}")
+
+
+if __name__ == "__main__":
+    main()
