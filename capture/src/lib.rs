@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod fp8;
+pub mod interrupt;
 pub mod layers;
 pub mod model;
 pub mod recipe;
@@ -56,6 +57,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     }
     prepare_new_run_dir(&plan.out)?;
     let run = RunDir::new(&plan.out);
+    interrupt::install();
     let mut be = backend::cpu::CpuBackend::new();
     let outcome = train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet);
     let manifest = match outcome {
@@ -84,5 +86,9 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
             plan.out.display()
         );
     }
-    Ok(if manifest.status == RunStatus::Diverged { 3 } else { 0 })
+    Ok(match manifest.status {
+        RunStatus::Diverged => 3,
+        RunStatus::Crashed => 130,
+        _ => 0,
+    })
 }
