@@ -57,9 +57,12 @@ pub fn draw(path: &Path, run: &str, gemms: &[GemmSeries]) -> Result<(), DrawErro
         let root = root.titled(&title, (FONT, TITLE_PX - 4, FontStyle::Bold)).map_err(draw_err)?;
         let rows = root.split_evenly((3, 1));
         for (g, area) in gemms.iter().take(3).zip(rows.iter()) {
-            let (l, r) = area.split_horizontally((62).percent_width());
+            let (w, _) = area.dim_in_pixel();
+            let (plots, legend) = area.split_horizontally(w - 250);
+            let (l, r) = plots.split_horizontally((58).percent_width());
             draw_amax(&l, g)?;
             draw_scale(&r, g)?;
+            draw_legend(&legend, g)?;
         }
         Ok(())
     })
@@ -80,7 +83,7 @@ fn draw_amax(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result
     let xr = step_range(g);
     let mut chart = ChartBuilder::on(area)
         .margin(8)
-        .caption(format!("#{} {}: amax", g.rank, g.name), (FONT, LABEL_PX))
+        .caption(format!("#{} {}: amax", g.rank, g.name), (FONT, LABEL_PX - 2))
         .x_label_area_size(40)
         .y_label_area_size(72)
         .build_cartesian_2d(xr.clone(), (lo..hi).log_scale())
@@ -116,14 +119,6 @@ fn draw_amax(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result
             .label(format!("first crossed (step {s})"))
             .legend(|(x, y)| DashedPathElement::new(vec![(x, y), (x + 22, y)], 2, 3, palette::BLACK.stroke_width(1)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(palette::GREY)
-        .label_font((FONT, LEGEND_PX - 2))
-        .draw()
-        .map_err(draw_err)?;
     Ok(())
 }
 
@@ -133,7 +128,7 @@ fn draw_scale(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Resul
     let mut chart = ChartBuilder::on(area)
         .margin(8)
         .margin_right(16)
-        .caption("scale (multiplier before the cast)", (FONT, LABEL_PX))
+        .caption("scale (multiplier before the cast)", (FONT, LABEL_PX - 2))
         .x_label_area_size(40)
         .y_label_area_size(72)
         .build_cartesian_2d(xr, (lo..hi).log_scale())
@@ -149,6 +144,11 @@ fn draw_scale(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Resul
         .y_label_formatter(&|v| super::short(*v))
         .draw()
         .map_err(draw_err)?;
+    if let Some(s) = g.first_crossed {
+        chart
+            .draw_series(DashedLineSeries::new(vec![(s as f64, lo), (s as f64, hi)], 2, 4, palette::BLACK.stroke_width(1)))
+            .map_err(draw_err)?;
+    }
     for o in &g.operands {
         let col = palette::role(&o.role);
         chart
@@ -157,13 +157,28 @@ fn draw_scale(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Resul
             .label(o.role.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], col.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(palette::GREY)
-        .label_font((FONT, LEGEND_PX - 2))
-        .draw()
-        .map_err(draw_err)?;
+    Ok(())
+}
+
+/// The legend of one row, beside its two plots: colour = operand, solid = amax (and scale),
+/// dashed = the amax the scale was computed from.
+fn draw_legend(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result<(), DrawError> {
+    let font = (FONT, LEGEND_PX - 2).into_font();
+    let mut y = 40;
+    let entry = |y: i32, line: &dyn Fn(i32) -> Result<(), DrawError>, text: String| -> Result<(), DrawError> {
+        line(y)?;
+        area.draw(&Text::new(text, (40, y - 8), font.clone())).map_err(draw_err)?;
+        Ok(())
+    };
+    for o in &g.operands {
+        let col = palette::role(&o.role);
+        entry(y, &|y| area.draw(&PathElement::new(vec![(6, y), (32, y)], col.stroke_width(2))).map_err(draw_err), format!("{} ({}): amax, scale", o.role, o.format))?;
+        y += 24;
+        entry(y, &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 5, 3, col.stroke_width(2))).map_err(draw_err), format!("{}: amax used by scale", o.role))?;
+        y += 30;
+    }
+    if let Some(s) = g.first_crossed {
+        entry(y, &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 2, 3, palette::BLACK.stroke_width(1))).map_err(draw_err), format!("first crossed: step {s}"))?;
+    }
     Ok(())
 }

@@ -145,7 +145,7 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, g: &Grid, scale: Scale) 
         .caption(&g.title, (FONT, LABEL_PX))
         .x_label_area_size(44)
         .y_label_area_size(label_w)
-        .build_cartesian_2d(x0..x1, (0..nr as i32).into_segmented())
+        .build_cartesian_2d(x0..x1, (0..nr as i32 - 1).into_segmented())
         .map_err(draw_err)?;
     chart
         .configure_mesh()

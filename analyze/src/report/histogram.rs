@@ -8,6 +8,7 @@
 use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
 /// The representable range of an FP8 format.
@@ -137,10 +138,29 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, t: &TensorSample) -> Res
     let ymax = counts.iter().map(|&c| 100.0 * c as f64 / n).fold(0.0, f64::max).max(1.0) * 1.25;
     let sh = shares(&t.values, r, s);
 
-    let mut chart = ChartBuilder::on(area)
+    // A strip under the caption states the shares, each after a swatch of its shading.
+    let (w, _) = area.dim_in_pixel();
+    let (head, body) = area.split_vertically(56);
+    let title_style = TextStyle::from((FONT, LABEL_PX).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+    head.draw(&Text::new(t.label.clone(), (w as i32 / 2, 6), title_style)).map_err(draw_err)?;
+    let items = [
+        (palette::SKY_BLUE.mix(0.45), format!("rounds to 0: {}", super::percent(sh.underflow))),
+        (palette::SKY_BLUE.mix(0.15), format!("subnormal: {}", super::percent(sh.subnormal))),
+        (palette::VERMILLION.mix(0.3), format!("saturates: {}", super::percent(sh.saturated))),
+        (palette::BLUE.mix(1.0), format!("{} of {} values sampled", t.values.len(), t.numel)),
+    ];
+    let mut x = 70;
+    for (col, text) in items {
+        head.draw(&Rectangle::new([(x, 34), (x + 14, 48)], col.filled())).map_err(draw_err)?;
+        head.draw(&Rectangle::new([(x, 34), (x + 14, 48)], palette::GREY.stroke_width(1))).map_err(draw_err)?;
+        let len = text.chars().count() as i32;
+        head.draw(&Text::new(text, (x + 19, 33), (FONT, LEGEND_PX - 2).into_font())).map_err(draw_err)?;
+        x += 19 + len * 8 + 18;
+    }
+    let mut chart = ChartBuilder::on(&body)
         .margin(10)
+        .margin_top(4)
         .margin_right(18)
-        .caption(&t.label, (FONT, LABEL_PX))
         .x_label_area_size(44)
         .y_label_area_size(60)
         .build_cartesian_2d(lo..hi, 0.0..ymax)
@@ -157,61 +177,35 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, t: &TensorSample) -> Res
         .draw()
         .map_err(draw_err)?;
     // Shaded regions first, bars over them.
-    chart
-        .draw_series(std::iter::once(Rectangle::new([(lo, 0.0), (l_zero.max(lo), ymax)], palette::SKY_BLUE.mix(0.25).filled())))
-        .map_err(draw_err)?
-        .label(format!("rounds to 0: {}", super::percent(sh.underflow)))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], palette::SKY_BLUE.mix(0.4).filled()));
-    chart
-        .draw_series(std::iter::once(Rectangle::new([(l_zero.max(lo), 0.0), (l_norm.max(lo), ymax)], palette::SKY_BLUE.mix(0.10).filled())))
-        .map_err(draw_err)?
-        .label(format!("subnormal: {}", super::percent(sh.subnormal)))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], palette::SKY_BLUE.mix(0.15).filled()));
-    chart
-        .draw_series(std::iter::once(Rectangle::new([(l_max.min(hi), 0.0), (hi, ymax)], palette::VERMILLION.mix(0.18).filled())))
-        .map_err(draw_err)?
-        .label(format!("saturates (> max): {}", super::percent(sh.saturated)))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], palette::VERMILLION.mix(0.3).filled()));
+    let shade = [
+        (lo, l_zero.max(lo), palette::SKY_BLUE.mix(0.45)),
+        (l_zero.max(lo), l_norm.max(lo), palette::SKY_BLUE.mix(0.15)),
+        (l_max.min(hi), hi, palette::VERMILLION.mix(0.3)),
+    ];
+    chart.draw_series(shade.iter().map(|(a, b, c)| Rectangle::new([(*a, 0.0), (*b, ymax)], c.filled()))).map_err(draw_err)?;
     chart
         .draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, &c)| {
             let x0 = lo + i as f64 * BIN;
             Rectangle::new([(x0, 0.0), (x0 + BIN, 100.0 * c as f64 / n)], palette::BLUE.filled())
         }))
-        .map_err(draw_err)?
-        .label(format!("values ({} sampled of {})", t.values.len(), t.numel))
-        .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], palette::BLUE.filled()));
-    let bounds = [(l_sub, "min subnormal"), (l_norm, "min normal"), (l_max, "max")];
-    for (x, name) in bounds {
+        .map_err(draw_err)?;
+    for x in [l_sub, l_norm, l_max] {
         chart
             .draw_series(DashedLineSeries::new(vec![(x, 0.0), (x, ymax)], 6, 4, palette::BLACK.stroke_width(2)))
             .map_err(draw_err)?;
-        let _ = name;
     }
-    // Names of the bounds, along the top, left-aligned just right of each line; the two close
-    // lower bounds share one label when they would collide.
-    let px_per_unit = 1.0; // placeholder to keep the arithmetic readable below
-    let _ = px_per_unit;
-    let top = ymax * 0.97;
-    let label_style = (FONT, TICK_PX).into_font().color(&palette::BLACK);
-    let near = (l_norm - l_sub) < 0.12 * (hi - lo);
-    let texts: Vec<(f64, String)> = if near {
-        vec![(l_norm, format!("{} subnormal | normal", r.name)), (l_max, format!("{} max", r.name))]
-    } else {
-        vec![(l_sub, "min sub".into()), (l_norm, format!("{} min normal", r.name)), (l_max, format!("{} max", r.name))]
-    };
-    for (x, text) in texts {
-        chart
-            .draw_series(std::iter::once(Text::new(text, (x + 0.15, top), label_style.clone())))
-            .map_err(draw_err)?;
-    }
+    // Names of the bounds along the top: the lower pair right of the min-normal line, the max
+    // left of its line, so neither runs off the panel.
+    let top = ymax * 0.985;
+    let left = TextStyle::from((FONT, LEGEND_PX - 2).into_font()).pos(Pos::new(HPos::Left, VPos::Top));
+    let right = TextStyle::from((FONT, LEGEND_PX - 2).into_font()).pos(Pos::new(HPos::Right, VPos::Top));
+    let pad = 0.01 * (hi - lo);
     chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::Coordinate(0, 0))
-        .background_style(WHITE.mix(0.0))
-        .label_font((FONT, LEGEND_PX - 2))
-        .draw()
+        .draw_series([
+            Text::new(format!("{} min subnormal, min normal", r.name), (l_norm + pad, top), left),
+            Text::new(format!("{} max", r.name), (l_max - pad, top), right),
+        ])
         .map_err(draw_err)?;
-    let _ = (LEGEND_PX, sh.zero);
     Ok(())
 }
 

@@ -90,24 +90,24 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
         }
         mesh.draw().map_err(draw_err)?;
 
-        if let Some(b) = &c.baseline {
-            chart
-                .draw_series(LineSeries::new(points(b), palette::BLACK.stroke_width(2)))
-                .map_err(draw_err)?
-                .label(format!("{} (baseline)", b.name))
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], palette::BLACK.stroke_width(2)));
-        }
         for (i, r) in c.runs.iter().enumerate() {
             let col = palette::run(i);
             // Draw the curve in segments between non-finite losses, so a NaN breaks the line.
             let mut first = true;
             for seg in segments(&r.curve) {
-                let s = chart.draw_series(LineSeries::new(seg, col.stroke_width(2))).map_err(draw_err)?;
+                let s = chart.draw_series(LineSeries::new(seg, col.stroke_width(3))).map_err(draw_err)?;
                 if first {
                     s.label(r.curve.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], col.stroke_width(2)));
                     first = false;
                 }
             }
+        }
+        if let Some(b) = &c.baseline {
+            chart
+                .draw_series(LineSeries::new(points(b), palette::BLACK.stroke_width(1)))
+                .map_err(draw_err)?
+                .label(format!("{} (baseline)", b.name))
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], palette::BLACK.stroke_width(1)));
         }
         // Markers, each kind in the legend once.
         let mut legend_spike = false;
@@ -125,6 +125,13 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
                 }
             }
             if let Some(d) = r.drift_first {
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        format!("drift from step {d}"),
+                        (d as f64 + 0.01 * (max_step - min_step) as f64, lo + 0.04 * (hi - lo)),
+                        (FONT, LEGEND_PX).into_font().color(&col),
+                    )))
+                    .map_err(draw_err)?;
                 let s = chart
                     .draw_series(DashedLineSeries::new(vec![(d as f64, lo), (d as f64, hi)], 8, 5, col.stroke_width(2)))
                     .map_err(draw_err)?;

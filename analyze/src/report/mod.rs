@@ -36,11 +36,13 @@ pub const HISTOGRAM_SIZE: (u32, u32) = (1200, 800);
 pub const SITES_SIZE: (u32, u32) = (1200, 600);
 
 /// The font family every chart uses: DejaVu Sans, registered from the bytes in the binary.
+/// Sizes are even: plotters' ab_glyph renderer places each glyph at size/2 truncated, so an odd
+/// size lifts small glyphs such as '.' by a pixel relative to the others.
 pub const FONT: &str = "sans-serif";
 pub const TITLE_PX: u32 = 26;
 pub const LABEL_PX: u32 = 18;
-pub const TICK_PX: u32 = 15;
-pub const LEGEND_PX: u32 = 15;
+pub const TICK_PX: u32 = 16;
+pub const LEGEND_PX: u32 = 16;
 
 /// Okabe & Ito (2008): distinguishable under protanopia, deuteranopia and tritanopia.
 pub mod palette {
@@ -238,3 +240,4 @@ mod tests {
         assert_eq!(slug("///"), "run");
     }
 }
+

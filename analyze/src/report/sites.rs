@@ -24,7 +24,7 @@ pub fn draw(path: &Path, run: &str, method: &str, threshold: f64, bars: &[Bar]) 
         let root = root.titled(&title, (FONT, TITLE_PX - 2, FontStyle::Bold)).map_err(draw_err)?;
         let bars: Vec<&Bar> = bars.iter().take(10).collect();
         let limit = 1.0 - threshold;
-        let xmax = bars.iter().map(|b| b.score).filter(|s| s.is_finite()).fold(limit, f64::max) * 1.3;
+        let xmax = bars.iter().map(|b| b.score).filter(|s| s.is_finite()).fold(limit, f64::max) * 1.6;
         let xmin = bars.iter().map(|b| b.score).filter(|s| s.is_finite()).fold(0.0, f64::min) * 1.1;
         let n = bars.len().max(1);
         let names: Vec<String> = bars.iter().map(|b| b.name.clone()).collect();
@@ -34,7 +34,7 @@ pub fn draw(path: &Path, run: &str, method: &str, threshold: f64, bars: &[Bar]) 
             .margin_right(30)
             .x_label_area_size(50)
             .y_label_area_size(label_w)
-            .build_cartesian_2d(xmin..xmax, (0..n as i32).into_segmented())
+            .build_cartesian_2d(xmin..xmax, (0..n as i32 - 1).into_segmented())
             .map_err(draw_err)?;
         chart
             .configure_mesh()
@@ -60,7 +60,7 @@ pub fn draw(path: &Path, run: &str, method: &str, threshold: f64, bars: &[Bar]) 
                 .draw_series(std::iter::once(Rectangle::new([(0.0, y0), (s, y1)], col.filled())))
                 .map_err(draw_err)?;
             let note = match b.first_crossed {
-                Some(c) => format!("{} at step {} (first crossed at {c})", super::short(b.score), b.peak_step),
+                Some(c) => format!("{} at step {}, crossed at {c}", super::short(b.score), b.peak_step),
                 None => format!("{} at step {}", super::short(b.score), b.peak_step),
             };
             chart
