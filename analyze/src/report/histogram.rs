@@ -147,15 +147,15 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, t: &TensorSample) -> Res
         (palette::SKY_BLUE.mix(0.45), format!("rounds to 0: {}", super::percent(sh.underflow))),
         (palette::SKY_BLUE.mix(0.15), format!("subnormal: {}", super::percent(sh.subnormal))),
         (palette::VERMILLION.mix(0.3), format!("saturates: {}", super::percent(sh.saturated))),
-        (palette::BLUE.mix(1.0), format!("{} of {} values sampled", t.values.len(), t.numel)),
     ];
+    let font = (FONT, LEGEND_PX - 2).into_font();
     let mut x = 70;
     for (col, text) in items {
         head.draw(&Rectangle::new([(x, 34), (x + 14, 48)], col.filled())).map_err(draw_err)?;
         head.draw(&Rectangle::new([(x, 34), (x + 14, 48)], palette::GREY.stroke_width(1))).map_err(draw_err)?;
-        let len = text.chars().count() as i32;
-        head.draw(&Text::new(text, (x + 19, 33), (FONT, LEGEND_PX - 2).into_font())).map_err(draw_err)?;
-        x += 19 + len * 8 + 18;
+        let (tw, _) = head.estimate_text_size(&text, &TextStyle::from(font.clone())).map_err(draw_err)?;
+        head.draw(&Text::new(text, (x + 19, 33), font.clone())).map_err(draw_err)?;
+        x += 19 + tw as i32 + 24;
     }
     let mut chart = ChartBuilder::on(&body)
         .margin(10)
@@ -168,7 +168,7 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, t: &TensorSample) -> Res
     chart
         .configure_mesh()
         .light_line_style(palette::LIGHT_GREY.mix(0.5))
-        .x_desc("log2 |x|")
+        .x_desc(format!("log2 |x|   ({} of {} values sampled)", t.values.len(), t.numel))
         .y_desc("share of values (%)")
         .axis_desc_style((FONT, TICK_PX))
         .label_style((FONT, TICK_PX))
