@@ -29,7 +29,7 @@ impl Scale {
         }
         Some(match self {
             Scale::Fraction => v.clamp(0.0, 1.0),
-            Scale::Cosine => ((1.0 - v).max(1e-4).log10() + 4.0) / 4.0,
+            Scale::Cosine => (((1.0 - v).max(1e-4).log10() + 4.0) / 4.0).min(1.0),
         })
     }
 

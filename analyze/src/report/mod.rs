@@ -192,7 +192,7 @@ pub fn short(x: f64) -> String {
     let a = x.abs();
     if a == 0.0 {
         "0".into()
-    } else if !(1e-3..1e5).contains(&a) {
+    } else if !(1e-3..1e4).contains(&a) {
         format!("{x:.1e}")
     } else if a >= 100.0 {
         format!("{x:.0}")
