@@ -68,6 +68,11 @@ pub enum Command {
     #[command(after_help = "Example:\n  fp8-analyze query runs/fp8 runs/bf16 --format csv \\\n    \
                             --sql \"SELECT run, layer, AVG(underflow_frac) FROM stats GROUP BY run, layer\"")]
     Query(QueryArgs),
+
+    /// PNG charts and an index.html with the findings in words: loss against the baseline, layer ×
+    /// step heatmaps, amax of the top GEMMs, log2|x| histograms against the FP8 range.
+    #[command(after_help = "Example:\n  fp8-analyze report runs/fp8 --baseline runs/bf16 --out report/")]
+    Report(crate::commands::report::ReportArgs),
 }
 
 #[derive(Debug, Args)]

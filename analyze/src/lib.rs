@@ -16,6 +16,7 @@ pub mod error;
 pub mod load;
 pub mod metrics;
 pub mod output;
+pub mod report;
 pub mod tensors;
 
 pub use cli::Cli;
@@ -34,5 +35,6 @@ pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
         Command::Compare(a) => commands::compare::run(a, opts, cli.json),
         Command::Locate(a) => commands::locate::run(a, opts, cli.json),
         Command::Query(a) => commands::query::run(a, opts, cli.json),
+        Command::Report(a) => commands::report::run(a, opts, cli.json),
     }
 }

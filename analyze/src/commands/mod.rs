@@ -6,6 +6,7 @@ pub mod anomalies;
 pub mod compare;
 pub mod locate;
 pub mod query;
+pub mod report;
 pub mod summary;
 
 /// What a command printed and whether it found something (exit status 1 for the commands that
