@@ -1,0 +1,253 @@
+// GEMM operand casts and their statistics. A linear layer's operand (rows x cols, f32, row-major) is
+// cast to BF16 or FP8 (x * scale, round to nearest even, saturate: cvt.rn.satfinite), optionally
+// transposed on the way (cuBLASLt's FP8 GEMMs take only the TN layout, so dgrad needs W^T and
+// wgrad dY^T and X^T), and the statistics the recorder needs are reduced in the same pass:
+// amax, the counts (underflow, saturated, NaN, Inf, zeros), moments, and the quantization error.
+//
+// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles) and
+// `stats_finalize` reduces them in a fixed order; there are no floating-point atomics.
+//
+// Stat fields, in order (keep in step with backend/cuda/mod.rs: Stat):
+//  0 finite count, 1 sum, 2 sum of squares, 3 min, 4 max, 5 amax, 6 min |x| over non-zeros,
+//  7 underflow, 8 saturated, 9 NaN, 10 Inf, 11 zeros, 12 sum (dq-x)^2, 13 sum dq*x, 14 sum dq^2,
+//  15 sum x^2, 16 pairs counted for the error.
+#include "common.cuh"
+
+#define STAT_FIELDS 17
+#define TILE 32
+#define ROWS_PER_PASS 8
+#define CAST_THREADS (TILE * ROWS_PER_PASS)
+
+struct Acc {
+    double cnt, sum, sumsq, under, sat, nan_, inf_, zeros, d2, dot, a2, b2, np;
+    float mn, mx, amax, minabs;
+};
+
+__device__ __forceinline__ void acc_init(Acc& a) {
+    a.cnt = a.sum = a.sumsq = a.under = a.sat = a.nan_ = a.inf_ = a.zeros = 0.0;
+    a.d2 = a.dot = a.a2 = a.b2 = a.np = 0.0;
+    a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
+}
+
+// Writes one block's partials: partials[blockIdx.x * STAT_FIELDS + field].
+__device__ void acc_commit(Acc& a, double* __restrict__ partials) {
+    __shared__ double sh[32];
+    __shared__ float shf[4][32];
+    double* out = partials + (u64)blockIdx.x * STAT_FIELDS;
+    double vals[13] = {a.cnt, a.sum, a.sumsq, a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
+    const int idx[13] = {0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+#pragma unroll
+    for (int j = 0; j < 13; j++) {
+        double r = block_sum_d(vals[j], sh);
+        if (threadIdx.x == 0) out[idx[j]] = r;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    float mn = warp_min(a.mn), mx = warp_max(a.mx), am = warp_max(a.amax), mi = warp_min(a.minabs);
+    __syncthreads();
+    if (lane == 0) { shf[0][warp] = mn; shf[1][warp] = mx; shf[2][warp] = am; shf[3][warp] = mi; }
+    __syncthreads();
+    if (warp == 0) {
+        mn = lane < nw ? shf[0][lane] : INFINITY;
+        mx = lane < nw ? shf[1][lane] : -INFINITY;
+        am = lane < nw ? shf[2][lane] : 0.0f;
+        mi = lane < nw ? shf[3][lane] : INFINITY;
+        mn = warp_min(mn); mx = warp_max(mx); am = warp_max(am); mi = warp_min(mi);
+        if (lane == 0) { out[3] = mn; out[4] = mx; out[5] = am; out[6] = mi; }
+    }
+}
+
+// Casts one element and folds it into the statistics. Returns the output code (BF16 bits or FP8 byte).
+__device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, int level, Acc& a) {
+    unsigned short code;
+    float dq;
+    bool under, sat;
+    if (fmt == FMT_BF16) {
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        code = *reinterpret_cast<unsigned short*>(&b);
+        dq = __bfloat162float(b);
+        under = dq == 0.0f;
+        sat = isinf(dq);
+    } else {
+        u8 q = to_fp8(v * s, fmt);
+        code = q;
+        dq = from_fp8(q, fmt) / s;
+        under = (q & 0x7f) == 0;
+        sat = fabsf(v * s) > fmt_max(fmt);
+    }
+    if (isnan(v)) {
+        a.nan_ += 1.0;
+    } else if (isinf(v)) {
+        a.inf_ += 1.0;
+    } else {
+        float av = fabsf(v);
+        a.amax = fmaxf(a.amax, av);
+        if (v == 0.0f) {
+            a.zeros += 1.0;
+        } else {
+            if (under) a.under += 1.0;
+            if (sat) a.sat += 1.0;
+        }
+        if (level >= 1) {
+            a.cnt += 1.0;
+            a.sum += (double)v;
+            a.sumsq += (double)v * (double)v;
+            a.mn = fminf(a.mn, v);
+            a.mx = fmaxf(a.mx, v);
+            if (av > 0.0f) a.minabs = fminf(a.minabs, av);
+        }
+        if (level >= 2 && isfinite(dq)) {
+            double d = (double)dq - (double)v;
+            a.d2 += d * d;
+            a.dot += (double)dq * (double)v;
+            a.a2 += (double)dq * (double)dq;
+            a.b2 += (double)v * (double)v;
+            a.np += 1.0;
+        }
+    }
+    return code;
+}
+
+// out = cast(x) (or cast(x)^T with transpose = 1), statistics into partials[gridDim.x][STAT_FIELDS].
+// x: (rows, cols) f32. out: (rows, cols) or (cols, rows) of BF16 (2 bytes) or FP8 (1 byte); may be
+// null (statistics only). Scale: scale_mode 0 takes scale_arg and writes slot[0] = scale,
+// slot[1] = 1/scale (cuBLASLt's dequantisation factor); scale_mode 1 reads slot[0]. The four
+// elements at outlier[0..4] are multiplied by outlier_factor first (a planted fault).
+// level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
+// Launch: CAST_THREADS threads, any grid (tiles are strided over blocks).
+extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
+    const float* __restrict__ x, int rows, int cols, int transpose, int fmt,
+    float scale_arg, int scale_mode, float* __restrict__ slot, int level,
+    void* __restrict__ out, double* __restrict__ partials,
+    u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
+    __shared__ unsigned short tile[TILE][TILE + 1];
+    float s = fmt == FMT_BF16 ? 1.0f : (scale_mode == 0 ? scale_arg : slot[0]);
+    if (scale_mode == 0 && blockIdx.x == 0 && threadIdx.x == 0 && slot != nullptr) {
+        slot[0] = s;
+        slot[1] = 1.0f / s;
+    }
+    Acc a;
+    acc_init(a);
+    int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+    int tiles_r = (rows + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
+    long long ntiles = (long long)tiles_r * tiles_c;
+    unsigned short* out16 = (unsigned short*)out;
+    u8* out8 = (u8*)out;
+    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+#pragma unroll
+        for (int j = 0; j < TILE / ROWS_PER_PASS; j++) {
+            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+            unsigned short code = 0;
+            if (r < rows && c < cols) {
+                u64 i = (u64)r * cols + c;
+                float v = x[i];
+                if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
+                code = cast_one(v, fmt, s, level, a);
+                if (out != nullptr && !transpose) {
+                    if (fmt == FMT_BF16) out16[i] = code; else out8[i] = (u8)code;
+                }
+            }
+            tile[ty + j * ROWS_PER_PASS][tx] = code;
+        }
+        if (out != nullptr && transpose) {
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < TILE / ROWS_PER_PASS; j++) {
+                int oc = c0 + ty + j * ROWS_PER_PASS, orow = r0 + tx;  // out is (cols, rows)
+                if (oc < cols && orow < rows) {
+                    u64 o = (u64)oc * rows + orow;
+                    unsigned short code = tile[tx][ty + j * ROWS_PER_PASS];
+                    if (fmt == FMT_BF16) out16[o] = code; else out8[o] = (u8)code;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    acc_commit(a, partials);
+}
+
+// Reduces partials[nblocks][STAT_FIELDS] in a fixed order into record[STAT_FIELDS]. With
+// scale_mode 1 (current scaling) it then writes slot[0] = scale_for_amax(fmt, amax, margin) * mult
+// and slot[1] = 1/slot[0]. Launch: one block of 32 * STAT_FIELDS threads.
+extern "C" __global__ void stats_finalize(const double* __restrict__ partials, int nblocks,
+                                          double* __restrict__ record, int scale_mode, int fmt,
+                                          int margin, float mult, float* __restrict__ slot) {
+    __shared__ double res[STAT_FIELDS];
+    int lane = threadIdx.x & 31, f = threadIdx.x >> 5;
+    if (f < STAT_FIELDS) {
+        bool is_min = f == 3 || f == 6, is_max = f == 4 || f == 5;
+        double v = is_min ? INFINITY : (is_max ? (f == 5 ? 0.0 : -INFINITY) : 0.0);
+        for (int b = lane; b < nblocks; b += 32) {
+            double p = partials[(u64)b * STAT_FIELDS + f];
+            v = is_min ? fmin(v, p) : (is_max ? fmax(v, p) : v + p);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            double w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_min ? fmin(v, w) : (is_max ? fmax(v, w) : v + w);
+        }
+        if (lane == 0) {
+            res[f] = v;
+            if (record != nullptr) record[f] = v;
+        }
+    }
+    __syncthreads();
+    if (scale_mode == 1 && threadIdx.x == 0) {
+        float s = scale_for_amax(fmt, (float)res[5], margin) * mult;
+        slot[0] = s;
+        slot[1] = 1.0f / s;
+    }
+}
+
+// dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
+// that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.
+// Launch: one block (256 threads) per row.
+extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, const float* __restrict__ slot,
+                                          int rows, int cols, float* __restrict__ dbias) {
+    __shared__ double sh[32];
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    float inv = fmt == FMT_BF16 ? 1.0f : slot[1];
+    double acc = 0.0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        u64 i = (u64)r * cols + c;
+        float v;
+        if (fmt == FMT_BF16) {
+            unsigned short b = ((const unsigned short*)q)[i];
+            v = __uint_as_float(((u32)b) << 16);
+        } else {
+            v = from_fp8(((const u8*)q)[i], fmt) * inv;
+        }
+        acc += (double)v;
+    }
+    double s = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) dbias[r] += (float)s;
+}
+
+// The GEMM's f32 result d (n_rows, n_cols) -> out: round_bf16(d + round_bf16(bias[col])), assigned or,
+// with accumulate, added to out. d may alias out. With nan_first, out[0] = NaN (a planted NaN).
+// Non-finite results are counted into *nonfinite (integer atomics: order-independent).
+extern "C" __global__ void gemm_epilogue(float* out, const float* d, u64 n_rows, int n_cols,
+                                         const float* __restrict__ bias, int accumulate, int nan_first,
+                                         u64* __restrict__ nonfinite) {
+    u64 n = n_rows * (u64)n_cols;
+    u32 bad = 0;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float v = d[i];
+        if (bias != nullptr) v += round_bf16(bias[i % n_cols]);
+        v = round_bf16(v);
+        if (nan_first && i == 0) v = NAN;
+        if (!isfinite(v)) bad++;
+        out[i] = accumulate ? out[i] + v : v;
+    }
+    if (nonfinite != nullptr) {
+        bad = __reduce_add_sync(0xffffffffu, bad);
+        if ((threadIdx.x & 31) == 0 && bad) atomicAdd(nonfinite, (u64)bad);
+    }
+}
+
+// x[i] = round_bf16(x[i]) in place.
+extern "C" __global__ void round_bf16_fwd(float* __restrict__ x, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        x[i] = round_bf16(x[i]);
+    }
+}
