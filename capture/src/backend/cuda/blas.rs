@@ -174,7 +174,10 @@ impl Lt {
     #[allow(clippy::too_many_arguments)]
     pub fn matmul_tn(&mut self, rows: usize, cols: usize, k: usize, p: u64, pt: OpType, p_inv: u64, q: u64, qt: OpType, q_inv: u64, d: u64) -> Result<(), CudaError> {
         let key = Key { rows: rows as u64, cols: cols as u64, k: k as u64, p: pt, q: qt };
-        let (ws, _g) = self.ws.device_ptr(&self.stream);
+        let ws = {
+            let (p, _g) = self.ws.device_ptr(&self.stream);
+            p
+        };
         let ws_len = self.ws.len();
         let stream = self.stream.cu_stream() as lt::cudaStream_t;
         let h = self.h;

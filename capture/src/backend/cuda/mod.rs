@@ -28,7 +28,6 @@ use blas::{Batched, Blas, Lt, OpType};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Role};
-use kernels::Family;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -216,12 +215,14 @@ fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
 /// Launches kernel `$name` with `$cfg`; every argument is passed by value (device pointers as u64).
 macro_rules! launch {
     ($self:ident, $name:expr, $cfg:expr $(, $arg:expr)* $(,)?) => {{
-        let f = $self.func($name)?;
-        let mut b = $self.stream.launch_builder(f);
-        $( let a = $arg; b.arg(&a); )*
-        // SAFETY: the argument list matches the kernel's signature in kernels/*.cu (checked by the
-        // GPU tests), and every pointer is a live allocation of the size the kernel indexes.
-        unsafe { b.launch($cfg) }.map(|_| ()).map_err(CudaError::from)
+        (|| -> Result<(), CudaError> {
+            let f = $self.func($name)?;
+            let mut b = $self.stream.launch_builder(f);
+            $( let a = $arg; b.arg(&a); )*
+            // SAFETY: the argument list matches the kernel's signature in kernels/*.cu (checked by
+            // the GPU tests), and every pointer is a live allocation of the size the kernel indexes.
+            unsafe { b.launch($cfg) }.map(|_| ()).map_err(CudaError::from)
+        })()
     }};
 }
 
@@ -392,6 +393,33 @@ impl CudaBackend {
             }
         }
         Ok(q)
+    }
+
+    /// Casts `x` (rows × cols) as `how` says and returns the output bytes (BF16 bits little-endian,
+    /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
+    /// exposed for the tests that hold it against the CPU emulation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
+        let slot = self.alloc_slot()?;
+        let p = self.cast(x, rows, cols, transpose, how, fault, level, Some(slot), Side::P)?;
+        let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
+        let format = match p.ty {
+            OpType::Bf16 => "bf16",
+            OpType::E4M3 => Fp8Format::E4M3.name(),
+            OpType::E5M2 => Fp8Format::E5M2.name(),
+        };
+        let given = match how {
+            OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
+            _ => None,
+        };
+        let op = || PendingOp { slot, role: Role::Activation, format, fp8: p.ty.is_fp8(), level, given_amax: given, numel: (rows * cols) as u64, quantized: None };
+        let gemm_slot = self.next_gemm;
+        self.next_gemm += 1;
+        let id = crate::backend::GemmId { layer: 0, module: fp8scope_schemas::names::Module::Qkv, gemm: Gemm::Fprop };
+        self.pending.push(PendingGemm { id, a: op(), b: op(), gemm_slot, shadow: None });
+        let mut reports = self.download_all()?;
+        let r = reports.pop().map(|g| g.a).unwrap_or_default();
+        Ok((bytes, r))
     }
 
     fn alloc_slot(&mut self) -> Result<usize, CudaError> {
