@@ -357,7 +357,15 @@ impl TrainArgs {
             RecipeArg::Current => RecipeKind::Current,
             RecipeArg::Block => RecipeKind::Block,
         };
-        for g in &self.bf16_gemms {
+        // FP8SCOPE_FP8_{FPROP,DGRAD,WGRAD}=0 is the environment spelling of --bf16-gemms.
+        let mut bf16_gemms = self.bf16_gemms.clone();
+        for g in Gemm::ALL {
+            let var = format!("FP8SCOPE_FP8_{}", g.as_str().to_uppercase());
+            if std::env::var(&var).is_ok_and(|v| v.trim() == "0") && !bf16_gemms.iter().any(|x| x == g.as_str()) {
+                bf16_gemms.push(g.as_str().to_string());
+            }
+        }
+        for g in &bf16_gemms {
             if Gemm::parse(g).is_none() {
                 bail!("--bf16-gemms: '{g}' is not fprop, dgrad or wgrad");
             }
@@ -373,7 +381,7 @@ impl TrainArgs {
             }
         }
         let routing = RoutingConfig {
-            bf16_gemms: self.bf16_gemms.clone(),
+            bf16_gemms,
             bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
             bf16_sites: self.bf16_sites.clone(),
         };
