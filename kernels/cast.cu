@@ -226,13 +226,14 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
 // The GEMM's f32 result d (n_rows, n_cols) -> out: round_bf16(d + round_bf16(bias[col])), assigned or,
 // with accumulate, added to out. d may alias out. With nan_first, out[0] = NaN (a planted NaN).
 // Non-finite results are counted into *nonfinite (integer atomics: order-independent).
-extern "C" __global__ void gemm_epilogue(float* out, const float* d, u64 n_rows, int n_cols,
+// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32.
+extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, u64 n_rows, int n_cols,
                                          const float* __restrict__ bias, int accumulate, int nan_first,
                                          u64* __restrict__ nonfinite) {
     u64 n = n_rows * (u64)n_cols;
     u32 bad = 0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float v = d[i];
+        float v = d_bf16 ? __uint_as_float(((u32)((const unsigned short*)d)[i]) << 16) : ((const float*)d)[i];
         if (bias != nullptr) v += round_bf16(bias[i % n_cols]);
         v = round_bf16(v);
         if (nan_first && i == 0) v = NAN;

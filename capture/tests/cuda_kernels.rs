@@ -3,7 +3,7 @@
 
 mod cuda_common;
 
-use fp8_capture::backend::cuda::kernels::{compile_cubin, Family};
+use fp8_capture::backend::cuda::kernels::{Family, compile_cubin};
 
 #[test]
 fn every_kernel_file_compiles_to_an_sm90_cubin_with_nvrtc() {
@@ -12,7 +12,12 @@ fn every_kernel_file_compiles_to_an_sm90_cubin_with_nvrtc() {
         let t = std::time::Instant::now();
         let cubin = compile_cubin(fam, "sm_90", &includes).unwrap_or_else(|e| panic!("{e}"));
         // An ELF image, not an empty or PTX answer.
-        assert!(cubin.len() > 1000 && cubin.starts_with(b"\x7fELF"), "{}: not a CUBIN ({} bytes)", fam.file(), cubin.len());
+        assert!(
+            cubin.len() > 1000 && cubin.starts_with(b"\x7fELF"),
+            "{}: not a CUBIN ({} bytes)",
+            fam.file(),
+            cubin.len()
+        );
         println!("{:<14} {:>7} bytes  {:>5.0} ms", fam.file(), cubin.len(), t.elapsed().as_secs_f64() * 1e3);
     }
 }

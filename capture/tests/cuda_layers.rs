@@ -7,8 +7,8 @@
 
 mod cuda_common;
 
-use fp8_capture::backend::cpu::cast::cast_operand;
 use fp8_capture::backend::cpu::CpuBackend;
+use fp8_capture::backend::cpu::cast::cast_operand;
 use fp8_capture::backend::{AdamW, Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use fp8_capture::fp8::{self, Fp8Format};
 use fp8scope_schemas::names::{Gemm, Module};
@@ -26,7 +26,21 @@ fn fp8_test_values(format: Fp8Format) -> Vec<f32> {
         v.extend([w[0], mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits().wrapping_sub(1))]);
     }
     let max = format.max();
-    v.extend([0.0, -0.0, max, -max, max * 1.01, -max * 1.5, max * 1e6, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, f32::MIN_POSITIVE]);
+    v.extend([
+        0.0,
+        -0.0,
+        max,
+        -max,
+        max * 1.01,
+        -max * 1.5,
+        max * 1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-30,
+        -1e-30,
+        f32::MIN_POSITIVE,
+    ]);
     let mut rng = Pcg64::seed_from_u64(7);
     for _ in 0..20000 {
         let e: f32 = rng.random_range(-30.0..20.0);
@@ -44,27 +58,52 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
         let n = x.len();
         let xd = gpu.upload(&x);
         for scale in [1.0f32, 0.25, 8.0, 448.0 / 3.7, 1.0 / 57.3, 2f32.powi(-20)] {
-            let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 1.0 } };
+            let how = OperandCast::Fp8Tensor {
+                format,
+                scale: ScaleSource::Given { scale, amax_used: 1.0 },
+            };
             let (bytes, rep) = gpu.cast_for_test(&xd, 1, n, false, how, OperandFault::NONE, StatsLevel::Full).expect("cast");
             let want: Vec<u8> = x.iter().map(|&v| fp8::cast(format, v, scale)).collect();
-            let bad: Vec<String> = (0..n).filter(|&i| bytes[i] != want[i]).take(5).map(|i| format!("x={:e} gpu={:#04x} cpu={:#04x}", x[i], bytes[i], want[i])).collect();
+            let bad: Vec<String> = (0..n)
+                .filter(|&i| bytes[i] != want[i])
+                .take(5)
+                .map(|i| format!("x={:e} gpu={:#04x} cpu={:#04x}", x[i], bytes[i], want[i]))
+                .collect();
             let mism = (0..n).filter(|&i| bytes[i] != want[i]).count();
             println!("{} scale {scale:e}: {n} values, {mism} byte mismatches {bad:?}", format.name());
             assert_eq!(mism, 0, "{}: GPU and CPU FP8 bytes differ", format.name());
             let cpu = cast_operand(&x, 1, n, how, OperandFault::NONE, StatsLevel::Full, false).report;
-            assert_eq!((rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf, rep.zeros), (cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf, cpu.zeros), "{}: cast counts", format.name());
+            assert_eq!(
+                (rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf, rep.zeros),
+                (cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf, cpu.zeros),
+                "{}: cast counts",
+                format.name()
+            );
             assert_eq!(rep.scale, cpu.scale);
             let (gm, cm) = (rep.moments.expect("moments"), cpu.moments.expect("moments"));
             assert_eq!((gm.min, gm.max), (cm.min, cm.max));
-            assert!((gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300, "mean {} vs {}", gm.mean, cm.mean);
+            assert!(
+                (gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300,
+                "mean {} vs {}",
+                gm.mean,
+                cm.mean
+            );
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
-            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9, "quant error {gq:?} vs {cq:?}");
+            assert!(
+                (gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9,
+                "quant error {gq:?} vs {cq:?}"
+            );
         }
         // Current scaling: the scale is computed on the device from the amax.
         let finite: Vec<f32> = x.iter().copied().filter(|v| v.is_finite() && v.abs() < 1e4).collect();
         let fd = gpu.upload(&finite);
-        let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 1 } };
-        let (bytes, rep) = gpu.cast_for_test(&fd, 1, finite.len(), false, how, OperandFault::NONE, StatsLevel::Amax).expect("cast");
+        let how = OperandCast::Fp8Tensor {
+            format,
+            scale: ScaleSource::Current { margin: 1 },
+        };
+        let (bytes, rep) = gpu
+            .cast_for_test(&fd, 1, finite.len(), false, how, OperandFault::NONE, StatsLevel::Amax)
+            .expect("cast");
         let cpu = cast_operand(&finite, 1, finite.len(), how, OperandFault::NONE, StatsLevel::Amax, true).report;
         assert_eq!(rep.scale.to_bits(), cpu.scale.to_bits(), "current scale");
         assert_eq!(Some(bytes), cpu.quantized, "{}: current-scaled bytes", format.name());
@@ -74,15 +113,22 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
     let mut rng = Pcg64::seed_from_u64(3);
     let x: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
     let xd = gpu.upload(&x);
-    let how = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale: 100.0, amax_used: 3.0 } };
-    let (t, _) = gpu.cast_for_test(&xd, rows, cols, true, how, OperandFault::NONE, StatsLevel::Amax).expect("cast");
+    let how = OperandCast::Fp8Tensor {
+        format: Fp8Format::E5M2,
+        scale: ScaleSource::Given { scale: 100.0, amax_used: 3.0 },
+    };
+    let (t, _) = gpu
+        .cast_for_test(&xd, rows, cols, true, how, OperandFault::NONE, StatsLevel::Amax)
+        .expect("cast");
     for r in 0..rows {
         for c in 0..cols {
             assert_eq!(t[c * rows + r], fp8::cast(Fp8Format::E5M2, x[r * cols + c], 100.0));
         }
     }
     // BF16 operands: the bits of round-to-nearest-even.
-    let (b, _) = gpu.cast_for_test(&xd, rows, cols, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Amax).expect("cast");
+    let (b, _) = gpu
+        .cast_for_test(&xd, rows, cols, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Amax)
+        .expect("cast");
     for (i, &v) in x.iter().enumerate() {
         assert_eq!(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]), half::bf16::from_f32(v).to_bits());
     }
@@ -99,16 +145,40 @@ const TOLERANCES: &[(&str, f64, &str)] = &[
     ("layernorm_fwd", 1e-5, "f32 mean/variance, warp-tree vs sequential summation order"),
     ("layernorm_bwd", 1e-5, "f32 row and column sums in different orders"),
     ("crossentropy", 1e-5, "f32 max/sum-exp over V, tree vs sequential order; expf ulps"),
-    ("adamw", 1e-6, "elementwise f32; sqrtf and division are correctly rounded on both, bias corrections may differ by an ulp"),
+    (
+        "adamw",
+        1e-6,
+        "elementwise f32; sqrtf and division are correctly rounded on both, bias corrections may differ by an ulp",
+    ),
     ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
-    ("attention_fwd.att", 1e-5, "f32 softmax of the same BF16 products, but the f32 dot-product order differs"),
-    ("attention", 1e-2, "BF16 operands, f32 accumulation in another order: results near a BF16 rounding boundary round the other way (2^-8 relative each), and dpreatt is rounded to BF16 before its GEMMs"),
-    ("matmul_bf16", 1e-2, "BF16 operands and outputs; accumulation order differs, so outputs near a BF16 rounding boundary flip by one BF16 ulp (2^-8)"),
-    ("gemm", 1e-2, "identical FP8/BF16 operand bytes; FP32 accumulation order and the dequantisation (cuBLASLt multiplies by 1/scale after the sum, the CPU divides each operand) differ, then BF16 rounding of the output"),
+    (
+        "attention_fwd.att",
+        1e-5,
+        "f32 softmax of the same BF16 products, but the f32 dot-product order differs",
+    ),
+    (
+        "attention",
+        1e-2,
+        "BF16 operands, f32 accumulation in another order: results near a BF16 rounding boundary round the other way (2^-8 relative each), and dpreatt is rounded to BF16 before its GEMMs",
+    ),
+    (
+        "matmul_bf16",
+        1e-2,
+        "BF16 operands and outputs; accumulation order differs, so outputs near a BF16 rounding boundary flip by one BF16 ulp (2^-8)",
+    ),
+    (
+        "gemm",
+        1e-2,
+        "identical FP8/BF16 operand bytes; FP32 accumulation order and the dequantisation (cuBLASLt multiplies by 1/scale after the sum, the CPU divides each operand) differ, then BF16 rounding of the output",
+    ),
 ];
 
 fn tolerance(name: &str) -> (f64, &'static str) {
-    TOLERANCES.iter().find(|(p, _, _)| name.starts_with(p)).map(|(_, b, r)| (*b, *r)).unwrap_or((0.0, "no bound given: must be exact"))
+    TOLERANCES
+        .iter()
+        .find(|(p, _, _)| name.starts_with(p))
+        .map(|(_, b, r)| (*b, *r))
+        .unwrap_or((0.0, "no bound given: must be exact"))
 }
 
 struct Inputs {
@@ -160,7 +230,17 @@ fn inputs() -> Inputs {
     let mut r2 = Pcg64::seed_from_u64(12);
     let tokens = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
     let targets = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
-    Inputs { v, c, f, nh, b, t, tokens, targets, mats }
+    Inputs {
+        v,
+        c,
+        f,
+        nh,
+        b,
+        t,
+        tokens,
+        targets,
+        mats,
+    }
 }
 
 /// Runs every primitive once on `be` and returns each output, by name.
@@ -243,7 +323,15 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     out.borrow_mut().push(("sumsq".into(), vec![s as f32]));
     // AdamW
     let (mut p, gg, mut am, mut av) = (be.upload(m("p")), be.upload(m("g")), be.upload(m("m")), be.upload(m("vv")));
-    let hyp = AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, t: 7, grad_scale: 0.5 };
+    let hyp = AdamW {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        t: 7,
+        grad_scale: 0.5,
+    };
     be.adamw(&mut p, &gg, &mut am, &mut av, &hyp);
     get(be, "adamw.p", &p);
     get(be, "adamw.m", &am);
@@ -251,9 +339,18 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     // The linear-layer GEMMs of fc1 (k = C, m = F) under each cast.
     let dims = LinearDims { n, k: c, m: f };
     let (w, bias, dy) = (be.upload(m("w_fc1")), be.upload(m("bias_f")), be.upload(m("dy_f")));
-    let e4 = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
-    let e5 = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
-    let cur = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+    let e4 = |scale: f32| OperandCast::Fp8Tensor {
+        format: Fp8Format::E4M3,
+        scale: ScaleSource::Given { scale, amax_used: 0.0 },
+    };
+    let e5 = |scale: f32| OperandCast::Fp8Tensor {
+        format: Fp8Format::E5M2,
+        scale: ScaleSource::Given { scale, amax_used: 0.0 },
+    };
+    let cur = OperandCast::Fp8Tensor {
+        format: Fp8Format::E4M3,
+        scale: ScaleSource::Current { margin: 0 },
+    };
     for (label, ca_f, cb_f, ca_b, cb_b) in [
         ("bf16", OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16),
         ("e4m3", e4(64.0), e4(2048.0), e4(8192.0), e4(2048.0)),
@@ -263,7 +360,11 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
         for gemm in Gemm::ALL {
             let (cast_a, cast_b) = if gemm == Gemm::Fprop { (ca_f, cb_f) } else { (ca_b, cb_b) };
             let call = GemmCall {
-                id: GemmId { layer: 0, module: Module::Fc1, gemm },
+                id: GemmId {
+                    layer: 0,
+                    module: Module::Fc1,
+                    gemm,
+                },
                 dims,
                 cast_a,
                 cast_b,
@@ -297,7 +398,10 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
                 for (side, r) in [("a", &rep.a), ("b", &rep.b)] {
                     let q = r.quantized.as_ref().map(|q| q.iter().map(|&b| b as f32).collect()).unwrap_or_default();
                     out.borrow_mut().push((format!("report.{name}.{side}.bytes"), q));
-                    out.borrow_mut().push((format!("report.{name}.{side}.counts"), vec![r.amax, r.scale, r.underflow as f32, r.saturated as f32, r.zeros as f32, r.nan as f32]));
+                    out.borrow_mut().push((
+                        format!("report.{name}.{side}.counts"),
+                        vec![r.amax, r.scale, r.underflow as f32, r.saturated as f32, r.zeros as f32, r.nan as f32],
+                    ));
                 }
             }
         }
@@ -335,7 +439,10 @@ fn every_layer_matches_the_cpu_reference_within_its_tolerance() {
         let (bound, reason) = tolerance(name);
         let (rel, maxabs) = rel_l2(g, w);
         let pass = rel <= bound;
-        println!("{name:<34} {rel:>10.2e} {maxabs:>10.2e} {bound:>10.1e}  {}{reason}", if pass { "" } else { "FAIL: " });
+        println!(
+            "{name:<34} {rel:>10.2e} {maxabs:>10.2e} {bound:>10.1e}  {}{reason}",
+            if pass { "" } else { "FAIL: " }
+        );
         if !pass {
             let worst: Vec<String> = {
                 let mut idx: Vec<usize> = (0..w.len()).collect();

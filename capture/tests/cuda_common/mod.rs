@@ -2,7 +2,7 @@
 //! CUDA toolkit is installed, and opening the GPU or saying, visibly, that the test is skipped.
 #![allow(dead_code)]
 
-use fp8_capture::backend::cuda::{kernels, CudaBackend};
+use fp8_capture::backend::cuda::{CudaBackend, kernels};
 use std::path::PathBuf;
 
 /// `<site-packages>/nvidia/cu13` of the `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` wheels, if

@@ -41,7 +41,14 @@ impl OpType {
 }
 
 fn ck(st: lt::cublasStatus_t, what: &'static str) -> Result<(), CudaError> {
-    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what, status: format!("{st:?}") }) }
+    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Blas {
+            what,
+            status: format!("{st:?}"),
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,6 +58,8 @@ struct Key {
     k: u64,
     p: OpType,
     q: OpType,
+    /// D in BF16 instead of F32.
+    d_bf16: bool,
 }
 
 struct Plan {
@@ -91,7 +100,10 @@ impl Drop for Lt {
 
 fn set_desc<T>(d: lt::cublasLtMatmulDesc_t, a: lt::cublasLtMatmulDescAttributes_t, v: &T) -> Result<(), CudaError> {
     // SAFETY: v points at a live T of the size given.
-    ck(unsafe { lt::cublasLtMatmulDescSetAttribute(d, a, v as *const T as *const c_void, std::mem::size_of::<T>()) }, "cublasLtMatmulDescSetAttribute")
+    ck(
+        unsafe { lt::cublasLtMatmulDescSetAttribute(d, a, v as *const T as *const c_void, std::mem::size_of::<T>()) },
+        "cublasLtMatmulDescSetAttribute",
+    )
 }
 
 impl Lt {
@@ -104,7 +116,12 @@ impl Lt {
         // SAFETY: h is written by cublasLtCreate.
         ck(unsafe { lt::cublasLtCreate(&mut h) }, "cublasLtCreate")?;
         let ws = stream.alloc_zeros::<u8>(32 << 20)?;
-        Ok(Lt { h, ws, plans: HashMap::new(), stream: stream.clone() })
+        Ok(Lt {
+            h,
+            ws,
+            plans: HashMap::new(),
+            stream: stream.clone(),
+        })
     }
 
     fn plan(&mut self, key: Key) -> Result<&Plan, CudaError> {
@@ -128,7 +145,12 @@ impl Lt {
             };
             let la = layout(key.q.lt(), key.k, key.cols, key.k as i64)?;
             let lb = layout(key.p.lt(), key.k, key.rows, key.k as i64)?;
-            let ld = layout(lt::cudaDataType_t::CUDA_R_32F, key.cols, key.rows, key.cols as i64)?;
+            let d_ty = if key.d_bf16 {
+                lt::cudaDataType_t::CUDA_R_16BF
+            } else {
+                lt::cudaDataType_t::CUDA_R_32F
+            };
+            let ld = layout(d_ty, key.cols, key.rows, key.cols as i64)?;
             {
                 // Scale pointers are set per call; a placeholder lets the heuristic plan for them.
                 let (wsp, _g) = self.ws.device_ptr(&self.stream);
@@ -159,21 +181,66 @@ impl Lt {
             let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, 4, res.as_mut_ptr(), &mut cnt) };
             // SAFETY: pref was created above.
             unsafe { lt::cublasLtMatmulPreferenceDestroy(pref) };
-            let plan = Plan { desc, la, lb, ld, algo: res[0].algo };
+            let plan = Plan {
+                desc,
+                la,
+                lb,
+                ld,
+                algo: res[0].algo,
+            };
             ck(st, "cublasLtMatmulAlgoGetHeuristic")?;
             if cnt == 0 {
-                return Err(CudaError::Blas { what: "cublasLtMatmulAlgoGetHeuristic", status: format!("no algorithm for {key:?}") });
+                return Err(CudaError::Blas {
+                    what: "cublasLtMatmulAlgoGetHeuristic",
+                    status: format!("no algorithm for {key:?}"),
+                });
             }
             self.plans.insert(key, plan);
         }
         Ok(&self.plans[&key])
     }
 
-    /// D (rows × cols, f32, row-major) = P (rows × k) · Q (cols × k)ᵀ, with FP8 operands multiplied
-    /// by their device-side dequantisation factors (`p_inv`, `q_inv`: device pointers to f32).
+    /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
+    /// FP8 operands multiplied by their device-side dequantisation factors (`p_inv`, `q_inv`:
+    /// device pointers to f32).
     #[allow(clippy::too_many_arguments)]
-    pub fn matmul_tn(&mut self, rows: usize, cols: usize, k: usize, p: u64, pt: OpType, p_inv: u64, q: u64, qt: OpType, q_inv: u64, d: u64) -> Result<(), CudaError> {
-        let key = Key { rows: rows as u64, cols: cols as u64, k: k as u64, p: pt, q: qt };
+    pub fn matmul_tn(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        p: u64,
+        pt: OpType,
+        p_inv: u64,
+        q: u64,
+        qt: OpType,
+        q_inv: u64,
+        d: u64,
+        d_bf16: bool,
+    ) -> Result<(), CudaError> {
+        let key = Key {
+            rows: rows as u64,
+            cols: cols as u64,
+            k: k as u64,
+            p: pt,
+            q: qt,
+            d_bf16,
+        };
+        let r = self.matmul_key(key, p, p_inv, q, q_inv, d);
+        r.map_err(|e| match e {
+            CudaError::Blas { what, status } => CudaError::Blas {
+                what,
+                status: format!(
+                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}] {pt:?} . Q[{cols}x{k}]^T {qt:?}, D {})",
+                    if d_bf16 { "bf16" } else { "f32" }
+                ),
+            },
+            e => e,
+        })
+    }
+
+    fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64) -> Result<(), CudaError> {
+        let (pt, qt) = (key.p, key.q);
         let ws = {
             let (p, _g) = self.ws.device_ptr(&self.stream);
             p
@@ -247,13 +314,22 @@ impl Blas {
         if !unsafe { bs::is_culib_present() } {
             return Err(CudaError::MissingLibrary("cuBLAS (libcublas.so)"));
         }
-        let blas = cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| CudaError::Blas { what: "cublasCreate", status: format!("{e:?}") })?;
+        let blas = cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| CudaError::Blas {
+            what: "cublasCreate",
+            status: format!("{e:?}"),
+        })?;
         Ok(Blas { blas })
     }
 
     /// C (f32) = alpha · op(A) · op(B), A and B BF16, column-major, batched with strides.
     pub fn gemm_bf16_f32(&self, g: Batched, a: u64, b: u64, c: u64) -> Result<(), CudaError> {
-        let op = |t: bool| if t { bs::cublasOperation_t::CUBLAS_OP_T } else { bs::cublasOperation_t::CUBLAS_OP_N };
+        let op = |t: bool| {
+            if t {
+                bs::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                bs::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
         let beta = 0.0f32;
         // SAFETY: a, b, c are live device allocations large enough for the strides and batch.
         let st = unsafe {
@@ -283,6 +359,13 @@ impl Blas {
                 bs::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         };
-        if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what: "cublasGemmStridedBatchedEx", status: format!("{st:?}") }) }
+        if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(CudaError::Blas {
+                what: "cublasGemmStridedBatchedEx",
+                status: format!("{st:?}"),
+            })
+        }
     }
 }

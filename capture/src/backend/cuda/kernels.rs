@@ -7,7 +7,7 @@
 
 use super::CudaError;
 use cudarc::nvrtc::{result as nr, sys as ns};
-use std::ffi::{c_char, CString};
+use std::ffi::{CString, c_char};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
@@ -152,7 +152,11 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
     if let Err(e) = r {
         // SAFETY: prog is live and destroyed once.
         unsafe { nr::destroy_program(prog).ok() };
-        let hint = if includes.is_empty() { " (no CUDA include directory found: set CUDA_INCLUDE or CUDA_HOME)" } else { "" };
+        let hint = if includes.is_empty() {
+            " (no CUDA include directory found: set CUDA_INCLUDE or CUDA_HOME)"
+        } else {
+            ""
+        };
         return Err(fail(format!("{e:?}{hint}: {}", log.trim())));
     }
     let mut size = 0usize;
@@ -160,7 +164,9 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
     let cubin = unsafe {
         ns::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| fail(format!("{e:?}")))?;
         let mut buf = vec![0u8; size];
-        ns::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char).result().map_err(|e| fail(format!("{e:?}")))?;
+        ns::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
+            .result()
+            .map_err(|e| fail(format!("{e:?}")))?;
         nr::destroy_program(prog).map_err(|e| fail(format!("{e:?}")))?;
         buf
     };
@@ -175,7 +181,10 @@ pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
     let mut out = Vec::new();
     for f in Family::ALL {
-        let hit = cache.lock().ok().and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()));
+        let hit = cache
+            .lock()
+            .ok()
+            .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()));
         let bin = match hit {
             Some(b) => b,
             None => {

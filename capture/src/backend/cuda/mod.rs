@@ -17,12 +17,11 @@
 
 pub mod blas;
 pub mod kernels;
+mod prof;
 
 use crate::backend::cpu::cast::outlier_indices;
 use crate::backend::cpu::operand_shapes;
-use crate::backend::{
-    AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel,
-};
+use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
 use blas::{Batched, Blas, Lt, OpType};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
@@ -181,6 +180,9 @@ pub struct CudaBackend {
     next_slot: usize,
     next_gemm: usize,
     pending: Vec<PendingGemm>,
+    /// GEMM shapes cuBLASLt runs only with BF16 output.
+    bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
+    prof: Option<prof::Profiler>,
     // Attention scratch.
     q16: CudaSlice<u16>,
     k16: CudaSlice<u16>,
@@ -205,11 +207,19 @@ fn ok<T>(r: Result<T, CudaError>) -> T {
 
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 132 * 16) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Launches kernel `$name` with `$cfg`; every argument is passed by value (device pointers as u64).
@@ -258,7 +268,13 @@ impl CudaBackend {
         let lt = Lt::new(&stream)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let info = DeviceInfo { kind: "cuda".into(), name, compute_capability: Some(format!("{major}.{minor}")), parallelism: sms as u32, block_gemm: None };
+        let info = DeviceInfo {
+            kind: "cuda".into(),
+            name,
+            compute_capability: Some(format!("{major}.{minor}")),
+            parallelism: sms as u32,
+            block_gemm: None,
+        };
         let s = &stream;
         Ok(CudaBackend {
             op_p: s.alloc_zeros(1 << 20)?,
@@ -283,6 +299,8 @@ impl CudaBackend {
             next_slot: 0,
             next_gemm: 0,
             pending: Vec::new(),
+            bf16_out: Default::default(),
+            prof: prof::Profiler::from_env(&ctx),
             ctx,
             stream,
             funcs,
@@ -305,6 +323,21 @@ impl CudaBackend {
         self.ctx.mem_get_info().ok().map(|(free, total)| total - free)
     }
 
+    /// Runs `f` inside a profiler span named `name` (a no-op unless FP8SCOPE_PROFILE is set).
+    fn span<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> T) -> T {
+        if self.prof.is_none() {
+            return f(self);
+        }
+        let stream = self.stream.clone();
+        let t = std::time::Instant::now();
+        let i = self.prof.as_mut().map(|p| p.begin(&stream, name)).unwrap_or(usize::MAX);
+        let r = f(self);
+        if let Some(p) = self.prof.as_mut() {
+            p.end(&stream, i, t.elapsed());
+        }
+        r
+    }
+
     fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
         self.funcs.get(name).ok_or(CudaError::MissingKernel(name))
     }
@@ -317,7 +350,18 @@ impl CudaBackend {
     /// Casts `x` (rows × cols, row-major) for a GEMM — transposed if asked — into the scratch of
     /// `side`, with its statistics finalised into `slot` (if any).
     #[allow(clippy::too_many_arguments)]
-    fn cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel, slot: Option<usize>, side: Side) -> Result<Prepared, CudaError> {
+    fn cast(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+        slot: Option<usize>,
+        side: Side,
+    ) -> Result<Prepared, CudaError> {
         let ty = op_type(how)?;
         let numel = rows * cols;
         let bytes = numel * ty.bytes();
@@ -362,17 +406,85 @@ impl CudaBackend {
                 ScaleSource::Given { scale, .. } => scale_arg = scale * fault.scale_mult,
                 ScaleSource::Current { margin } => {
                     // Amax pass (no output), then the scale on the device.
-                    launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 0i32, fmt, 1.0f32, 0i32, 0u64, 0i32, 0u64, parts, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
-                    launch!(self, "stats_finalize", cfg((1, 1, 1), 32 * STAT_FIELDS as u32), parts, grid as i32, 0u64, 1i32, fmt, margin, fault.scale_mult, slot_ptr)?;
+                    launch!(
+                        self,
+                        "cast_fwd",
+                        cfg((grid, 1, 1), CAST_THREADS),
+                        xp,
+                        rows as i32,
+                        cols as i32,
+                        0i32,
+                        fmt,
+                        1.0f32,
+                        0i32,
+                        0u64,
+                        0i32,
+                        0u64,
+                        parts,
+                        o[0],
+                        o[1],
+                        o[2],
+                        o[3],
+                        fault.outlier_factor
+                    )?;
+                    launch!(
+                        self,
+                        "stats_finalize",
+                        cfg((1, 1, 1), 32 * STAT_FIELDS as u32),
+                        parts,
+                        grid as i32,
+                        0u64,
+                        1i32,
+                        fmt,
+                        margin,
+                        fault.scale_mult,
+                        slot_ptr
+                    )?;
                     mode = 1;
                 }
             }
         }
-        launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, transpose as i32, fmt, scale_arg, mode, slot_ptr, lvl, dst, parts, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+        launch!(
+            self,
+            "cast_fwd",
+            cfg((grid, 1, 1), CAST_THREADS),
+            xp,
+            rows as i32,
+            cols as i32,
+            transpose as i32,
+            fmt,
+            scale_arg,
+            mode,
+            slot_ptr,
+            lvl,
+            dst,
+            parts,
+            o[0],
+            o[1],
+            o[2],
+            o[3],
+            fault.outlier_factor
+        )?;
         if slot.is_some() {
-            launch!(self, "stats_finalize", cfg((1, 1, 1), 32 * STAT_FIELDS as u32), parts, grid as i32, rec_ptr, 0i32, fmt, 0i32, 1.0f32, 0u64)?;
+            launch!(
+                self,
+                "stats_finalize",
+                cfg((1, 1, 1), 32 * STAT_FIELDS as u32),
+                parts,
+                grid as i32,
+                rec_ptr,
+                0i32,
+                fmt,
+                0i32,
+                1.0f32,
+                0u64
+            )?;
         }
-        Ok(Prepared { ty, ptr: dst, inv: slot_ptr + 4 })
+        Ok(Prepared {
+            ty,
+            ptr: dst,
+            inv: slot_ptr + 4,
+        })
     }
 
     /// The FP8 bytes of an operand just cast into `side`'s scratch, row-major in the operand's own
@@ -399,7 +511,16 @@ impl CudaBackend {
     /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
     /// exposed for the tests that hold it against the CPU emulation.
     #[allow(clippy::too_many_arguments)]
-    pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
+    pub fn cast_for_test(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+    ) -> Result<(Vec<u8>, CastReport), CudaError> {
         let slot = self.alloc_slot()?;
         let p = self.cast(x, rows, cols, transpose, how, fault, level, Some(slot), Side::P)?;
         let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
@@ -409,14 +530,36 @@ impl CudaBackend {
             OpType::E5M2 => Fp8Format::E5M2.name(),
         };
         let given = match how {
-            OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
+            OperandCast::Fp8Tensor {
+                scale: ScaleSource::Given { amax_used, .. },
+                ..
+            } => Some(amax_used),
             _ => None,
         };
-        let op = || PendingOp { slot, role: Role::Activation, format, fp8: p.ty.is_fp8(), level, given_amax: given, numel: (rows * cols) as u64, quantized: None };
+        let op = || PendingOp {
+            slot,
+            role: Role::Activation,
+            format,
+            fp8: p.ty.is_fp8(),
+            level,
+            given_amax: given,
+            numel: (rows * cols) as u64,
+            quantized: None,
+        };
         let gemm_slot = self.next_gemm;
         self.next_gemm += 1;
-        let id = crate::backend::GemmId { layer: 0, module: fp8scope_schemas::names::Module::Qkv, gemm: Gemm::Fprop };
-        self.pending.push(PendingGemm { id, a: op(), b: op(), gemm_slot, shadow: None });
+        let id = crate::backend::GemmId {
+            layer: 0,
+            module: fp8scope_schemas::names::Module::Qkv,
+            gemm: Gemm::Fprop,
+        };
+        self.pending.push(PendingGemm {
+            id,
+            a: op(),
+            b: op(),
+            gemm_slot,
+            shadow: None,
+        });
         let mut reports = self.download_all()?;
         let r = reports.pop().map(|g| g.a).unwrap_or_default();
         Ok((bytes, r))
@@ -433,7 +576,17 @@ impl CudaBackend {
     /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
     /// pending report when `report` is set.
     #[allow(clippy::too_many_arguments)]
-    fn linear(&mut self, call: &GemmCall, out: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &CudaSlice<f32>, bias: Option<&CudaSlice<f32>>, dbias: Option<&mut CudaSlice<f32>>, accumulate: bool, report: bool) -> Result<(), CudaError> {
+    fn linear(
+        &mut self,
+        call: &GemmCall,
+        out: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        bias: Option<&CudaSlice<f32>>,
+        dbias: Option<&mut CudaSlice<f32>>,
+        accumulate: bool,
+        report: bool,
+    ) -> Result<(), CudaError> {
         let d = call.dims;
         let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
         // (transpose A, transpose B, rows, cols, k) of D = P·Qᵀ with P from A, Q from B.
@@ -442,10 +595,14 @@ impl CudaBackend {
             Gemm::Dgrad => (false, true, d.n, d.k, d.m),
             Gemm::Wgrad => (true, true, d.m, d.k, d.n),
         };
-        let (slot_a, slot_b) = if report { (Some(self.alloc_slot()?), Some(self.alloc_slot()?)) } else { (None, None) };
+        let (slot_a, slot_b) = if report {
+            (Some(self.alloc_slot()?), Some(self.alloc_slot()?))
+        } else {
+            (None, None)
+        };
         let level = if report { call.stats } else { StatsLevel::Amax };
-        let pa = self.cast(a, ar, ac, ta, call.cast_a, call.fault_a, level, slot_a, Side::P)?;
-        let pb = self.cast(b, br, bc, tb, call.cast_b, call.fault_b, level, slot_b, Side::Q)?;
+        let pa = self.span("gemm.cast", |me| me.cast(a, ar, ac, ta, call.cast_a, call.fault_a, level, slot_a, Side::P))?;
+        let pb = self.span("gemm.cast", |me| me.cast(b, br, bc, tb, call.cast_b, call.fault_b, level, slot_b, Side::Q))?;
         let n_out = rows * cols;
         let dptr = if accumulate {
             grow(&self.stream, &mut self.d_tmp, n_out)?;
@@ -453,11 +610,44 @@ impl CudaBackend {
         } else {
             self.ptr(out)
         };
-        self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr)?;
+        // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
+        // BF16 output into scratch instead (the epilogue rounds to BF16 either way).
+        let key = (rows, cols, k, pa.ty, pb.ty);
+        let mut d_bf16 = self.bf16_out.contains(&key);
+        if !d_bf16 {
+            if let Err(e) = self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, false) {
+                if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
+                    return Err(e);
+                }
+                if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                    eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
+                }
+                self.bf16_out.insert(key);
+                d_bf16 = true;
+            }
+        }
+        let dptr = if d_bf16 {
+            grow(&self.stream, &mut self.d_tmp, n_out)?;
+            let t = self.ptr(&self.d_tmp);
+            self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, t, true)?;
+            t
+        } else {
+            dptr
+        };
         if let Some(db) = dbias {
             // dbias += row sums of dequant(dYᵀ) (P of wgrad is dYᵀ: m × n).
             let dbp = self.ptr(db);
-            launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.inv - 4, rows as i32, k as i32, dbp)?;
+            launch!(
+                self,
+                "rowsum_dequant",
+                cfg((rows as u32, 1, 1), 256),
+                pa.ptr,
+                fmt_code(pa.ty),
+                pa.inv - 4,
+                rows as i32,
+                k as i32,
+                dbp
+            )?;
         }
         let gemm_slot = self.next_gemm;
         let nf_ptr = if report {
@@ -471,28 +661,67 @@ impl CudaBackend {
         };
         let bias_ptr = bias.map(|b| self.ptr(b)).unwrap_or(0);
         let outp = self.ptr(out);
-        launch!(self, "gemm_epilogue", grid_for(n_out, 256), outp, dptr, rows as u64, cols as i32, bias_ptr, accumulate as i32, call.nan_output as i32, nf_ptr)?;
+        launch!(
+            self,
+            "gemm_epilogue",
+            grid_for(n_out, 256),
+            outp,
+            dptr,
+            d_bf16 as i32,
+            rows as u64,
+            cols as i32,
+            bias_ptr,
+            accumulate as i32,
+            call.nan_output as i32,
+            nf_ptr
+        )?;
         if !report {
             return Ok(());
         }
         let [role_a, role_b] = call.id.gemm.operands();
-        let qa = if call.keep_quantized && pa.ty.is_fp8() { Some(self.scratch_bytes(Side::P, ar, ac, ta)?) } else { None };
-        let qb = if call.keep_quantized && pb.ty.is_fp8() { Some(self.scratch_bytes(Side::Q, br, bc, tb)?) } else { None };
+        let qa = if call.keep_quantized && pa.ty.is_fp8() {
+            Some(self.scratch_bytes(Side::P, ar, ac, ta)?)
+        } else {
+            None
+        };
+        let qb = if call.keep_quantized && pb.ty.is_fp8() {
+            Some(self.scratch_bytes(Side::Q, br, bc, tb)?)
+        } else {
+            None
+        };
         let is_fp8 = pa.ty.is_fp8() || pb.ty.is_fp8();
         let shadow = if call.shadow && is_fp8 {
             // The same GEMM in BF16 on the same inputs, compared on the host (dump steps only).
             let got = self.stream.clone_dtoh(&out.slice(0..n_out))?;
-            let bf = GemmCall { cast_a: OperandCast::Bf16, cast_b: OperandCast::Bf16, fault_a: OperandFault::NONE, fault_b: OperandFault::NONE, nan_output: false, shadow: false, keep_quantized: false, ..call.clone() };
+            let bf = GemmCall {
+                cast_a: OperandCast::Bf16,
+                cast_b: OperandCast::Bf16,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                shadow: false,
+                keep_quantized: false,
+                ..call.clone()
+            };
             let mut reference = self.stream.alloc_zeros::<f32>(n_out)?;
             self.linear(&bf, &mut reference, a, b, bias, None, false, false)?;
             let want = self.stream.clone_dtoh(&reference)?;
             let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
-            Some(ShadowError { numel: n_out as u64, cosine, mse, rel_l2, max_abs_diff })
+            Some(ShadowError {
+                numel: n_out as u64,
+                cosine,
+                mse,
+                rel_l2,
+                max_abs_diff,
+            })
         } else {
             None
         };
         let given = |c: OperandCast| match c {
-            OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
+            OperandCast::Fp8Tensor {
+                scale: ScaleSource::Given { amax_used, .. },
+                ..
+            } => Some(amax_used),
             _ => None,
         };
         let name = |t: OpType| match t {
@@ -503,8 +732,26 @@ impl CudaBackend {
         let (sa, sb) = (slot_a.unwrap_or(0), slot_b.unwrap_or(0));
         self.pending.push(PendingGemm {
             id: call.id,
-            a: PendingOp { slot: sa, role: role_a, format: name(pa.ty), fp8: pa.ty.is_fp8(), level, given_amax: given(call.cast_a), numel: (ar * ac) as u64, quantized: qa },
-            b: PendingOp { slot: sb, role: role_b, format: name(pb.ty), fp8: pb.ty.is_fp8(), level, given_amax: given(call.cast_b), numel: (br * bc) as u64, quantized: qb },
+            a: PendingOp {
+                slot: sa,
+                role: role_a,
+                format: name(pa.ty),
+                fp8: pa.ty.is_fp8(),
+                level,
+                given_amax: given(call.cast_a),
+                numel: (ar * ac) as u64,
+                quantized: qa,
+            },
+            b: PendingOp {
+                slot: sb,
+                role: role_b,
+                format: name(pb.ty),
+                fp8: pb.ty.is_fp8(),
+                level,
+                given_amax: given(call.cast_b),
+                numel: (br * bc) as u64,
+                quantized: qb,
+            },
             gemm_slot,
             shadow,
         });
@@ -513,11 +760,26 @@ impl CudaBackend {
 
     fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         self.stream.synchronize()?;
+        if let Some(p) = self.prof.as_mut() {
+            p.collect();
+        }
         let ns = self.next_slot;
         let ng = self.next_gemm;
-        let recs = if ns > 0 { self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))? } else { Vec::new() };
-        let scales = if ns > 0 { self.stream.clone_dtoh(&self.scales.slice(0..ns * 2))? } else { Vec::new() };
-        let nf = if ng > 0 { self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))? } else { Vec::new() };
+        let recs = if ns > 0 {
+            self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))?
+        } else {
+            Vec::new()
+        };
+        let scales = if ns > 0 {
+            self.stream.clone_dtoh(&self.scales.slice(0..ns * 2))?
+        } else {
+            Vec::new()
+        };
+        let nf = if ng > 0 {
+            self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))?
+        } else {
+            Vec::new()
+        };
         if ng > 0 {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;
@@ -537,8 +799,18 @@ impl CudaBackend {
                 let mean = r[stat::SUM] / n;
                 let var = (r[stat::SUMSQ] / n - mean * mean).max(0.0);
                 let minabs = r[stat::MINABS];
-                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() { (amax as f64 / minabs).log2() } else { 0.0 };
-                Moments { min: r[stat::MIN] as f32, max: r[stat::MAX] as f32, mean, std: var.sqrt(), dynamic_range_log2 }
+                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() {
+                    (amax as f64 / minabs).log2()
+                } else {
+                    0.0
+                };
+                Moments {
+                    min: r[stat::MIN] as f32,
+                    max: r[stat::MAX] as f32,
+                    mean,
+                    std: var.sqrt(),
+                    dynamic_range_log2,
+                }
             });
             let quant_error = (p.level >= StatsLevel::Full).then(|| {
                 let np = r[stat::NP];
@@ -565,11 +837,27 @@ impl CudaBackend {
         };
         Ok(pending
             .into_iter()
-            .map(|g| GemmReport { id: g.id, output_nonfinite: nf[g.gemm_slot], shadow: g.shadow, a: report(g.a), b: report(g.b) })
+            .map(|g| GemmReport {
+                id: g.id,
+                output_nonfinite: nf[g.gemm_slot],
+                shadow: g.shadow,
+                a: report(g.a),
+                b: report(g.b),
+            })
             .collect())
     }
 
-    fn attention_fwd_impl(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) -> Result<(), CudaError> {
+    fn attention_fwd_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
         let hs = c / nh;
         let bh = b * nh;
         let nq = bh * t * hs;
@@ -587,17 +875,77 @@ impl CudaBackend {
         let scale = 1.0 / (hs as f32).sqrt();
         let (th, tt) = ((t * hs) as i64, (t * t) as i64);
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
-        self.blas.gemm_bf16_f32(Batched { ta: true, tb: false, m: ti, n: ti, k: hsi, alpha: scale, lda: hsi, stride_a: th, ldb: hsi, stride_b: th, ldc: ti, stride_c: tt, batch: bh as i32 }, k, q, attp)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: true,
+                tb: false,
+                m: ti,
+                n: ti,
+                k: hsi,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: hsi,
+                stride_b: th,
+                ldc: ti,
+                stride_c: tt,
+                batch: bh as i32,
+            },
+            k,
+            q,
+            attp,
+        )?;
         let rows = (bh * t) as u64;
-        launch!(self, "attention_softmax_fwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), attp, a16, attp, rows, ti, causal as i32)?;
+        launch!(
+            self,
+            "attention_softmax_fwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            attp,
+            a16,
+            attp,
+            rows,
+            ti,
+            causal as i32
+        )?;
         // y = att v.
-        self.blas.gemm_bf16_f32(Batched { ta: false, tb: false, m: hsi, n: ti, k: ti, alpha: 1.0, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: bh as i32 }, v, a16, y)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: false,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bh as i32,
+            },
+            v,
+            a16,
+            y,
+        )?;
         launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, y, bi, ti, nhi, hsi)?;
         Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn attention_bwd_impl(&mut self, dqkv: &mut CudaSlice<f32>, datt: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, qkv: &CudaSlice<f32>, att: &CudaSlice<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) -> Result<(), CudaError> {
+    fn attention_bwd_impl(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
         let hs = c / nh;
         let bh = b * nh;
         let nq = bh * t * hs;
@@ -620,15 +968,102 @@ impl CudaBackend {
         launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
         launch!(self, "attention_split_bwd", grid_for(nq, 256), dy, doutp, bi, ti, nhi, hsi)?;
         // datt = dy vᵀ
-        self.blas.gemm_bf16_f32(Batched { ta: true, tb: false, m: ti, n: ti, k: hsi, alpha: 1.0, lda: hsi, stride_a: th, ldb: hsi, stride_b: th, ldc: ti, stride_c: tt, batch: bhi }, v, dy, dattp)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: true,
+                tb: false,
+                m: ti,
+                n: ti,
+                k: hsi,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: hsi,
+                stride_b: th,
+                ldc: ti,
+                stride_c: tt,
+                batch: bhi,
+            },
+            v,
+            dy,
+            dattp,
+        )?;
         let rows = (bh * t) as u64;
-        launch!(self, "attention_softmax_bwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), dp16, a16, attp, dattp, rows, ti, causal as i32)?;
+        launch!(
+            self,
+            "attention_softmax_bwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            dp16,
+            a16,
+            attp,
+            dattp,
+            rows,
+            ti,
+            causal as i32
+        )?;
         // dv = attᵀ dy
-        self.blas.gemm_bf16_f32(Batched { ta: false, tb: true, m: hsi, n: ti, k: ti, alpha: 1.0, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: bhi }, dy, a16, dv)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: true,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            dy,
+            a16,
+            dv,
+        )?;
         // dq = scale · dpre k
-        self.blas.gemm_bf16_f32(Batched { ta: false, tb: false, m: hsi, n: ti, k: ti, alpha: scale, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: bhi }, k, dp16, dq)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: false,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            k,
+            dp16,
+            dq,
+        )?;
         // dk = scale · dpreᵀ q
-        self.blas.gemm_bf16_f32(Batched { ta: false, tb: true, m: hsi, n: ti, k: ti, alpha: scale, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: bhi }, q, dp16, dk)?;
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: true,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            q,
+            dp16,
+            dk,
+        )?;
         launch!(self, "attention_merge_bwd", grid_for(nq, 256), dqkvp, dq, dk, dv, bi, ti, nhi, hsi)?;
         Ok(())
     }
@@ -649,7 +1084,6 @@ impl CudaBackend {
         Ok(v[0])
     }
 }
-
 
 impl Backend for CudaBackend {
     type Buf = CudaSlice<f32>;
@@ -675,31 +1109,41 @@ impl Backend for CudaBackend {
     }
 
     fn upload_tokens(&mut self, tokens: &[u32]) -> CudaTokens {
-        // Group positions by token (counting sort), in position order within a token.
-        let mut order: Vec<u32> = (0..tokens.len() as u32).collect();
-        order.sort_by_key(|&i| (tokens[i as usize], i));
-        let mut uniq = Vec::new();
-        let mut offsets = Vec::new();
-        for (j, &i) in order.iter().enumerate() {
-            let t = tokens[i as usize];
-            if uniq.last() != Some(&t) {
-                uniq.push(t);
-                offsets.push(j as u32);
+        self.span("upload_tokens", |me| {
+            // Group positions by token (counting sort), in position order within a token.
+            let mut order: Vec<u32> = (0..tokens.len() as u32).collect();
+            order.sort_by_key(|&i| (tokens[i as usize], i));
+            let mut uniq = Vec::new();
+            let mut offsets = Vec::new();
+            for (j, &i) in order.iter().enumerate() {
+                let t = tokens[i as usize];
+                if uniq.last() != Some(&t) {
+                    uniq.push(t);
+                    offsets.push(j as u32);
+                }
             }
-        }
-        offsets.push(order.len() as u32);
-        let s = &self.stream;
-        let up = |v: &[u32]| -> CudaSlice<u32> { ok(if v.is_empty() { s.alloc_zeros::<u32>(1) } else { s.clone_htod(v) }.map_err(CudaError::from)) };
-        CudaTokens { ids: up(tokens), n_uniq: uniq.len(), uniq: up(&uniq), offsets: up(&offsets), positions: up(&order) }
+            offsets.push(order.len() as u32);
+            let s = &me.stream;
+            let up = |v: &[u32]| -> CudaSlice<u32> { ok(if v.is_empty() { s.alloc_zeros::<u32>(1) } else { s.clone_htod(v) }.map_err(CudaError::from)) };
+            CudaTokens {
+                ids: up(tokens),
+                n_uniq: uniq.len(),
+                uniq: up(&uniq),
+                offsets: up(&offsets),
+                positions: up(&order),
+            }
+        })
     }
 
     fn download(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Vec<f32> {
-        if len == 0 {
-            return Vec::new();
-        }
-        let end = offset + (len - 1) * stride + 1;
-        let v = ok(self.stream.clone_dtoh(&buf.slice(offset..end)).map_err(CudaError::from));
-        if stride == 1 { v } else { v.into_iter().step_by(stride).collect() }
+        self.span("download", |me| {
+            if len == 0 {
+                return Vec::new();
+            }
+            let end = offset + (len - 1) * stride + 1;
+            let v = ok(me.stream.clone_dtoh(&buf.slice(offset..end)).map_err(CudaError::from));
+            if stride == 1 { v } else { v.into_iter().step_by(stride).collect() }
+        })
     }
 
     fn len(&self, buf: &CudaSlice<f32>) -> usize {
@@ -707,92 +1151,237 @@ impl Backend for CudaBackend {
     }
 
     fn fill_zero(&mut self, buf: &mut CudaSlice<f32>) {
-        ok(self.stream.memset_zeros(buf).map_err(CudaError::from))
+        self.span("fill_zero", |me| ok(me.stream.memset_zeros(buf).map_err(CudaError::from)))
     }
 
     fn embedding_fwd(&mut self, out: &mut CudaSlice<f32>, tokens: &CudaTokens, wte: &CudaSlice<f32>, c: usize) {
-        let n = out.len() / c;
-        let (o, t, w) = (self.ptr(out), self.ptr(&tokens.ids), self.ptr(wte));
-        ok(launch!(self, "embedding_fwd", grid_for(n * c, 256), o, t, w, n as u64, c as i32))
+        self.span("embedding_fwd", |me| {
+            let n = out.len() / c;
+            let (o, t, w) = (me.ptr(out), me.ptr(&tokens.ids), me.ptr(wte));
+            ok(launch!(me, "embedding_fwd", grid_for(n * c, 256), o, t, w, n as u64, c as i32))
+        })
     }
 
     fn embedding_bwd(&mut self, dwte: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, tokens: &CudaTokens, c: usize) {
-        if tokens.n_uniq == 0 {
-            return;
-        }
-        let (d, g, u, o, p) = (self.ptr(dwte), self.ptr(dout), self.ptr(&tokens.uniq), self.ptr(&tokens.offsets), self.ptr(&tokens.positions));
-        ok(launch!(self, "embedding_bwd", cfg((tokens.n_uniq as u32, (c as u32).div_ceil(256), 1), 256), d, g, u, o, p, c as i32))
+        self.span("embedding_bwd", |me| {
+            if tokens.n_uniq == 0 {
+                return;
+            }
+            let (d, g, u, o, p) = (
+                me.ptr(dwte),
+                me.ptr(dout),
+                me.ptr(&tokens.uniq),
+                me.ptr(&tokens.offsets),
+                me.ptr(&tokens.positions),
+            );
+            ok(launch!(
+                me,
+                "embedding_bwd",
+                cfg((tokens.n_uniq as u32, (c as u32).div_ceil(256), 1), 256),
+                d,
+                g,
+                u,
+                o,
+                p,
+                c as i32
+            ))
+        })
     }
 
-    fn layernorm_fwd(&mut self, out: &mut CudaSlice<f32>, mean: &mut CudaSlice<f32>, rstd: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, b: &CudaSlice<f32>, c: usize) {
-        let n = inp.len() / c;
-        let (o, m, r, x, wp, bp) = (self.ptr(out), self.ptr(mean), self.ptr(rstd), self.ptr(inp), self.ptr(w), self.ptr(b));
-        ok(launch!(self, "layernorm_fwd", cfg(((n as u32).div_ceil(8), 1, 1), 256), o, m, r, x, wp, bp, n as i32, c as i32))
+    fn layernorm_fwd(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        mean: &mut CudaSlice<f32>,
+        rstd: &mut CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: usize,
+    ) {
+        self.span("layernorm_fwd", |me| {
+            let n = inp.len() / c;
+            let (o, m, r, x, wp, bp) = (me.ptr(out), me.ptr(mean), me.ptr(rstd), me.ptr(inp), me.ptr(w), me.ptr(b));
+            ok(launch!(
+                me,
+                "layernorm_fwd",
+                cfg(((n as u32).div_ceil(8), 1, 1), 256),
+                o,
+                m,
+                r,
+                x,
+                wp,
+                bp,
+                n as i32,
+                c as i32
+            ))
+        })
     }
 
-    fn layernorm_bwd(&mut self, dinp: &mut CudaSlice<f32>, dw: &mut CudaSlice<f32>, db: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, mean: &CudaSlice<f32>, rstd: &CudaSlice<f32>, c: usize) {
-        let n = inp.len() / c;
-        let rows_per_chunk = 32usize;
-        let chunks = n.div_ceil(rows_per_chunk);
-        ok(grow(&self.stream, &mut self.ln_partial, chunks * 2 * c));
-        let (di, dwp, dbp, g, x, wp, m, r, part) = (self.ptr(dinp), self.ptr(dw), self.ptr(db), self.ptr(dout), self.ptr(inp), self.ptr(w), self.ptr(mean), self.ptr(rstd), self.ptr(&self.ln_partial));
-        ok(launch!(self, "layernorm_bwd", cfg(((n as u32).div_ceil(8), 1, 1), 256), di, g, x, wp, m, r, n as i32, c as i32));
-        ok(launch!(self, "layernorm_bwd_partial", cfg(((c as u32).div_ceil(128), chunks as u32, 1), 128), part, g, x, m, r, n as i32, c as i32, rows_per_chunk as i32));
-        ok(launch!(self, "layernorm_bwd_reduce", cfg(((c as u32).div_ceil(128), 1, 1), 128), dwp, dbp, part, c as i32, chunks as i32));
+    fn layernorm_bwd(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        db: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        mean: &CudaSlice<f32>,
+        rstd: &CudaSlice<f32>,
+        c: usize,
+    ) {
+        self.span("layernorm_bwd", |me| {
+            let n = inp.len() / c;
+            let rows_per_chunk = 32usize;
+            let chunks = n.div_ceil(rows_per_chunk);
+            ok(grow(&me.stream, &mut me.ln_partial, chunks * 2 * c));
+            let (di, dwp, dbp, g, x, wp, m, r, part) = (
+                me.ptr(dinp),
+                me.ptr(dw),
+                me.ptr(db),
+                me.ptr(dout),
+                me.ptr(inp),
+                me.ptr(w),
+                me.ptr(mean),
+                me.ptr(rstd),
+                me.ptr(&me.ln_partial),
+            );
+            ok(launch!(
+                me,
+                "layernorm_bwd",
+                cfg(((n as u32).div_ceil(8), 1, 1), 256),
+                di,
+                g,
+                x,
+                wp,
+                m,
+                r,
+                n as i32,
+                c as i32
+            ));
+            ok(launch!(
+                me,
+                "layernorm_bwd_partial",
+                cfg(((c as u32).div_ceil(128), chunks as u32, 1), 128),
+                part,
+                g,
+                x,
+                m,
+                r,
+                n as i32,
+                c as i32,
+                rows_per_chunk as i32
+            ));
+            ok(launch!(
+                me,
+                "layernorm_bwd_reduce",
+                cfg(((c as u32).div_ceil(128), 1, 1), 128),
+                dwp,
+                dbp,
+                part,
+                c as i32,
+                chunks as i32
+            ));
+        })
     }
 
-    fn attention_fwd(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
-        ok(self.attention_fwd_impl(out, att, qkv, b, t, c, nh, causal))
+    fn attention_fwd(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) {
+        self.span("attention_fwd", |me| ok(me.attention_fwd_impl(out, att, qkv, b, t, c, nh, causal)))
     }
 
-    fn attention_bwd(&mut self, dqkv: &mut CudaSlice<f32>, datt: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, qkv: &CudaSlice<f32>, att: &CudaSlice<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
-        ok(self.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, causal))
+    fn attention_bwd(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) {
+        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, causal)))
     }
 
     fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {
-        let n = inp.len();
-        let (o, x) = (self.ptr(out), self.ptr(inp));
-        ok(launch!(self, "gelu_fwd", grid_for(n, 256), o, x, n as u64))
+        self.span("gelu_fwd", |me| {
+            let n = inp.len();
+            let (o, x) = (me.ptr(out), me.ptr(inp));
+            ok(launch!(me, "gelu_fwd", grid_for(n, 256), o, x, n as u64))
+        })
     }
 
     fn gelu_bwd(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>) {
-        let n = inp.len();
-        let (d, x, g) = (self.ptr(dinp), self.ptr(inp), self.ptr(dout));
-        ok(launch!(self, "gelu_bwd", grid_for(n, 256), d, x, g, n as u64))
+        self.span("gelu_bwd", |me| {
+            let n = inp.len();
+            let (d, x, g) = (me.ptr(dinp), me.ptr(inp), me.ptr(dout));
+            ok(launch!(me, "gelu_bwd", grid_for(n, 256), d, x, g, n as u64))
+        })
     }
 
     fn add(&mut self, out: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &CudaSlice<f32>) {
-        let n = a.len();
-        let (o, ap, bp) = (self.ptr(out), self.ptr(a), self.ptr(b));
-        ok(launch!(self, "residual_fwd", grid_for(n, 256), o, ap, bp, n as u64))
+        self.span("add", |me| {
+            let n = a.len();
+            let (o, ap, bp) = (me.ptr(out), me.ptr(a), me.ptr(b));
+            ok(launch!(me, "residual_fwd", grid_for(n, 256), o, ap, bp, n as u64))
+        })
     }
 
     fn add_inplace(&mut self, acc: &mut CudaSlice<f32>, x: &CudaSlice<f32>) {
-        let n = x.len();
-        let (a, xp) = (self.ptr(acc), self.ptr(x));
-        ok(launch!(self, "residual_bwd", grid_for(n, 256), a, xp, n as u64))
+        self.span("add_inplace", |me| {
+            let n = x.len();
+            let (a, xp) = (me.ptr(acc), me.ptr(x));
+            ok(launch!(me, "residual_bwd", grid_for(n, 256), a, xp, n as u64))
+        })
     }
 
     fn round_bf16(&mut self, x: &mut CudaSlice<f32>) {
-        let n = x.len();
-        let p = self.ptr(x);
-        ok(launch!(self, "round_bf16_fwd", grid_for(n, 256), p, n as u64))
+        self.span("round_bf16", |me| {
+            let n = x.len();
+            let p = me.ptr(x);
+            ok(launch!(me, "round_bf16_fwd", grid_for(n, 256), p, n as u64))
+        })
     }
 
     fn matmul_bf16_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) {
-        let call = plain_call(Gemm::Fprop, dims);
-        ok(self.linear(&call, out, inp, w, None, None, false, false))
+        self.span("matmul_bf16_fwd", |me| {
+            let call = plain_call(Gemm::Fprop, dims);
+            ok(me.linear(&call, out, inp, w, None, None, false, false))
+        })
     }
 
-    fn matmul_bf16_bwd(&mut self, dinp: &mut CudaSlice<f32>, dw: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) {
-        ok(self.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false));
-        ok(self.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false));
+    fn matmul_bf16_bwd(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        dims: LinearDims,
+    ) {
+        self.span("matmul_bf16_bwd", |me| {
+            ok(me.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false));
+            ok(me.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false));
+        })
     }
 
     fn crossentropy(&mut self, losses: &mut CudaSlice<f32>, dlogits: &mut CudaSlice<f32>, logits: &CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) {
-        let n = logits.len() / v;
-        let (l, d, x, t) = (self.ptr(losses), self.ptr(dlogits), self.ptr(logits), self.ptr(&targets.ids));
-        ok(launch!(self, "crossentropy_fwd", cfg((n as u32, 1, 1), 512), l, d, x, t, v as i32, dloss))
+        self.span("crossentropy", |me| {
+            let n = logits.len() / v;
+            let (l, d, x, t) = (me.ptr(losses), me.ptr(dlogits), me.ptr(logits), me.ptr(&targets.ids));
+            ok(launch!(me, "crossentropy_fwd", cfg((n as u32, 1, 1), 512), l, d, x, t, v as i32, dloss))
+        })
     }
 
     fn sumsq(&mut self, x: &CudaSlice<f32>) -> f64 {
@@ -800,8 +1389,10 @@ impl Backend for CudaBackend {
     }
 
     fn sumsq_all(&mut self, xs: &[CudaSlice<f32>]) -> f64 {
-        let refs: Vec<&CudaSlice<f32>> = xs.iter().collect();
-        ok(self.sumsq_many(&refs))
+        self.span("sumsq_all", |me| {
+            let refs: Vec<&CudaSlice<f32>> = xs.iter().collect();
+            ok(me.sumsq_many(&refs))
+        })
     }
 
     fn count_nonfinite(&mut self, x: &CudaSlice<f32>) -> u64 {
@@ -816,15 +1407,42 @@ impl Backend for CudaBackend {
     }
 
     fn adamw(&mut self, p: &mut CudaSlice<f32>, g: &CudaSlice<f32>, m: &mut CudaSlice<f32>, v: &mut CudaSlice<f32>, h: &AdamW) {
-        let n = p.len();
-        let bc1 = 1.0 - h.beta1.powi(h.t as i32);
-        let bc2 = 1.0 - h.beta2.powi(h.t as i32);
-        let (pp, gp, mp, vp) = (self.ptr(p), self.ptr(g), self.ptr(m), self.ptr(v));
-        ok(launch!(self, "adamw_fwd", grid_for(n, 256), pp, gp, mp, vp, n as u64, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, bc1, bc2, h.grad_scale))
+        self.span("adamw", |me| {
+            let n = p.len();
+            let bc1 = 1.0 - h.beta1.powi(h.t as i32);
+            let bc2 = 1.0 - h.beta2.powi(h.t as i32);
+            let (pp, gp, mp, vp) = (me.ptr(p), me.ptr(g), me.ptr(m), me.ptr(v));
+            ok(launch!(
+                me,
+                "adamw_fwd",
+                grid_for(n, 256),
+                pp,
+                gp,
+                mp,
+                vp,
+                n as u64,
+                h.lr,
+                h.beta1,
+                h.beta2,
+                h.eps,
+                h.weight_decay,
+                bc1,
+                bc2,
+                h.grad_scale
+            ))
+        })
     }
 
-    fn gemm(&mut self, call: &GemmCall, out: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &CudaSlice<f32>, bias: Option<&CudaSlice<f32>>, dbias: Option<&mut CudaSlice<f32>>) {
-        ok(self.linear(call, out, a, b, bias, dbias, false, true))
+    fn gemm(
+        &mut self,
+        call: &GemmCall,
+        out: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        bias: Option<&CudaSlice<f32>>,
+        dbias: Option<&mut CudaSlice<f32>>,
+    ) {
+        self.span("gemm", |me| ok(me.linear(call, out, a, b, bias, dbias, false, true)))
     }
 
     fn take_reports(&mut self) -> Vec<GemmReport> {
@@ -835,7 +1453,11 @@ impl Backend for CudaBackend {
 /// A BF16 GEMM call with nothing recorded (the lm_head).
 fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
     GemmCall {
-        id: crate::backend::GemmId { layer: 0, module: fp8scope_schemas::names::Module::Qkv, gemm },
+        id: crate::backend::GemmId {
+            layer: 0,
+            module: fp8scope_schemas::names::Module::Qkv,
+            gemm,
+        },
         dims,
         cast_a: OperandCast::Bf16,
         cast_b: OperandCast::Bf16,
