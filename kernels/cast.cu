@@ -4,8 +4,13 @@
 // wgrad dY^T and X^T), and the statistics the recorder needs are reduced in the same pass:
 // amax, the counts (underflow, saturated, NaN, Inf, zeros), moments, and the quantization error.
 //
-// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles) and
-// `stats_finalize` reduces them in a fixed order; there are no floating-point atomics.
+// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles, field-major)
+// and the last block to finish reduces them in a fixed order (no floating-point atomics); the same
+// last block turns an amax into a current scale when asked.
+//
+// Scale slots: slot[0] = scale (x is multiplied by it), slot[SLOT_INV] = 1/scale, the
+// dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both 16-byte aligned, as
+// cuBLASLt requires of scale pointers.
 //
 // Stat fields, in order (keep in step with backend/cuda/mod.rs: Stat):
 //  0 finite count, 1 sum, 2 sum of squares, 3 min, 4 max, 5 amax, 6 min |x| over non-zeros,
@@ -14,6 +19,7 @@
 #include "common.cuh"
 
 #define STAT_FIELDS 17
+#define SLOT_INV 4
 #define TILE 32
 #define ROWS_PER_PASS 8
 #define CAST_THREADS (TILE * ROWS_PER_PASS)
@@ -29,17 +35,17 @@ __device__ __forceinline__ void acc_init(Acc& a) {
     a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
 }
 
-// Writes one block's partials: partials[blockIdx.x * STAT_FIELDS + field].
+// Writes one block's partials, field-major: partials[field * gridDim.x + blockIdx.x].
 __device__ void acc_commit(Acc& a, double* __restrict__ partials) {
     __shared__ double sh[32];
     __shared__ float shf[4][32];
-    double* out = partials + (u64)blockIdx.x * STAT_FIELDS;
+    u64 G = gridDim.x, B = blockIdx.x;
     double vals[13] = {a.cnt, a.sum, a.sumsq, a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
     const int idx[13] = {0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 #pragma unroll
     for (int j = 0; j < 13; j++) {
         double r = block_sum_d(vals[j], sh);
-        if (threadIdx.x == 0) out[idx[j]] = r;
+        if (threadIdx.x == 0) partials[idx[j] * G + B] = r;
     }
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     float mn = warp_min(a.mn), mx = warp_max(a.mx), am = warp_max(a.amax), mi = warp_min(a.minabs);
@@ -52,7 +58,50 @@ __device__ void acc_commit(Acc& a, double* __restrict__ partials) {
         am = lane < nw ? shf[2][lane] : 0.0f;
         mi = lane < nw ? shf[3][lane] : INFINITY;
         mn = warp_min(mn); mx = warp_max(mx); am = warp_max(am); mi = warp_min(mi);
-        if (lane == 0) { out[3] = mn; out[4] = mx; out[5] = am; out[6] = mi; }
+        if (lane == 0) { partials[3 * G + B] = mn; partials[4 * G + B] = mx; partials[5 * G + B] = am; partials[6 * G + B] = mi; }
+    }
+}
+
+// Called by every block after acc_commit. The last block to arrive reduces the partials of all
+// gridDim.x blocks in a fixed order into record[STAT_FIELDS] (if not null); with scale_mode 1 it
+// then writes the current scale slot[0] = scale_for_amax(fmt, amax, margin) * mult and its inverse.
+// *counter must be 0 before the launch and is 0 again after it.
+__device__ void finalize_if_last(const double* partials, double* __restrict__ record, u32* __restrict__ counter,
+                                 int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
+    __shared__ bool last;
+    __shared__ double res[STAT_FIELDS];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    u64 G = gridDim.x;
+    for (int f = warp; f < STAT_FIELDS; f += nw) {
+        bool is_min = f == 3 || f == 6, is_max = f == 4 || f == 5;
+        double v = is_min ? (double)INFINITY : (is_max ? (f == 5 ? 0.0 : -(double)INFINITY) : 0.0);
+        for (u64 b = lane; b < G; b += 32) {
+            double p = __ldcg(partials + f * G + b);
+            v = is_min ? fmin(v, p) : (is_max ? fmax(v, p) : v + p);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            double w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_min ? fmin(v, w) : (is_max ? fmax(v, w) : v + w);
+        }
+        if (lane == 0) {
+            res[f] = v;
+            if (record != nullptr) record[f] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (scale_mode == 1) {
+            float s = scale_for_amax(fmt, (float)res[5], margin) * mult;
+            slot[0] = s;
+            slot[SLOT_INV] = 1.0f / s;
+        }
+        *counter = 0;
     }
 }
 
@@ -107,23 +156,25 @@ __device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, in
     return code;
 }
 
-// out = cast(x) (or cast(x)^T with transpose = 1), statistics into partials[gridDim.x][STAT_FIELDS].
+// out = cast(x) (or cast(x)^T with transpose = 1), statistics reduced into record[STAT_FIELDS].
 // x: (rows, cols) f32. out: (rows, cols) or (cols, rows) of BF16 (2 bytes) or FP8 (1 byte); may be
 // null (statistics only). Scale: scale_mode 0 takes scale_arg and writes slot[0] = scale,
-// slot[1] = 1/scale (cuBLASLt's dequantisation factor); scale_mode 1 reads slot[0]. The four
-// elements at outlier[0..4] are multiplied by outlier_factor first (a planted fault).
+// slot[SLOT_INV] = 1/scale; scale_mode 1 reads slot[0]; scale_mode 2 (the amax pass of current
+// scaling, out null) computes slot from the amax at the end. The four elements at o0..o3 are
+// multiplied by outlier_factor first (a planted fault).
 // level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
+// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
 // Launch: CAST_THREADS threads, any grid (tiles are strided over blocks).
 extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
     const float* __restrict__ x, int rows, int cols, int transpose, int fmt,
     float scale_arg, int scale_mode, float* __restrict__ slot, int level,
-    void* __restrict__ out, double* __restrict__ partials,
-    u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
+    void* __restrict__ out, double* partials, double* __restrict__ record, u32* __restrict__ counter,
+    int margin, float mult, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
     __shared__ unsigned short tile[TILE][TILE + 1];
-    float s = fmt == FMT_BF16 ? 1.0f : (scale_mode == 0 ? scale_arg : slot[0]);
+    float s = fmt == FMT_BF16 ? 1.0f : (scale_mode == 1 ? slot[0] : scale_arg);
     if (scale_mode == 0 && blockIdx.x == 0 && threadIdx.x == 0 && slot != nullptr) {
         slot[0] = s;
-        slot[1] = 1.0f / s;
+        slot[SLOT_INV] = 1.0f / s;
     }
     Acc a;
     acc_init(a);
@@ -164,38 +215,7 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
         __syncthreads();
     }
     acc_commit(a, partials);
-}
-
-// Reduces partials[nblocks][STAT_FIELDS] in a fixed order into record[STAT_FIELDS]. With
-// scale_mode 1 (current scaling) it then writes slot[0] = scale_for_amax(fmt, amax, margin) * mult
-// and slot[1] = 1/slot[0]. Launch: one block of 32 * STAT_FIELDS threads.
-extern "C" __global__ void stats_finalize(const double* __restrict__ partials, int nblocks,
-                                          double* __restrict__ record, int scale_mode, int fmt,
-                                          int margin, float mult, float* __restrict__ slot) {
-    __shared__ double res[STAT_FIELDS];
-    int lane = threadIdx.x & 31, f = threadIdx.x >> 5;
-    if (f < STAT_FIELDS) {
-        bool is_min = f == 3 || f == 6, is_max = f == 4 || f == 5;
-        double v = is_min ? INFINITY : (is_max ? (f == 5 ? 0.0 : -INFINITY) : 0.0);
-        for (int b = lane; b < nblocks; b += 32) {
-            double p = partials[(u64)b * STAT_FIELDS + f];
-            v = is_min ? fmin(v, p) : (is_max ? fmax(v, p) : v + p);
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            double w = __shfl_xor_sync(0xffffffffu, v, o);
-            v = is_min ? fmin(v, w) : (is_max ? fmax(v, w) : v + w);
-        }
-        if (lane == 0) {
-            res[f] = v;
-            if (record != nullptr) record[f] = v;
-        }
-    }
-    __syncthreads();
-    if (scale_mode == 1 && threadIdx.x == 0) {
-        float s = scale_for_amax(fmt, (float)res[5], margin) * mult;
-        slot[0] = s;
-        slot[1] = 1.0f / s;
-    }
+    finalize_if_last(partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);
 }
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
@@ -206,7 +226,7 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     __shared__ double sh[32];
     int r = blockIdx.x;
     if (r >= rows) return;
-    float inv = fmt == FMT_BF16 ? 1.0f : slot[1];
+    float inv = fmt == FMT_BF16 ? 1.0f : slot[SLOT_INV];
     double acc = 0.0;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         u64 i = (u64)r * cols + c;

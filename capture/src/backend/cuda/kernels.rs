@@ -71,7 +71,7 @@ impl Family {
     /// The kernels (entry points) the backend loads from this family.
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
-            Family::Cast => &["cast_fwd", "stats_finalize", "rowsum_dequant", "gemm_epilogue", "round_bf16_fwd"],
+            Family::Cast => &["cast_fwd", "rowsum_dequant", "gemm_epilogue", "round_bf16_fwd"],
             Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],

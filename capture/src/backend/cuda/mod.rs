@@ -89,6 +89,10 @@ fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
 
 /// Fields of a statistics record (kernels/cast.cu: STAT_FIELDS).
 const STAT_FIELDS: usize = 17;
+/// Floats per scale slot (kernels/cast.cu): scale at 0, its inverse at SLOT_INV; 32 bytes keep both
+/// 16-byte aligned, as cuBLASLt needs of scale pointers.
+const SLOT_FLOATS: usize = 8;
+const SLOT_INV: usize = 4;
 mod stat {
     pub const COUNT: usize = 0;
     pub const SUM: usize = 1;
@@ -112,7 +116,7 @@ mod stat {
 /// Operand casts a step may record (2 per GEMM); 12 layers × 12 GEMMs need 288.
 const MAX_SLOTS: usize = 8192;
 /// Blocks of the cast kernel (tiles are strided over them) and rows of its partials.
-const CAST_GRID: usize = 1056;
+const CAST_GRID: usize = 528;
 const CAST_THREADS: u32 = 256;
 const REDUCE_GRID: usize = 264;
 
@@ -177,6 +181,7 @@ pub struct CudaBackend {
     nonfinite: CudaSlice<u64>,
     red: CudaSlice<f64>,
     counter: CudaSlice<u64>,
+    cast_counter: CudaSlice<u32>,
     next_slot: usize,
     next_gemm: usize,
     pending: Vec<PendingGemm>,
@@ -282,7 +287,8 @@ impl CudaBackend {
             d_tmp: s.alloc_zeros(1 << 16)?,
             partials: s.alloc_zeros(CAST_GRID * STAT_FIELDS)?,
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
-            scales: s.alloc_zeros(MAX_SLOTS * 2)?,
+            scales: s.alloc_zeros(MAX_SLOTS * SLOT_FLOATS)?,
+            cast_counter: s.alloc_zeros(1)?,
             nonfinite: s.alloc_zeros(MAX_SLOTS)?,
             red: s.alloc_zeros(REDUCE_GRID * 1024 + 1)?,
             counter: s.alloc_zeros(1)?,
@@ -375,7 +381,6 @@ impl CudaBackend {
                 self.ptr(&self.op_q)
             }
         };
-        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * 2 * 4) as u64).unwrap_or(0);
         let rec_ptr = slot.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
         let mut o = [u64::MAX; 4];
         if fault.outlier_factor != 1.0 {
@@ -393,98 +398,30 @@ impl CudaBackend {
         let grid = tiles.clamp(1, CAST_GRID) as u32;
         let xp = self.ptr(x);
         let parts = self.ptr(&self.partials);
-        let (mut scale_arg, mut mode) = (1.0f32, 0i32);
+        let counter = self.ptr(&self.cast_counter);
         // A scale slot is needed for FP8 operands even when nothing is reported.
-        let slot_ptr = if slot_ptr == 0 && ty.is_fp8() {
-            let s = self.alloc_slot()?;
-            self.ptr(&self.scales) + (s * 2 * 4) as u64
-        } else {
-            slot_ptr
+        let slot = match slot {
+            None if ty.is_fp8() => Some(self.alloc_slot()?),
+            s => s,
         };
+        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+        let (mut scale_arg, mut mode) = (1.0f32, 0i32);
         if let OperandCast::Fp8Tensor { scale, .. } = how {
             match scale {
                 ScaleSource::Given { scale, .. } => scale_arg = scale * fault.scale_mult,
                 ScaleSource::Current { margin } => {
-                    // Amax pass (no output), then the scale on the device.
-                    launch!(
-                        self,
-                        "cast_fwd",
-                        cfg((grid, 1, 1), CAST_THREADS),
-                        xp,
-                        rows as i32,
-                        cols as i32,
-                        0i32,
-                        fmt,
-                        1.0f32,
-                        0i32,
-                        0u64,
-                        0i32,
-                        0u64,
-                        parts,
-                        o[0],
-                        o[1],
-                        o[2],
-                        o[3],
-                        fault.outlier_factor
-                    )?;
-                    launch!(
-                        self,
-                        "stats_finalize",
-                        cfg((1, 1, 1), 32 * STAT_FIELDS as u32),
-                        parts,
-                        grid as i32,
-                        0u64,
-                        1i32,
-                        fmt,
-                        margin,
-                        fault.scale_mult,
-                        slot_ptr
-                    )?;
+                    // Amax pass (no output); its last block writes the scale to the slot.
+                    #[rustfmt::skip]
+                    launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 0i32, fmt, 1.0f32, 2i32,
+                        slot_ptr, 0i32, 0u64, parts, 0u64, counter, margin, fault.scale_mult, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
                     mode = 1;
                 }
             }
         }
-        launch!(
-            self,
-            "cast_fwd",
-            cfg((grid, 1, 1), CAST_THREADS),
-            xp,
-            rows as i32,
-            cols as i32,
-            transpose as i32,
-            fmt,
-            scale_arg,
-            mode,
-            slot_ptr,
-            lvl,
-            dst,
-            parts,
-            o[0],
-            o[1],
-            o[2],
-            o[3],
-            fault.outlier_factor
-        )?;
-        if slot.is_some() {
-            launch!(
-                self,
-                "stats_finalize",
-                cfg((1, 1, 1), 32 * STAT_FIELDS as u32),
-                parts,
-                grid as i32,
-                rec_ptr,
-                0i32,
-                fmt,
-                0i32,
-                1.0f32,
-                0u64
-            )?;
-        }
-        Ok(Prepared {
-            ty,
-            ptr: dst,
-            inv: slot_ptr + 4,
-        })
+        #[rustfmt::skip]
+        launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, transpose as i32, fmt, scale_arg, mode,
+            slot_ptr, lvl, dst, parts, rec_ptr, counter, 0i32, 1.0f32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+        Ok(Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 })
     }
 
     /// The FP8 bytes of an operand just cast into `side`'s scratch, row-major in the operand's own
@@ -643,7 +580,7 @@ impl CudaBackend {
                 cfg((rows as u32, 1, 1), 256),
                 pa.ptr,
                 fmt_code(pa.ty),
-                pa.inv - 4,
+                pa.inv - (SLOT_INV * 4) as u64,
                 rows as i32,
                 k as i32,
                 dbp
@@ -771,7 +708,7 @@ impl CudaBackend {
             Vec::new()
         };
         let scales = if ns > 0 {
-            self.stream.clone_dtoh(&self.scales.slice(0..ns * 2))?
+            self.stream.clone_dtoh(&self.scales.slice(0..ns * SLOT_FLOATS))?
         } else {
             Vec::new()
         };
@@ -790,7 +727,7 @@ impl CudaBackend {
         let report = |p: PendingOp| -> CastReport {
             let r = &recs[p.slot * STAT_FIELDS..(p.slot + 1) * STAT_FIELDS];
             let amax = r[stat::AMAX] as f32;
-            let scale = if p.fp8 { scales[p.slot * 2] } else { 1.0 };
+            let scale = if p.fp8 { scales[p.slot * SLOT_FLOATS] } else { 1.0 };
             let moments = (p.level >= StatsLevel::Cheap).then(|| {
                 let n = r[stat::COUNT];
                 if n == 0.0 {
@@ -1069,18 +1006,20 @@ impl CudaBackend {
     }
 
     fn sumsq_many(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {
-        let per = 64usize;
-        let need = xs.len() * per + 1;
-        grow(&self.stream, &mut self.red, need)?;
+        // Blocks per buffer depend only on its size, so the summation order is fixed.
+        let blocks: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(256 * 16).clamp(1, 1024)).collect();
+        let total: usize = blocks.iter().sum();
+        grow(&self.stream, &mut self.red, total + 1)?;
         let base = self.ptr(&self.red);
-        for (i, x) in xs.iter().enumerate() {
-            let n = x.len();
-            let xp = self.ptr(x);
-            launch!(self, "sumsq_partial", cfg((per as u32, 1, 1), 256), xp, n as u64, base + (i * per * 8) as u64)?;
+        let mut off = 0usize;
+        for (x, &nb) in xs.iter().zip(&blocks) {
+            let (n, xp) = (x.len(), self.ptr(x));
+            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), 256), xp, n as u64, base + (off * 8) as u64)?;
+            off += nb;
         }
-        let outp = base + ((need - 1) * 8) as u64;
-        launch!(self, "sum_partials", cfg((1, 1, 1), 256), base, (xs.len() * per) as u64, outp)?;
-        let v = self.stream.clone_dtoh(&self.red.slice(need - 1..need))?;
+        let outp = base + (total * 8) as u64;
+        launch!(self, "sum_partials", cfg((1, 1, 1), 1024), base, total as u64, outp)?;
+        let v = self.stream.clone_dtoh(&self.red.slice(total..total + 1))?;
         Ok(v[0])
     }
 }
