@@ -3,7 +3,8 @@
 Reads every closed Parquet part of every table, checks the fp8scope metadata (table name, schema
 version), the documented columns and types, the row counts against run.json and against what the
 configuration implies, and re-casts every dumped FP8 value with ml_dtypes (values * scale, clipped
-to the format's max, round-to-nearest-even) to compare byte for byte with the recorded FP8 bytes.
+to the format's max, round-to-nearest-even) to compare byte for byte with the recorded FP8 bytes (NaN: 0x7F, as Hopper's
+saturating cast gives; ml_dtypes keeps the sign, so NaN is mapped here).
 
 Usage: python3 check_run.py RUN_DIR [--allow-incomplete]
 Prints one summary line; exits 1 with the reason on the first mismatch.
@@ -76,8 +77,11 @@ def read_table(run, name):
 def recast(values, scale_per_elem, fmt):
     dtype, mx = FORMATS[fmt]
     x = (values.astype(np.float32) * scale_per_elem.astype(np.float32)).astype(np.float32)
-    x = np.where(np.isnan(x), x, np.clip(x, -mx, mx)).astype(np.float32)
-    return x.astype(dtype).view(np.uint8)
+    nan = np.isnan(x)
+    x = np.clip(np.where(nan, 0, x), -mx, mx).astype(np.float32)
+    out = x.astype(dtype).view(np.uint8).copy()
+    out[nan] = 0x7F  # saturating hardware casts (cvt.rn.satfinite) give 0x7F for every NaN
+    return out
 
 
 def main():

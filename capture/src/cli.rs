@@ -196,6 +196,10 @@ pub struct TrainArgs {
     /// Successors per token of the synthetic language (its entropy grows with it).
     #[arg(long, default_value = "8", value_parser = positive, help_heading = "Data and training")]
     pub branching: u32,
+    /// Topics of the synthetic language: a sequence opens with a topic marker and follows that
+    /// topic's transitions (attention must look back at the marker).
+    #[arg(long, default_value = "4", value_parser = positive, help_heading = "Data and training")]
+    pub topics: u32,
     /// Seed of the synthetic language's transition table.
     #[arg(long, default_value = "1234", help_heading = "Data and training")]
     pub language_seed: u64,
@@ -409,8 +413,13 @@ impl TrainArgs {
                 bail!("--data text uses bytes as tokens: --vocab must be at least 256 (is {})", model.vocab);
             }
         }
-        if self.branching > model.vocab {
-            bail!("--branching {} exceeds the vocabulary ({})", self.branching, model.vocab);
+        if data_kind == DataKind::Synthetic && (self.topics >= model.vocab / 2 || self.branching > model.vocab - self.topics) {
+            bail!(
+                "--topics {} and --branching {} do not fit a vocabulary of {} (need topics < V/2 and branching ≤ V − topics)",
+                self.topics,
+                self.branching,
+                model.vocab
+            );
         }
         for (flag, v) in [("--beta1", self.beta1), ("--beta2", self.beta2)] {
             if !(0.0..1.0).contains(&v) {
@@ -443,7 +452,7 @@ impl TrainArgs {
                 margin: self.margin,
             },
             routing,
-            data: DataConfig { kind: data_kind, path: self.data_path.clone(), language_seed: self.language_seed, branching: self.branching },
+            data: DataConfig { kind: data_kind, path: self.data_path.clone(), language_seed: self.language_seed, branching: self.branching, topics: self.topics },
             train: TrainConfig {
                 steps: self.steps,
                 lr: self.lr.unwrap_or(p.lr),

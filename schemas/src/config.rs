@@ -119,6 +119,9 @@ pub struct DataConfig {
     pub language_seed: u64,
     /// Successors per token in the synthetic language.
     pub branching: u32,
+    /// Topics of the synthetic language: each sequence opens with a topic marker token and follows
+    /// that topic's transition table, so predicting well needs attention back to the marker.
+    pub topics: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -65,7 +65,8 @@ pub enum ScaleSource {
 /// A planted defect in one operand's cast (see `--inject`); absent in healthy runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OperandFault {
-    /// Multiplies the scale after it is computed (2^k: k > 0 saturates, k < 0 underflows).
+    /// A mis-scale: the cast uses scale × this, the dequantization the true scale, as a stale or
+    /// corrupted scale would (2^k: k > 0 inflates and saturates, k < 0 shrinks and underflows).
     pub scale_mult: f32,
     /// Multiplies a few elements of the high-precision operand before the cast (1.0: none).
     pub outlier_factor: f32,

@@ -77,11 +77,13 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
                 ScaleSource::Given { scale, amax_used } => (scale, amax_used),
                 ScaleSource::Current { margin } => (fp8::scale_for_amax(format, amax_now, margin), amax_now),
             };
+            // A planted mis-scale casts with the changed scale but dequantizes with the true one,
+            // as a stale or corrupted scale would.
             let s = base * fault.scale_mult;
             let mut q = vec![0u8; x.len()];
             let st = fp8::quantize(format, x, s, &mut q);
             let mut d = vec![0f32; x.len()];
-            fp8::dequantize(format, &q, s, &mut d);
+            fp8::dequantize(format, &q, base, &mut d);
             let report = CastReport {
                 format: format.name(),
                 scale: s,
@@ -103,12 +105,14 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             let mut q = vec![0u8; x.len()];
             let mut scales = vec![0f32; tiles];
             let st = fp8::quantize_block(format, x, rows, cols, tile_rows, tile_cols, margin, &mut q, &mut scales);
+            let true_scales = scales.clone();
             if fault.scale_mult != 1.0 {
-                // A planted scale fault applies to every tile: re-cast with the changed scales.
+                // A planted mis-scale applies to every tile: cast with the changed scales, dequantize
+                // with the true ones.
                 scales.iter_mut().for_each(|s| *s *= fault.scale_mult);
                 recast_tiles(format, x, cols, tile_rows, tile_cols, &scales, &mut q);
             }
-            let d = dequantize_tiles(format, &q, rows, cols, tile_rows, tile_cols, &scales);
+            let d = dequantize_tiles(format, &q, rows, cols, tile_rows, tile_cols, &true_scales);
             let counts = count_block_cast(format, x, &q, cols, tile_rows, tile_cols, &scales);
             let report = CastReport {
                 format: format.name(),
