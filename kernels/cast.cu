@@ -123,6 +123,9 @@ __device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, in
         under = (q & 0x7f) == 0;
         sat = fabsf(v * s) > fmt_max(fmt);
     }
+    // FP8: saturated counts every non-NaN input whose scaled value passes max (Inf included), as
+    // crate::fp8::quantize does; BF16: finite inputs that round to Inf.
+    if (fmt != FMT_BF16 && sat) a.sat += 1.0;
     if (isnan(v)) {
         a.nan_ += 1.0;
     } else if (isinf(v)) {
@@ -134,7 +137,7 @@ __device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, in
             a.zeros += 1.0;
         } else {
             if (under) a.under += 1.0;
-            if (sat) a.sat += 1.0;
+            if (fmt == FMT_BF16 && sat) a.sat += 1.0;
         }
         if (level >= 1) {
             a.cnt += 1.0;

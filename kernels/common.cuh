@@ -47,9 +47,12 @@ __device__ __forceinline__ float from_fp8(u8 q, int fmt) {
 
 // Per-tensor scale from an amax, as crate::fp8::scale_for_amax: (max / amax) / 2^margin, 1 when the
 // amax is zero or not finite.
+// Clamped to [FLT_MIN, FLT_MAX] like the CPU's.
 __device__ __forceinline__ float scale_for_amax(int fmt, float amax, int margin) {
     if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-    return ldexpf(fmt_max(fmt) / amax, -margin);
+    float s = ldexpf(fmt_max(fmt) / amax, -margin);
+    if (isnan(s)) return 3.402823466e38f;
+    return fminf(fmaxf(s, 1.175494351e-38f), 3.402823466e38f);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -22,7 +22,9 @@ extern "C" __global__ void embedding_bwd(float* __restrict__ dwte, const float* 
     int u = blockIdx.x;
     int col = blockIdx.y * blockDim.x + threadIdx.x;
     if (col >= c) return;
-    float acc = 0.0f;
+    // Added one position at a time, in position order: the CPU reference's exact sequence.
+    u64 o = (u64)uniq[u] * c + col;
+    float acc = dwte[o];
     for (u32 p = offsets[u]; p < offsets[u + 1]; p++) acc += dout[(u64)positions[p] * c + col];
-    dwte[(u64)uniq[u] * c + col] += acc;
+    dwte[o] = acc;
 }

@@ -1,5 +1,6 @@
 // Cross-entropy over the vocabulary, forward and backward in one pass per row:
-// losses[row] = log(sum exp(x - max)) - (x[target] - max); dlogits (=) = (softmax - onehot) * dloss.
+// losses[row] = log(sum exp(x - max)) - (x[target] - max) (the sum in f64, as on the CPU);
+// dlogits (=) = (softmax - onehot) * dloss.
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
 #include "common.cuh"
 
@@ -29,15 +30,20 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     float m = -INFINITY;
     for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, x[i]);
     m = block_reduce_f(m, true, sh);
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < v; i += blockDim.x) s += expf(x[i] - m);
-    s = block_reduce_f(s, false, sh);
+    __shared__ double shd[32];
+    double sd = 0.0;
+    for (int i = threadIdx.x; i < v; i += blockDim.x) sd += (double)expf(x[i] - m);
+    sd = block_sum_d(sd, shd);
+    __shared__ double total;
+    if (threadIdx.x == 0) total = sd;
+    __syncthreads();
+    double s = total;
     u32 tg = targets[row];
-    float inv = 1.0f / s;
+    float inv = (float)(1.0 / s);
     float* d = dlogits + row * v;
     for (int i = threadIdx.x; i < v; i += blockDim.x) {
         float p = expf(x[i] - m) * inv;
         d[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
     }
-    if (threadIdx.x == 0) losses[row] = logf(s) - (x[tg] - m);
+    if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(x[tg] - m));
 }

@@ -137,30 +137,18 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
 /// (output name prefix, bound on ‖gpu − cpu‖ / ‖cpu‖, why).
 const TOLERANCES: &[(&str, f64, &str)] = &[
     ("embedding_fwd", 0.0, "a copy: exact"),
-    ("embedding_bwd", 1e-6, "f32 sums over a token's positions, in position order on both"),
+    ("embedding_bwd", 0.0, "the same f32 additions in position order on both: exact"),
     ("residual", 0.0, "one f32 add: exact"),
     ("add_inplace", 0.0, "one f32 add: exact"),
     ("round_bf16", 0.0, "round to nearest even on both: exact"),
-    ("gelu", 1e-6, "tanhf/coshf of CUDA's libm vs Rust's differ by an ulp or two"),
+    ("gelu", 1e-6, "the same sigmoid form on both; expf of CUDA's libm vs Rust's exp differ by an ulp"),
     ("layernorm_fwd", 1e-5, "f32 mean/variance, warp-tree vs sequential summation order"),
     ("layernorm_bwd", 1e-5, "f32 row and column sums in different orders"),
-    ("crossentropy", 1e-5, "f32 max/sum-exp over V, tree vs sequential order; expf ulps"),
-    (
-        "adamw",
-        1e-6,
-        "elementwise f32; sqrtf and division are correctly rounded on both, bias corrections may differ by an ulp",
-    ),
+    ("crossentropy", 1e-6, "f64 sum of f32 exps in tree vs sequential order; expf ulps"),
+    ("adamw", 1e-7, "the same f32 operation sequence with host-computed bias corrections; only FMA contraction by the CUDA compiler can differ"),
     ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
-    (
-        "attention_fwd.att",
-        1e-5,
-        "f32 softmax of the same BF16 products, but the f32 dot-product order differs",
-    ),
-    (
-        "attention",
-        1e-2,
-        "BF16 operands, f32 accumulation in another order: results near a BF16 rounding boundary round the other way (2^-8 relative each), and dpreatt is rounded to BF16 before its GEMMs",
-    ),
+    ("attention_fwd.att", 2e-2, "the GPU's scores q·k come from a cuBLAS BF16 GEMM (q, k rounded to BF16, 2^-9 relative each), the CPU's from f32 q, k; the softmax runs in f32 on both"),
+    ("attention", 2e-2, "the GPU's batched products take BF16 operands (q, k, v, att, dy, dpreatt rounded: 2^-9 relative each), the CPU's f32; both round the outputs to BF16"),
     (
         "matmul_bf16",
         1e-2,

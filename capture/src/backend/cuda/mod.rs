@@ -1346,29 +1346,15 @@ impl Backend for CudaBackend {
     }
 
     fn adamw(&mut self, p: &mut CudaSlice<f32>, g: &CudaSlice<f32>, m: &mut CudaSlice<f32>, v: &mut CudaSlice<f32>, h: &AdamW) {
+        let n = p.len();
+        // The CPU reference's bias corrections, in f64 on the host.
+        let t = f64::from(h.t);
+        let step_size = (f64::from(h.lr) / (1.0 - f64::from(h.beta1).powf(t))) as f32;
+        let bc2_sqrt = (1.0 - f64::from(h.beta2).powf(t)).sqrt() as f32;
+        let decay = 1.0 - h.lr * h.weight_decay;
         self.span("adamw", |me| {
-            let n = p.len();
-            let bc1 = 1.0 - h.beta1.powi(h.t as i32);
-            let bc2 = 1.0 - h.beta2.powi(h.t as i32);
             let (pp, gp, mp, vp) = (me.ptr(p), me.ptr(g), me.ptr(m), me.ptr(v));
-            ok(launch!(
-                me,
-                "adamw_fwd",
-                grid_for(n, 256),
-                pp,
-                gp,
-                mp,
-                vp,
-                n as u64,
-                h.lr,
-                h.beta1,
-                h.beta2,
-                h.eps,
-                h.weight_decay,
-                bc1,
-                bc2,
-                h.grad_scale
-            ))
+            ok(launch!(me, "adamw_fwd", grid_for(n, 256), pp, gp, mp, vp, n as u64, h.beta1, h.beta2, h.eps, decay, step_size, bc2_sqrt, h.grad_scale))
         })
     }
 
