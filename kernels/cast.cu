@@ -186,15 +186,30 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
     long long ntiles = (long long)tiles_r * tiles_c;
     unsigned short* out16 = (unsigned short*)out;
     u8* out8 = (u8*)out;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    // Software-pipelined: the next tile's values are loaded before this tile is cast, so that each
+    // thread keeps 2 x PER_THREAD loads in flight (the loop is bandwidth-bound).
+    const int PER_THREAD = TILE / ROWS_PER_PASS;
+    float cur[PER_THREAD], nxt[PER_THREAD];
+    auto load = [&](long long t, float* v) {
         int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
 #pragma unroll
-        for (int j = 0; j < TILE / ROWS_PER_PASS; j++) {
+        for (int j = 0; j < PER_THREAD; j++) {
+            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+            v[j] = (r < rows && c < cols) ? __ldg(x + (u64)r * cols + c) : 0.0f;
+        }
+    };
+    long long t = blockIdx.x;
+    if (t < ntiles) load(t, cur);
+    for (; t < ntiles; t += gridDim.x) {
+        if (t + gridDim.x < ntiles) load(t + gridDim.x, nxt);
+        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; j++) {
             int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
             unsigned short code = 0;
             if (r < rows && c < cols) {
                 u64 i = (u64)r * cols + c;
-                float v = x[i];
+                float v = cur[j];
                 if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
                 code = cast_one(v, fmt, s, level, a);
                 if (out != nullptr && !transpose) {
@@ -206,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
         if (out != nullptr && transpose) {
             __syncthreads();
 #pragma unroll
-            for (int j = 0; j < TILE / ROWS_PER_PASS; j++) {
+            for (int j = 0; j < PER_THREAD; j++) {
                 int oc = c0 + ty + j * ROWS_PER_PASS, orow = r0 + tx;  // out is (cols, rows)
                 if (oc < cols && orow < rows) {
                     u64 o = (u64)oc * rows + orow;
@@ -216,6 +231,8 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
             }
         }
         __syncthreads();
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; j++) cur[j] = nxt[j];
     }
     acc_commit(a, partials);
     finalize_if_last(partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);

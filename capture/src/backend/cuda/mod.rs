@@ -116,7 +116,7 @@ mod stat {
 /// Operand casts a step may record (2 per GEMM); 12 layers × 12 GEMMs need 288.
 const MAX_SLOTS: usize = 8192;
 /// Blocks of the cast kernel (tiles are strided over them) and rows of its partials.
-const CAST_GRID: usize = 528;
+const CAST_GRID: usize = 1056;
 const CAST_THREADS: u32 = 256;
 const REDUCE_GRID: usize = 264;
 
@@ -550,7 +550,9 @@ impl CudaBackend {
         // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
         // BF16 output into scratch instead (the epilogue rounds to BF16 either way).
         let key = (rows, cols, k, pa.ty, pb.ty);
-        let mut d_bf16 = self.bf16_out.contains(&key);
+        // Without a bias, BF16 output rounds exactly as the epilogue would (round(acc)), and moves
+        // half the bytes; with a bias, FP32 output keeps the CPU's single rounding of acc + bias.
+        let mut d_bf16 = bias.is_none() || self.bf16_out.contains(&key);
         if !d_bf16 {
             if let Err(e) = self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, false) {
                 if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
