@@ -2,7 +2,8 @@
 # Speed of fp8-capture on the GPU against the PyTorch peer (torch_tiny.py), side by side in one call,
 # so that only same-run ratios are compared (the machine varies ±20% between calls).
 # Prints one table and writes it as Markdown rows to OUT_DIR/benchmarks_rows.md.
-# Usage: bench/speed.sh BIN_DIR OUT_DIR [quick]
+# Usage: bench/speed.sh BIN_DIR OUT_DIR [quick|nolong]
+#   quick: the b4 runs only; nolong: everything but the two 1000-step training runs.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; QUICK=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,20 +27,22 @@ torch_peer() {  # variant batch
     || echo "{\"run\": \"torch_$1_b$2\", \"error\": \"$(tail -1 "$OUT/torch_$1_$2.log" | tr -d '\"')\"}" | tee -a "$RES"
 }
 export PYTHONUNBUFFERED=1
-S=60; [ -n "$QUICK" ] && S=25
+S=60; [ "$QUICK" = quick ] && S=25
 torch_peer compile_fused 4
 cap seed-bf16 $S 10 --recipe bf16
 cap seed-delayed $S 10 --recipe delayed
 cap seed-delayed-nostats $S 10 --recipe delayed --stats-every 0
-if [ -z "$QUICK" ]; then
+if [ "$QUICK" != quick ]; then
   cap seed-delayed-dump 200 0 --recipe delayed --dump-every 50 --dump-layers 'layers\.5\.fc1'
   cap seed-delayed-nodump 200 0 --recipe delayed
   torch_peer compile_fused 32
   cap seed-bf16-b32 30 10 --recipe bf16 --batch 32
   cap seed-delayed-b32 30 10 --recipe delayed --batch 32
-  cap seed-bf16-1000 1000 10 --recipe bf16
-  cap seed-delayed-1000 1000 10 --recipe delayed
-  for r in seed-bf16-1000 seed-delayed-1000; do python3 "$HERE/runs.py" final "$OUT/runs/$r" | tee -a "$OUT/final.jsonl"; done
+  if [ "$QUICK" != nolong ]; then
+    cap seed-bf16-1000 1000 10 --recipe bf16
+    cap seed-delayed-1000 1000 10 --recipe delayed
+    for r in seed-bf16-1000 seed-delayed-1000; do python3 "$HERE/runs.py" final "$OUT/runs/$r" | tee -a "$OUT/final.jsonl"; done
+  fi
 fi
 python3 - "$RES" "$OUT/benchmarks_rows.md" <<'PY'
 import json, sys

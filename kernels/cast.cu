@@ -35,66 +35,65 @@ __device__ __forceinline__ void acc_init(Acc& a) {
     a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
 }
 
-// Writes one block's partials, field-major: partials[field * gridDim.x + blockIdx.x].
-__device__ void acc_commit(Acc& a, double* __restrict__ partials) {
-    __shared__ double sh[32];
-    __shared__ float shf[4][32];
-    u64 G = gridDim.x, B = blockIdx.x;
-    double vals[13] = {a.cnt, a.sum, a.sumsq, a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
-    const int idx[13] = {0, 1, 2, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-#pragma unroll
-    for (int j = 0; j < 13; j++) {
-        double r = block_sum_d(vals[j], sh);
-        if (threadIdx.x == 0) partials[idx[j] * G + B] = r;
-    }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    float mn = warp_min(a.mn), mx = warp_max(a.mx), am = warp_max(a.amax), mi = warp_min(a.minabs);
-    __syncthreads();
-    if (lane == 0) { shf[0][warp] = mn; shf[1][warp] = mx; shf[2][warp] = am; shf[3][warp] = mi; }
-    __syncthreads();
-    if (warp == 0) {
-        mn = lane < nw ? shf[0][lane] : INFINITY;
-        mx = lane < nw ? shf[1][lane] : -INFINITY;
-        am = lane < nw ? shf[2][lane] : 0.0f;
-        mi = lane < nw ? shf[3][lane] : INFINITY;
-        mn = warp_min(mn); mx = warp_max(mx); am = warp_max(am); mi = warp_min(mi);
-        if (lane == 0) { partials[3 * G + B] = mn; partials[4 * G + B] = mx; partials[5 * G + B] = am; partials[6 * G + B] = mi; }
-    }
+// Field f of the statistics combines by min (3, 6), max (4, 5) or sum (the rest).
+__device__ __forceinline__ double stat_comb(int f, double a, double b) {
+    return (f == 3 || f == 6) ? fmin(a, b) : ((f == 4 || f == 5) ? fmax(a, b) : a + b);
+}
+__device__ __forceinline__ double stat_ident(int f) {
+    return (f == 3 || f == 6) ? (double)INFINITY : (f == 4 ? -(double)INFINITY : 0.0);
 }
 
-// Called by every block after acc_commit. The last block to arrive reduces the partials of all
-// gridDim.x blocks in a fixed order into record[STAT_FIELDS] (if not null); with scale_mode 1 it
-// then writes the current scale slot[0] = scale_for_amax(fmt, amax, margin) * mult and its inverse.
+// Block-wide reduction of STAT_FIELDS values per thread in a fixed order (warp trees, then the
+// warps in index order), with a single barrier round: res[f] holds field f for every thread after.
+__device__ __forceinline__ void block_reduce_stats(double v[STAT_FIELDS], double* sh, double* res) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int f = 0; f < STAT_FIELDS; f++) {
+        for (int o = 16; o > 0; o >>= 1) v[f] = stat_comb(f, v[f], __shfl_xor_sync(0xffffffffu, v[f], o));
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int f = 0; f < STAT_FIELDS; f++) sh[f * 32 + warp] = v[f];
+    }
+    __syncthreads();
+    if (threadIdx.x < STAT_FIELDS) {
+        int f = threadIdx.x;
+        double r = stat_ident(f);
+        for (int w = 0; w < nw; w++) r = stat_comb(f, r, sh[f * 32 + w]);
+        res[f] = r;
+    }
+    __syncthreads();
+}
+
+// Writes one block's statistics, field-major: partials[field * gridDim.x + blockIdx.x]. Then the
+// last block to arrive reduces all gridDim.x partials in a fixed order into record[STAT_FIELDS]
+// (if not null); with scale_mode 1 it also writes the current scale slot[0] =
+// scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0].
 // *counter must be 0 before the launch and is 0 again after it.
-__device__ void finalize_if_last(const double* partials, double* __restrict__ record, u32* __restrict__ counter,
-                                 int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
-    __shared__ bool last;
+__device__ void stats_commit(Acc& a, double* partials, double* __restrict__ record, u32* __restrict__ counter,
+                             int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
+    __shared__ double sh[STAT_FIELDS * 32];
     __shared__ double res[STAT_FIELDS];
+    __shared__ bool last;
+    u64 G = gridDim.x;
+    double v[STAT_FIELDS] = {a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
+                             a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
+    block_reduce_stats(v, sh, res);
+    if (threadIdx.x < STAT_FIELDS) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    u64 G = gridDim.x;
-    for (int f = warp; f < STAT_FIELDS; f += nw) {
-        bool is_min = f == 3 || f == 6, is_max = f == 4 || f == 5;
-        double v = is_min ? (double)INFINITY : (is_max ? (f == 5 ? 0.0 : -(double)INFINITY) : 0.0);
-        for (u64 b = lane; b < G; b += 32) {
-            double p = __ldcg(partials + f * G + b);
-            v = is_min ? fmin(v, p) : (is_max ? fmax(v, p) : v + p);
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            double w = __shfl_xor_sync(0xffffffffu, v, o);
-            v = is_min ? fmin(v, w) : (is_max ? fmax(v, w) : v + w);
-        }
-        if (lane == 0) {
-            res[f] = v;
-            if (record != nullptr) record[f] = v;
-        }
+#pragma unroll
+    for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_ident(f);
+    for (u64 b = threadIdx.x; b < G; b += blockDim.x) {
+#pragma unroll
+        for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
     }
-    __syncthreads();
+    block_reduce_stats(v, sh, res);
+    if (threadIdx.x < STAT_FIELDS && record != nullptr) record[threadIdx.x] = res[threadIdx.x];
     if (threadIdx.x == 0) {
         if (scale_mode == 1) {
             float s = scale_for_amax(fmt, (float)res[5], margin) * mult;
@@ -234,8 +233,7 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
 #pragma unroll
         for (int j = 0; j < PER_THREAD; j++) cur[j] = nxt[j];
     }
-    acc_commit(a, partials);
-    finalize_if_last(partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);
+    stats_commit(a, partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);
 }
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so

@@ -395,7 +395,8 @@ impl CudaBackend {
         };
         let fmt = fmt_code(ty);
         let tiles = rows.div_ceil(32) * cols.div_ceil(32);
-        let grid = tiles.clamp(1, CAST_GRID) as u32;
+        // Four or more 32×32 tiles per block: the per-block reduction stays small against the copy.
+        let grid = tiles.div_ceil(4).clamp(1, CAST_GRID) as u32;
         let xp = self.ptr(x);
         let parts = self.ptr(&self.partials);
         let counter = self.ptr(&self.cast_counter);
