@@ -69,7 +69,17 @@ pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
 /// Runs `f`, turning a panic of the CUDA backend (whose primitives cannot return errors) into an
 /// error with its message.
 fn catch_device_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    // The backend's own failures become the run's one-line error; other panics print as usual.
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let cuda = info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with("CUDA backend:"));
+        if !cuda {
+            prev(info);
+        }
+    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let _ = std::panic::take_hook();
+    match r {
         Ok(r) => r,
         Err(p) => {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
