@@ -67,6 +67,9 @@ fn identical_flags_give_bit_identical_losses() {
 fn every_recipe_and_routing_records_a_readable_run() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("corpus.txt");
+    std::fs::write(&text, "the quick brown fox jumps over the lazy dog. ".repeat(200)).unwrap();
+    let text = text.to_str().unwrap().to_string();
     for (name, flags) in [
         ("current", vec!["--recipe", "current"]),
         ("block", vec!["--recipe", "block", "--channels", "128", "--ffn", "256", "--heads", "4"]),
@@ -74,6 +77,7 @@ fn every_recipe_and_routing_records_a_readable_run() {
         ("routed", vec!["--recipe", "delayed", "--bf16-gemms", "dgrad", "--bf16-layers", "1", "--bf16-sites", "layers.0.fc2:wgrad"]),
         ("strided", vec!["--recipe", "delayed", "--dump-sample", "strided", "--dump-layers", "layers\\.1\\..*", "--dump-roles", "activation,gradient"]),
         ("uniform", vec!["--recipe", "delayed", "--data", "uniform"]),
+        ("text", vec!["--recipe", "delayed", "--data", "text", "--data-path", text.as_str()]),
     ] {
         let out = dir.path().join(name);
         let mut f = flags.clone();
@@ -85,4 +89,27 @@ fn every_recipe_and_routing_records_a_readable_run() {
         let o = python("check_run.py", &[out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: check_run.py failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     }
+}
+
+#[test]
+fn a_nan_stops_the_run_as_diverged_after_recording_that_step() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nan");
+    let o = capture(&[
+        "train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "50", "--out", out.to_str().unwrap(),
+        "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=10",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "a diverged run exits 3: {}", String::from_utf8_lossy(&o.stderr));
+    let m = Manifest::read(&out).unwrap();
+    assert_eq!(m.status, RunStatus::Diverged);
+    assert_eq!(m.steps_completed, 10, "the NaN in the fc1 output reaches the loss of step 10 itself");
+    assert!(m.final_loss.is_none());
+    let rd = fp8scope_schemas::layout::RunDir::new(&out);
+    let events = fp8scope_schemas::parts::read_table(&rd, fp8scope_schemas::layout::Table::Events).unwrap();
+    let rows: usize = events.iter().map(|b| b.num_rows()).sum();
+    assert!(rows >= 2, "expected non-finite tensor and loss events, got {rows}");
+    assert_eq!(m.config.injections.len(), 1);
+    let o = python("check_run.py", &[out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }

@@ -95,3 +95,34 @@ fn presets_and_help_teach() {
         assert!(s.contains(flag), "--help lacks {flag}");
     }
 }
+
+#[test]
+fn sigint_stops_after_the_current_step_and_says_so() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("interrupted");
+    let mut child = Command::new(bin("fp8-capture"))
+        .args(["train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "100000", "--flush-every", "2"])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run = RunDir::new(&out);
+    let t0 = Instant::now();
+    while run.parts(Table::Steps).map(|p| p.len()).unwrap_or(0) < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no parts after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let m = Manifest::read(&out).unwrap();
+    assert_eq!(m.status, RunStatus::Crashed);
+    assert!(m.error.as_deref().unwrap_or("").contains("interrupted"), "{:?}", m.error);
+    assert_eq!(m.rows.steps, m.steps_completed as u64, "every trained step is recorded");
+    let o = python("check_run.py", &[out.to_str().unwrap(), "--allow-incomplete"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}

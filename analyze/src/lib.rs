@@ -1,1 +1,38 @@
-//! placeholder during dependency warm-up
+//! fp8-analyze: loads recorded fp8scope runs and answers why an FP8 run went wrong.
+//!
+//! - [`load`] opens runs (manifest and part footers checked) and scans their tables with polars;
+//! - [`tensors`] streams dumped tensors row group by row group for [`commands::compare`];
+//! - [`metrics`] holds the tensor error metrics, [`detect`] the spike / drift / non-finite
+//!   detectors, [`compat`] the checks that two runs can be compared;
+//! - [`commands`] holds one file per command; [`output`] renders tables, CSV and JSON.
+//!
+//! `main` only parses the command line and calls [`run`].
+
+pub mod cli;
+pub mod commands;
+pub mod compat;
+pub mod detect;
+pub mod error;
+pub mod load;
+pub mod metrics;
+pub mod output;
+pub mod tensors;
+
+pub use cli::Cli;
+pub use commands::Outcome;
+pub use error::AnalyzeError;
+
+use cli::Command;
+use load::LoadOptions;
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
+    let opts = LoadOptions { lenient: cli.lenient };
+    match &cli.command {
+        Command::Summary(a) => commands::summary::run(a, opts, cli.json),
+        Command::Anomalies(a) => commands::anomalies::run(a, opts, cli.json),
+        Command::Compare(a) => commands::compare::run(a, opts, cli.json),
+        Command::Locate(a) => commands::locate::run(a, opts, cli.json),
+        Command::Query(a) => commands::query::run(a, opts, cli.json),
+    }
+}

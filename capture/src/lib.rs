@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod fp8;
+pub mod interrupt;
 pub mod layers;
 pub mod model;
 pub mod recipe;
@@ -100,6 +101,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::new().context("starting the CUDA backend")?) } else { None };
     prepare_new_run_dir(&plan.out)?;
     let run = RunDir::new(&plan.out);
+    interrupt::install();
     let outcome = if let Some(be) = cuda.as_mut() {
         catch_device_panic(|| train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet))
     } else {
@@ -132,5 +134,9 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
             plan.out.display()
         );
     }
-    Ok(if manifest.status == RunStatus::Diverged { 3 } else { 0 })
+    Ok(match manifest.status {
+        RunStatus::Diverged => 3,
+        RunStatus::Crashed => 130,
+        _ => 0,
+    })
 }

@@ -213,6 +213,12 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
             writer.flush(step)?;
             break;
         }
+        if crate::interrupt::requested() {
+            status = RunStatus::Crashed;
+            error = Some(format!("interrupted by a signal after step {step}"));
+            pb.suspend(|| eprintln!("interrupted: stopping after step {step} (again to quit at once)"));
+            break;
+        }
         if cfg.record.flush_every > 0 && step % cfg.record.flush_every == 0 {
             writer.flush(step)?;
         }

@@ -41,36 +41,31 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
     })
 }
 
+/// A `nonfinite_tensor` event for `role` of the GEMM `r`.
+fn nonfinite_event(step: u32, r: &GemmReport, role: Option<Role>, count: u64, what: String) -> EventRow {
+    EventRow {
+        step,
+        kind: "nonfinite_tensor".into(),
+        layer: Some(r.id.layer),
+        module: Some(r.id.module),
+        gemm: Some(r.id.gemm),
+        role,
+        value: Some(count as f64),
+        message: format!("{what} in {}.{} ({} {})", Site::new(r.id.layer, r.id.module), role.map(|x| x.as_str()).unwrap_or("?"), if role == Some(r.id.gemm.result()) { "result of" } else { "operand of" }, r.id),
+    }
+}
+
 /// Events for non-finite operands and outputs, in execution order of the reports.
 pub fn nonfinite_events(step: u32, reports: &[GemmReport]) -> Vec<EventRow> {
     let mut out = Vec::new();
     for r in reports {
         for c in [&r.a, &r.b] {
             if c.nan + c.inf > 0 {
-                out.push(EventRow {
-                    step,
-                    kind: "nonfinite_tensor".into(),
-                    layer: Some(r.id.layer),
-                    module: Some(r.id.module),
-                    gemm: Some(r.id.gemm),
-                    role: c.role,
-                    value: Some((c.nan + c.inf) as f64),
-                    message: format!("{} nan and {} inf in {}.{} (operand of {})", c.nan, c.inf, Site::new(r.id.layer, r.id.module), c.role.map(|x| x.as_str()).unwrap_or("?"), r.id),
-                });
+                out.push(nonfinite_event(step, r, c.role, c.nan + c.inf, format!("{} nan and {} inf", c.nan, c.inf)));
             }
         }
         if r.output_nonfinite > 0 {
-            let role = r.id.gemm.result();
-            out.push(EventRow {
-                step,
-                kind: "nonfinite_tensor".into(),
-                layer: Some(r.id.layer),
-                module: Some(r.id.module),
-                gemm: Some(r.id.gemm),
-                role: Some(role),
-                value: Some(r.output_nonfinite as f64),
-                message: format!("{} non-finite values in {}.{} (result of {})", r.output_nonfinite, Site::new(r.id.layer, r.id.module), role, r.id),
-            });
+            out.push(nonfinite_event(step, r, Some(r.id.gemm.result()), r.output_nonfinite, format!("{} non-finite values", r.output_nonfinite)));
         }
     }
     out

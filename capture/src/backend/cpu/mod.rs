@@ -119,7 +119,7 @@ impl Backend for CpuBackend {
         layers::residual::residual_fwd(out, a, b)
     }
     fn add_inplace(&mut self, acc: &mut Vec<f32>, x: &Vec<f32>) {
-        acc.par_chunks_mut(1 << 15).zip(x.par_chunks(1 << 15)).for_each(|(a, x)| a.iter_mut().zip(x).for_each(|(a, x)| *a += x));
+        layers::residual::add_inplace(acc, x)
     }
     fn round_bf16(&mut self, x: &mut Vec<f32>) {
         round_bf16_inplace(x)

@@ -1,0 +1,337 @@
+//! The detectors, as pure functions over loss curves and candidate lists, so that `anomalies`,
+//! `report` and `triage` share one definition of each (README.md states them):
+//!
+//! - **spike**: a step whose loss exceeds `median + k·σ` of the trailing window, σ = 1.4826·MAD;
+//! - **drift**: the EMA of the relative gap (run − baseline) / baseline past a threshold for N
+//!   consecutive steps;
+//! - **non-finite**: the first step with a non-finite loss, and the first tensor in execution order
+//!   that went non-finite at the earliest step any did.
+
+use fp8scope_schemas::names::{execution_rank, Gemm, Module, Role, Site};
+use serde::Serialize;
+
+/// Scale from the median absolute deviation to the standard deviation of a normal distribution.
+pub const MAD_TO_SIGMA: f64 = 1.4826;
+/// Steps with fewer earlier finite losses than this are not tested for spikes.
+pub const MIN_SPIKE_HISTORY: usize = 8;
+/// σ never falls below this fraction of the median, so that a flat curve's rounding noise is no
+/// spike.
+pub const SIGMA_FLOOR_REL: f64 = 1e-4;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpikeParams {
+    /// Robust standard deviations above the median.
+    pub k: f64,
+    /// Trailing window length in recorded steps.
+    pub window: usize,
+}
+
+/// One spike: where it started, peaked and recovered.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Spike {
+    /// First step whose loss left the band.
+    pub start: i64,
+    pub start_loss: f64,
+    /// Step of the highest loss before recovery.
+    pub peak: i64,
+    pub peak_loss: f64,
+    /// First step after `start` whose loss is back within the band; None if it never came back.
+    pub recovery: Option<i64>,
+    /// Median of the trailing window at `start`.
+    pub median: f64,
+    /// σ = max(1.4826·MAD, 1e-4·|median|) of that window.
+    pub sigma: f64,
+    /// The band's upper edge, median + k·σ, frozen at `start`.
+    pub upper: f64,
+    /// (peak_loss − median) / σ.
+    pub peak_z: f64,
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 { sorted[n / 2] } else { 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]) }
+}
+
+/// Median and σ of a window of finite losses.
+fn robust_band(window: &[f64]) -> (f64, f64) {
+    let mut v = window.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = median(&v);
+    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    let sigma = (MAD_TO_SIGMA * median(&dev)).max(SIGMA_FLOOR_REL * m.abs());
+    (m, sigma)
+}
+
+/// Spikes of the curve (`steps` ascending, `loss` aligned). Non-finite losses are skipped: they
+/// are neither tested nor part of any window.
+///
+/// A step s is tested when the window of the up to `window` finite losses before it holds at least
+/// [`MIN_SPIKE_HISTORY`]; it starts a spike when loss(s) > median + k·σ of that window. The band is
+/// then frozen: the peak is the highest loss from s until the first later step whose loss is
+/// ≤ the band's upper edge (the recovery). Testing resumes after the recovery.
+pub fn spikes(steps: &[i64], loss: &[f64], p: SpikeParams) -> Vec<Spike> {
+    let pts: Vec<(i64, f64)> = steps.iter().zip(loss).filter(|(_, l)| l.is_finite()).map(|(&s, &l)| (s, l)).collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pts.len() {
+        let lo = i.saturating_sub(p.window);
+        if i - lo < MIN_SPIKE_HISTORY.min(p.window) {
+            i += 1;
+            continue;
+        }
+        let window: Vec<f64> = pts[lo..i].iter().map(|&(_, l)| l).collect();
+        let (m, sigma) = robust_band(&window);
+        let upper = m + p.k * sigma;
+        let (start, start_loss) = pts[i];
+        if start_loss <= upper {
+            i += 1;
+            continue;
+        }
+        let (mut peak, mut peak_loss) = (start, start_loss);
+        let mut j = i + 1;
+        let mut recovery = None;
+        while j < pts.len() {
+            let (s, l) = pts[j];
+            if l <= upper {
+                recovery = Some(s);
+                break;
+            }
+            if l > peak_loss {
+                (peak, peak_loss) = (s, l);
+            }
+            j += 1;
+        }
+        out.push(Spike { start, start_loss, peak, peak_loss, recovery, median: m, sigma, upper, peak_z: (peak_loss - m) / sigma });
+        i = j + 1;
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DriftParams {
+    /// |smoothed gap| must exceed this.
+    pub threshold: f64,
+    /// EMA weight of the newest step.
+    pub alpha: f64,
+    /// Consecutive steps needed.
+    pub steps: usize,
+}
+
+/// The first sustained drift from the baseline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Drift {
+    /// First step of the first streak of `steps` consecutive common steps whose smoothed gap
+    /// exceeds the threshold with the same sign.
+    pub first_step: i64,
+    /// The step where the streak reached its required length.
+    pub confirmed_step: i64,
+    /// `above` (the run's loss is higher: worse) or `below`.
+    pub sign: &'static str,
+    /// Smoothed gap at `first_step`.
+    pub first_gap: f64,
+    /// Last common step.
+    pub final_step: i64,
+    /// Smoothed gap at the last common step (signed).
+    pub final_gap: f64,
+    /// Raw gap at the last common step (signed).
+    pub final_raw_gap: f64,
+}
+
+/// The smoothed relative gap at each common step where both losses are finite:
+/// g = (run − base) / |base|, e₀ = g₀, eₜ = α·gₜ + (1 − α)·eₜ₋₁. Returns (step, raw gap, smoothed).
+pub fn smoothed_gap(steps: &[i64], run: &[f64], base: &[f64], alpha: f64) -> Vec<(i64, f64, f64)> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut e: Option<f64> = None;
+    for ((&s, &r), &b) in steps.iter().zip(run).zip(base) {
+        if !(r.is_finite() && b.is_finite()) || b == 0.0 {
+            continue;
+        }
+        let g = (r - b) / b.abs();
+        let next = match e {
+            None => g,
+            Some(prev) => alpha * g + (1.0 - alpha) * prev,
+        };
+        e = Some(next);
+        out.push((s, g, next));
+    }
+    out
+}
+
+/// The first drift of the run from its baseline over their common steps (see [`smoothed_gap`]).
+pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option<Drift> {
+    let gaps = smoothed_gap(steps, run, base, p.alpha);
+    let &(final_step, final_raw_gap, final_gap) = gaps.last()?;
+    let mut streak_start: Option<usize> = None;
+    for (i, &(_, _, e)) in gaps.iter().enumerate() {
+        let past = e.abs() > p.threshold;
+        let same_sign = streak_start.is_some_and(|s| gaps[s].2.signum() == e.signum());
+        streak_start = match (past, same_sign) {
+            (false, _) => None,
+            (true, true) => streak_start,
+            (true, false) => Some(i),
+        };
+        if let Some(s) = streak_start {
+            if i + 1 - s >= p.steps.max(1) {
+                let (first_step, _, first_gap) = gaps[s];
+                return Some(Drift {
+                    first_step,
+                    confirmed_step: gaps[i].0,
+                    sign: if first_gap > 0.0 { "above" } else { "below" },
+                    first_gap,
+                    final_step,
+                    final_gap,
+                    final_raw_gap,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// A tensor seen non-finite at a step, from the stats table or from the capture's events.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NonFiniteTensor {
+    pub step: i64,
+    pub layer: i64,
+    pub module: String,
+    pub gemm: Option<String>,
+    pub role: String,
+    /// `layers.1.fc1.gradient`.
+    pub tensor: String,
+    /// `stats` or `events`.
+    pub source: &'static str,
+    pub nan_count: Option<i64>,
+    pub inf_count: Option<i64>,
+}
+
+/// Rank of a tensor in execution order; names outside the schema's modules and roles sort after
+/// every known tensor.
+pub fn tensor_rank(n_layers: u32, layer: i64, module: &str, role: &str) -> u64 {
+    match (Module::parse(module), Role::parse(role), u32::try_from(layer)) {
+        (Some(m), Some(r), Ok(l)) => execution_rank(n_layers, Site::new(l, m), r),
+        _ => u64::MAX,
+    }
+}
+
+fn gemm_rank(g: Option<&str>) -> usize {
+    g.and_then(Gemm::parse).map(|g| g as usize).unwrap_or(usize::MAX)
+}
+
+/// The first non-finite tensor: earliest step, then execution order (forward roles by layer, then
+/// backward roles in reverse layer order), then GEMM (fprop, dgrad, wgrad), stats before events.
+pub fn first_nonfinite_tensor(n_layers: u32, candidates: &[NonFiniteTensor]) -> Option<NonFiniteTensor> {
+    candidates
+        .iter()
+        .min_by(|a, b| {
+            let key = |t: &NonFiniteTensor| {
+                (
+                    t.step,
+                    tensor_rank(n_layers, t.layer, &t.module, &t.role),
+                    gemm_rank(t.gemm.as_deref()),
+                    t.source != "stats",
+                    t.module.clone(),
+                    t.role.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A noisy decreasing curve (deterministic pseudo-noise of ±1%).
+    fn curve(n: usize) -> (Vec<i64>, Vec<f64>) {
+        let steps: Vec<i64> = (1..=n as i64).collect();
+        let loss = steps.iter().map(|&s| (4.0 + 6.0 * (-(s as f64) / 60.0).exp()) * (1.0 + 0.01 * ((s * 7919) % 13 - 6) as f64 / 6.0)).collect();
+        (steps, loss)
+    }
+
+    const P: SpikeParams = SpikeParams { k: 6.0, window: 50 };
+
+    #[test]
+    fn a_smooth_noisy_curve_has_no_spike() {
+        let (s, l) = curve(400);
+        assert!(spikes(&s, &l, P).is_empty());
+    }
+
+    #[test]
+    fn a_planted_spike_is_found_with_start_peak_and_recovery() {
+        let (s, mut l) = curve(400);
+        // Steps 200..=204 (indices 199..=203) rise to twice the loss, peaking at step 202.
+        for (i, f) in [(199, 1.5), (200, 1.8), (201, 2.2), (202, 1.7), (203, 1.3)] {
+            l[i] *= f;
+        }
+        let found = spikes(&s, &l, P);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let sp = &found[0];
+        assert_eq!((sp.start, sp.peak, sp.recovery), (200, 202, Some(205)));
+        assert!(sp.peak_z > 6.0);
+    }
+
+    #[test]
+    fn a_spike_that_never_recovers_has_no_recovery_step() {
+        let (s, mut l) = curve(120);
+        for x in &mut l[100..] {
+            *x *= 3.0;
+        }
+        let found = spikes(&s, &l, P);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].start, found[0].recovery), (101, None));
+    }
+
+    #[test]
+    fn non_finite_losses_are_skipped_by_the_spike_detector() {
+        let (s, mut l) = curve(100);
+        l[50] = f64::NAN;
+        assert!(spikes(&s, &l, P).is_empty());
+    }
+
+    #[test]
+    fn drift_reports_the_first_step_of_a_sustained_streak() {
+        let steps: Vec<i64> = (1..=300).collect();
+        let base: Vec<f64> = steps.iter().map(|&s| 3.0 + 1.0 / s as f64).collect();
+        let run: Vec<f64> = steps.iter().zip(&base).map(|(&s, &b)| if s >= 120 { b * 1.2 } else { b * 1.001 }).collect();
+        let p = DriftParams { threshold: 0.01, alpha: 0.1, steps: 10 };
+        let d = drift(&steps, &run, &base, p).expect("drift");
+        assert_eq!((d.first_step, d.confirmed_step, d.sign), (120, 129, "above"));
+        assert!((d.final_raw_gap - 0.2).abs() < 1e-12);
+        assert!((d.final_gap - 0.2).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_short_excursion_is_not_drift() {
+        let steps: Vec<i64> = (1..=100).collect();
+        let base = vec![3.0; 100];
+        let run: Vec<f64> = steps.iter().map(|&s| if (50..53).contains(&s) { 3.3 } else { 3.0 }).collect();
+        let p = DriftParams { threshold: 0.01, alpha: 0.5, steps: 10 };
+        assert_eq!(drift(&steps, &run, &base, p), None);
+    }
+
+    #[test]
+    fn the_first_nonfinite_tensor_follows_execution_order() {
+        let t = |step, layer, module: &str, gemm: &str, role: &str| NonFiniteTensor {
+            step,
+            layer,
+            module: module.into(),
+            gemm: Some(gemm.into()),
+            role: role.into(),
+            tensor: format!("layers.{layer}.{module}.{role}"),
+            source: "stats",
+            nan_count: Some(1),
+            inf_count: Some(0),
+        };
+        let c = vec![
+            t(31, 0, "qkv", "fprop", "activation"),
+            t(30, 0, "fc2", "dgrad", "gradient"),
+            t(30, 1, "fc1", "wgrad", "gradient"),
+            t(30, 1, "fc1", "dgrad", "gradient"),
+            t(30, 1, "proj", "dgrad", "gradient"),
+        ];
+        let first = first_nonfinite_tensor(2, &c).unwrap();
+        assert_eq!((first.step, first.tensor.as_str(), first.gemm.as_deref()), (30, "layers.1.fc1.gradient", Some("dgrad")));
+    }
+}

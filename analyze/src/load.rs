@@ -1,0 +1,216 @@
+//! Opening runs: the manifest (its schema version checked) when the run is opened; the footer of
+//! every part of a table checked the first time a command touches that table (bad parts stop the
+//! command, or are skipped with a warning under `--lenient`); lazy polars scans over the good parts
+//! only, with only the columns a command asks for.
+
+use crate::error::AnalyzeError;
+use fp8scope_schemas::layout::{RunDir, Table};
+use fp8scope_schemas::manifest::Manifest;
+use fp8scope_schemas::parts::check_part;
+use fp8scope_schemas::tables::schema;
+use polars::prelude::*;
+use std::cell::{OnceCell, RefCell};
+use std::path::{Path, PathBuf};
+
+/// Name of the column that holds each row's run name in multi-run scans and in SQL.
+pub const RUN_COL: &str = "run";
+
+/// How to treat bad parts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Skip truncated or corrupt parts with a warning instead of failing.
+    pub lenient: bool,
+}
+
+/// One opened run: its manifest, and for each table a command touched, the parts whose footers
+/// checked out.
+#[derive(Debug)]
+pub struct Run {
+    /// The label of the run in outputs and in the `run` column: the manifest's name, or the
+    /// directory as given when two loaded runs share a name.
+    pub name: String,
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+    opts: LoadOptions,
+    /// Checked parts per table, in `Table::ALL` order, filled on first use.
+    parts: [OnceCell<Vec<PathBuf>>; 5],
+    /// Parts skipped under `--lenient`, with the reason.
+    skipped: RefCell<Vec<String>>,
+}
+
+impl Run {
+    /// Opens the run at `path`: reads and checks `run.json`. Parts are checked when first used.
+    pub fn open(path: &Path, opts: LoadOptions) -> Result<Run, AnalyzeError> {
+        let manifest = Manifest::read(path)?;
+        Ok(Run {
+            name: manifest.name.clone(),
+            dir: path.to_path_buf(),
+            manifest,
+            opts,
+            parts: Default::default(),
+            skipped: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// Opens several runs; runs that share a manifest name are labelled by their directory.
+    pub fn open_many(paths: &[PathBuf], opts: LoadOptions) -> Result<Vec<Run>, AnalyzeError> {
+        let mut runs = paths.iter().map(|p| Run::open(p, opts)).collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        for (i, run) in runs.iter_mut().enumerate() {
+            if names.iter().filter(|n| **n == names[i]).count() > 1 {
+                run.name = run.dir.display().to_string();
+            }
+        }
+        // Still equal (the same directory given twice): number them.
+        let labels: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        for (i, run) in runs.iter_mut().enumerate() {
+            let earlier = labels[..i].iter().filter(|n| **n == labels[i]).count();
+            if earlier > 0 {
+                run.name = format!("{}#{}", labels[i], earlier + 1);
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The parts of `table` whose footers say they are complete parts of that table in a
+    /// supported schema version, in index order. The first call checks them; a bad part fails the
+    /// call, or is skipped with a warning under `--lenient`.
+    pub fn parts(&self, table: Table) -> Result<&[PathBuf], AnalyzeError> {
+        let cell = &self.parts[Table::ALL.iter().position(|t| *t == table).unwrap_or(0)];
+        if cell.get().is_none() {
+            let mut good = Vec::new();
+            for part in RunDir::new(&self.dir).parts(table)? {
+                match check_part(&part, table) {
+                    Ok(_) => good.push(part),
+                    Err(e) if self.opts.lenient => {
+                        eprintln!("fp8-analyze: warning: skipping {e}");
+                        self.skipped.borrow_mut().push(e.to_string());
+                    }
+                    Err(e) => return Err(AnalyzeError::BadPart { source: e }),
+                }
+            }
+            let _ = cell.set(good);
+        }
+        Ok(cell.get().map(Vec::as_slice).unwrap_or(&[]))
+    }
+
+    /// Whether `table` has at least one good part.
+    pub fn has(&self, table: Table) -> Result<bool, AnalyzeError> {
+        Ok(!self.parts(table)?.is_empty())
+    }
+
+    /// The parts skipped so far under `--lenient`, with the reason.
+    pub fn skipped(&self) -> Vec<String> {
+        self.skipped.borrow().clone()
+    }
+
+    /// Number of transformer layers of the run's model.
+    pub fn n_layers(&self) -> u32 {
+        self.manifest.config.model.layers
+    }
+
+    /// A lazy scan of `table` over its good parts, keeping `columns` (all when empty). A table with
+    /// no parts scans as an empty frame with the table's schema.
+    pub fn scan(&self, table: Table, columns: &[&str]) -> Result<LazyFrame, AnalyzeError> {
+        let parts = self.parts(table)?;
+        let lf = if parts.is_empty() {
+            empty_frame(table).lazy()
+        } else {
+            let paths = parts
+                .iter()
+                .map(|p| PlRefPath::try_from_path(p))
+                .collect::<PolarsResult<Vec<_>>>()
+                .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?;
+            let args = ScanArgsParquet { glob: false, ..Default::default() };
+            LazyFrame::scan_parquet_files(paths.into_iter().collect(), args)
+                .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?
+        };
+        Ok(if columns.is_empty() { lf } else { lf.select(columns.iter().map(|c| col(*c)).collect::<Vec<_>>()) })
+    }
+
+    /// Like [`Run::scan`], with the run's name as a first column `run`.
+    pub fn scan_labelled(&self, table: Table, columns: &[&str]) -> Result<LazyFrame, AnalyzeError> {
+        let lf = self.scan(table, columns)?;
+        Ok(lf.select([lit(self.name.clone()).alias(RUN_COL), all().as_expr()]))
+    }
+
+    /// Scans and collects `table` (for the small tables and for filtered, pruned scans).
+    pub fn collect(&self, table: Table, lf: LazyFrame) -> Result<DataFrame, AnalyzeError> {
+        lf.collect().map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))
+    }
+}
+
+/// One lazy frame holding `table` of every run, each row labelled with its run in `run`.
+pub fn scan_union(runs: &[Run], table: Table, columns: &[&str]) -> Result<LazyFrame, AnalyzeError> {
+    let frames = runs.iter().map(|r| r.scan_labelled(table, columns)).collect::<Result<Vec<_>, _>>()?;
+    concat(frames, UnionArgs { rechunk: false, parallel: true, ..Default::default() })
+        .map_err(|e| AnalyzeError::scan("(all runs)", table.as_str(), e))
+}
+
+/// The distinct values of the integer column `column` of `table` (e.g. the steps that hold
+/// dumped tensors), read with only that column.
+pub fn distinct_i64(run: &Run, table: Table, column: &str) -> Result<std::collections::BTreeSet<i64>, AnalyzeError> {
+    let lf = run.scan(table, &[column])?.unique(None, UniqueKeepStrategy::Any);
+    let df = run.collect(table, lf)?;
+    Ok(i64s(&df, column).map_err(|e| AnalyzeError::scan(&run.name, table.as_str(), e))?.into_iter().flatten().collect())
+}
+
+/// A column as i64 values (integer columns of any width), nulls as None.
+pub fn i64s(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<i64>>> {
+    let c = df.column(name)?.cast(&DataType::Int64)?;
+    Ok(c.i64()?.iter().collect())
+}
+
+/// A column as f64 values (any float or integer column), nulls as None.
+pub fn f64s(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<f64>>> {
+    let c = df.column(name)?.cast(&DataType::Float64)?;
+    Ok(c.f64()?.iter().collect())
+}
+
+/// A string column, nulls as None.
+pub fn strs(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<String>>> {
+    let c = df.column(name)?;
+    Ok(c.str()?.iter().map(|s| s.map(str::to_string)).collect())
+}
+
+/// A boolean column, nulls as None.
+pub fn bools(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<bool>>> {
+    Ok(df.column(name)?.bool()?.iter().collect())
+}
+
+/// An empty frame with the polars equivalent of `table`'s Arrow schema.
+pub fn empty_frame(table: Table) -> DataFrame {
+    let fields = schema(table).fields().iter().map(|f| Field::new(f.name().as_str().into(), polars_dtype(f.data_type())));
+    DataFrame::empty_with_schema(&Schema::from_iter(fields))
+}
+
+/// The polars type of each Arrow type the schemas use.
+fn polars_dtype(dt: &arrow::datatypes::DataType) -> DataType {
+    use arrow::datatypes::DataType as A;
+    match dt {
+        A::Boolean => DataType::Boolean,
+        A::Int32 => DataType::Int32,
+        A::Int64 => DataType::Int64,
+        A::UInt32 => DataType::UInt32,
+        A::Float32 => DataType::Float32,
+        A::Float64 => DataType::Float64,
+        A::Utf8 | A::LargeUtf8 => DataType::String,
+        A::Binary | A::LargeBinary => DataType::Binary,
+        A::List(inner) | A::LargeList(inner) => DataType::List(Box::new(polars_dtype(inner.data_type()))),
+        _ => DataType::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_frames_have_every_column_of_their_table() {
+        for table in Table::ALL {
+            let df = empty_frame(table);
+            assert_eq!(df.width(), schema(table).fields().len(), "{}", table.as_str());
+            assert!(df.columns().iter().all(|c| c.dtype() != &DataType::Null), "{}", table.as_str());
+        }
+    }
+}
