@@ -65,6 +65,14 @@ pub enum AmaxAlgoArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OverflowArg {
+    /// Clip to ±max, as cvt.rn.satfinite and Transformer Engine do.
+    Saturate,
+    /// A plain cast, like PyTorch's tensor.to(torch.float8_e4m3fn): NaN in E4M3, ±Inf in E5M2.
+    Nan,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum DataArg {
     /// Seeded Markov language with a known entropy floor.
     Synthetic,
@@ -163,17 +171,21 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value = "delayed", help_heading = "FP8 recipe")]
     pub recipe: RecipeArg,
     /// FP8 formats per role.
-    #[arg(long, value_enum, default_value = "hybrid", help_heading = "FP8 recipe")]
-    pub format: FormatArg,
-    /// Delayed scaling: steps of amax history.
-    #[arg(long, default_value = "1024", value_parser = positive, help_heading = "FP8 recipe")]
-    pub amax_history: u32,
-    /// Delayed scaling: how the history is reduced.
-    #[arg(long, value_enum, default_value = "max", help_heading = "FP8 recipe")]
-    pub amax_algo: AmaxAlgoArg,
-    /// scale = (fp8_max / amax) / 2^margin.
-    #[arg(long, default_value = "0", allow_negative_numbers = true, help_heading = "FP8 recipe")]
-    pub margin: i32,
+    /// [default: hybrid, or the scenario's]
+    #[arg(long, value_enum, help_heading = "FP8 recipe")]
+    pub format: Option<FormatArg>,
+    /// Delayed scaling: steps of amax history [default: 1024, or the scenario's].
+    #[arg(long, value_parser = positive, help_heading = "FP8 recipe")]
+    pub amax_history: Option<u32>,
+    /// Delayed scaling: how the history is reduced [default: max, or the scenario's].
+    #[arg(long, value_enum, help_heading = "FP8 recipe")]
+    pub amax_algo: Option<AmaxAlgoArg>,
+    /// scale = (fp8_max / amax) / 2^margin [default: 0, or the scenario's].
+    #[arg(long, allow_negative_numbers = true, help_heading = "FP8 recipe")]
+    pub margin: Option<i32>,
+    /// What a value past the FP8 range becomes [default: saturate, or the scenario's].
+    #[arg(long, value_enum, help_heading = "FP8 recipe")]
+    pub overflow: Option<OverflowArg>,
 
     // ---- routing
     /// GEMM kinds sent back to BF16 everywhere: fprop,dgrad,wgrad.
@@ -256,7 +268,12 @@ pub struct TrainArgs {
     #[arg(long, default_value = "25", value_parser = positive, help_heading = "Recording")]
     pub flush_every: u32,
 
-    // ---- faults
+    // ---- scenarios and faults
+    /// A built-in failure scenario made by the data and the recipe, no planted defect: spike, drift
+    /// or nan (see the README). It may set recipe defaults (amax history and algorithm, margin,
+    /// format, overflow); flags given explicitly still win. Recorded in the manifest.
+    #[arg(long, value_name = "NAME", help_heading = "Planted faults")]
+    pub scenario: Option<String>,
     /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
     /// Repeatable.
     #[arg(long, value_name = "SPEC", help_heading = "Planted faults")]
@@ -324,6 +341,10 @@ pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
     let kind = kind.with_context(|| format!("--inject '{spec}': missing kind=overflow|underflow|outlier|nan"))?;
     let default = default_magnitude(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier or nan"))?;
     Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude: magnitude.unwrap_or(default) })
+}
+
+fn data_kind_is_synthetic(d: DataArg) -> bool {
+    matches!(d, DataArg::Synthetic)
 }
 
 /// Validated configuration of a `train` call.
@@ -395,6 +416,18 @@ impl TrainArgs {
                 bail!("--dump-roles: '{r}' is not a role (activation, weight, gradient, output, dgrad, wgrad)");
             }
         }
+        let scen = match &self.scenario {
+            Some(n) => Some(crate::scenario::scenario(n).with_context(|| format!("unknown scenario '{n}' (choose {})", crate::scenario::NAMES.join(", ")))?),
+            None => None,
+        };
+        if let Some(s) = &scen {
+            if data_kind_is_synthetic(self.data) && s.loud_tokens + self.topics + self.branching >= model.vocab {
+                bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.loud_tokens);
+            }
+            if !data_kind_is_synthetic(self.data) {
+                bail!("--scenario {} plants its tokens in the synthetic language; use --data synthetic", s.name);
+            }
+        }
         let injections = self.inject.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
         if !injections.is_empty() && kind == RecipeKind::Bf16 {
             bail!("--inject plants faults in FP8 casts; --recipe bf16 has none");
@@ -441,15 +474,25 @@ impl TrainArgs {
             recipe: RecipeConfig {
                 kind,
                 format: match self.format {
-                    FormatArg::Hybrid => FormatPolicy::Hybrid,
-                    FormatArg::E4m3 => FormatPolicy::E4m3,
+                    Some(FormatArg::Hybrid) => FormatPolicy::Hybrid,
+                    Some(FormatArg::E4m3) => FormatPolicy::E4m3,
+                    None if scen.as_ref().and_then(|s| s.e4m3) == Some(true) => FormatPolicy::E4m3,
+                    None => FormatPolicy::Hybrid,
                 },
-                amax_history: self.amax_history,
+                amax_history: self.amax_history.or(scen.as_ref().and_then(|s| s.amax_history)).unwrap_or(1024),
                 amax_algo: match self.amax_algo {
-                    AmaxAlgoArg::Max => AmaxAlgo::Max,
-                    AmaxAlgoArg::MostRecent => AmaxAlgo::MostRecent,
+                    Some(AmaxAlgoArg::Max) => AmaxAlgo::Max,
+                    Some(AmaxAlgoArg::MostRecent) => AmaxAlgo::MostRecent,
+                    None if scen.as_ref().and_then(|s| s.amax_algo_most_recent) == Some(true) => AmaxAlgo::MostRecent,
+                    None => AmaxAlgo::Max,
                 },
-                margin: self.margin,
+                margin: self.margin.or(scen.as_ref().and_then(|s| s.margin)).unwrap_or(0),
+                overflow: match self.overflow {
+                    Some(OverflowArg::Saturate) => Overflow::Saturate,
+                    Some(OverflowArg::Nan) => Overflow::Nan,
+                    None if scen.as_ref().is_some_and(|s| s.overflow_nan) => Overflow::Nan,
+                    None => Overflow::Saturate,
+                },
             },
             routing,
             data: DataConfig { kind: data_kind, path: self.data_path.clone(), language_seed: self.language_seed, branching: self.branching, topics: self.topics },
@@ -479,7 +522,7 @@ impl TrainArgs {
                 flush_every: self.flush_every,
             },
             injections,
-            scenario: None,
+            scenario: scen.as_ref().map(|s| s.name.to_string()),
             device: device.to_string(),
         };
         Ok(TrainPlan { config, out, name })

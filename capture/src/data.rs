@@ -47,6 +47,8 @@ pub struct Language {
     /// Per topic, the cumulative probabilities of successor slots 0..k.
     cumulative: Vec<Vec<f64>>,
     pub row_entropy: f64,
+    /// Token ids the language emits: 0..words (the vocabulary less any reserved ids).
+    words: u32,
 }
 
 pub enum Source {
@@ -93,7 +95,7 @@ impl Language {
             })
             .collect();
         let row_entropy = -probs.iter().map(|p| p * p.ln()).sum::<f64>();
-        Ok(Language { topics: z, branching: k, successors, cumulative, row_entropy })
+        Ok(Language { topics: z, branching: k, successors, cumulative, row_entropy, words: vocab })
     }
 
     /// Lowest achievable mean loss over the T predictions of a sequence of T+1 tokens.
@@ -119,6 +121,12 @@ impl Language {
 
 impl Data {
     pub fn new(cfg: &DataConfig, vocab: u32, batch: u32, seq: u32, seed: u64) -> Result<Data, DataError> {
+        Data::reserving(cfg, vocab, 0, batch, seq, seed)
+    }
+
+    /// Like [`Data::new`], but the synthetic language leaves the top `reserved` token ids unused, for
+    /// a scenario's special tokens ([`crate::scenario`]); its floor counts only the words it emits.
+    pub fn reserving(cfg: &DataConfig, vocab: u32, reserved: u32, batch: u32, seq: u32, seed: u64) -> Result<Data, DataError> {
         let (source, floor) = match cfg.kind {
             DataKind::Uniform => (Source::Uniform, Some((vocab as f64).ln())),
             DataKind::Text => {
@@ -133,8 +141,9 @@ impl Data {
                 (Source::Text { bytes }, None)
             }
             DataKind::Synthetic => {
-                let lang = Language::new(vocab, cfg.topics, cfg.branching, cfg.language_seed)?;
-                let floor = lang.floor(vocab, seq as usize);
+                let words = vocab.saturating_sub(reserved);
+                let lang = Language::new(words, cfg.topics, cfg.branching, cfg.language_seed)?;
+                let floor = lang.floor(words, seq as usize);
                 (Source::Synthetic(lang), Some(floor))
             }
         };
@@ -154,7 +163,7 @@ impl Data {
                     let start = rng.random_range(0..=bytes.len() - (t + 1));
                     bytes[start..start + t + 1].iter().map(|&x| x as u32).collect()
                 }
-                Source::Synthetic(lang) => lang.sequence(&mut rng, self.vocab, t),
+                Source::Synthetic(lang) => lang.sequence(&mut rng, lang.words, t),
             };
             inputs.extend_from_slice(&seq[..t]);
             targets.extend_from_slice(&seq[1..]);

@@ -15,6 +15,7 @@ pub mod layers;
 pub mod model;
 pub mod recipe;
 pub mod record;
+pub mod scenario;
 pub mod tensor_stats;
 pub mod train;
 

@@ -61,7 +61,8 @@ impl Dims {
 pub const LAYER_PARAMS: [&str; 12] =
     ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w", "ln2_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b"];
 const GLOBAL_PARAMS: usize = 4; // wte, lnf_w, lnf_b, lm_head
-const WTE: usize = 0;
+/// Index of the token embedding (V, C) in the flat parameter list.
+pub const WTE: usize = 0;
 const LNF_W: usize = 1;
 const LNF_B: usize = 2;
 const LM_HEAD: usize = 3;

@@ -9,7 +9,7 @@ use crate::model::{Dims, Model, StepPlan};
 use crate::record::rows;
 use crate::record::writer::{StepRows, Writer};
 use crate::recipe::Scaling;
-use fp8scope_schemas::config::{DumpSample, RunConfig};
+use fp8scope_schemas::config::{DumpSample, Overflow, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
@@ -97,8 +97,13 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
                 let cb = scaling.operand_cast(cfg, site, gemm, rb);
                 casts.insert(id, (ca, cb));
                 if is_fp8(cfg, site, gemm) {
-                    if let Some(f) = faults_at(cfg, id, step) {
-                        faults.insert(id, f);
+                    let nonsat = cfg.recipe.overflow == Overflow::Nan;
+                    let f = faults_at(cfg, id, step);
+                    if f.is_some() || nonsat {
+                        let (mut fa, mut fb, nan) = f.unwrap_or((OperandFault::NONE, OperandFault::NONE, false));
+                        fa.overflow_nan = nonsat;
+                        fb.overflow_nan = nonsat;
+                        faults.insert(id, (fa, fb, nan));
                     }
                 }
             }
@@ -120,7 +125,9 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
     let dims = Dims::from_model(m);
-    let data = Data::new(&cfg.data, m.vocab, m.batch, m.seq, cfg.train.seed)?;
+    let scenario = crate::scenario::of(cfg);
+    let reserved = scenario.as_ref().map_or(0, |s| s.loud_tokens);
+    let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
     let mut device = be.device_info();
     if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
@@ -130,6 +137,9 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let manifest = Manifest::new_running(name, cfg.clone(), device, info);
     let mut writer = Writer::start(run, manifest)?;
     let mut model: Model<B> = Model::new(be, dims, cfg.train.seed);
+    if let Some(s) = &scenario {
+        s.init_embedding(be, &mut model.state.params[crate::model::WTE], dims.v, dims.c);
+    }
     let mut scaling = Scaling::new(cfg);
 
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(cfg.train.steps as u64) };
@@ -144,7 +154,10 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let started = Instant::now();
     for step in 1..=cfg.train.steps {
         let t0 = Instant::now();
-        let batch = data.batch(step);
+        let mut batch = data.batch(step);
+        if let Some(s) = &scenario {
+            s.apply(step, dims.t, m.vocab, cfg.train.seed, &mut batch);
+        }
         let inputs = be.upload_tokens(&batch.inputs);
         let targets = be.upload_tokens(&batch.targets);
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
@@ -204,7 +217,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let tok_s = tokens as f64 * step as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {:.4}  {:.0} tok/s", out.loss, tok_s));
         pb.inc(1);
-        if step % 50 == 0 || !finite {
+        if !quiet && (step % 50 == 0 || !finite) {
             pb.suspend(|| println!("step {step:>4}  loss={:.4}", out.loss));
         }
         if !finite {

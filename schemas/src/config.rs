@@ -86,6 +86,21 @@ pub struct RecipeConfig {
     pub amax_algo: AmaxAlgo,
     /// scale = (fp8_max / amax) / 2^margin.
     pub margin: i32,
+    /// What a value past the format's largest finite number becomes: `saturate` (±max, as
+    /// `cvt.rn.satfinite` and Transformer Engine do) or `nan` (a plain, non-saturating cast such
+    /// as PyTorch's `tensor.to(torch.float8_e4m3fn)`: NaN in E4M3, ±Inf in E5M2). Absent in older
+    /// manifests, where it means `saturate`.
+    #[serde(default)]
+    pub overflow: Overflow,
+}
+
+/// See [`RecipeConfig::overflow`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overflow {
+    #[default]
+    Saturate,
+    Nan,
 }
 
 /// Which GEMMs are sent back to BF16 while the recipe is FP8.

@@ -70,6 +70,9 @@ pub struct OperandFault {
     pub scale_mult: f32,
     /// Multiplies a few elements of the high-precision operand before the cast (1.0: none).
     pub outlier_factor: f32,
+    /// Not a fault but a recipe setting carried with the cast: values past the format's range
+    /// become NaN (E4M3) or ±Inf (E5M2) instead of saturating (`--overflow nan`).
+    pub overflow_nan: bool,
 }
 
 impl Default for OperandFault {
@@ -79,9 +82,9 @@ impl Default for OperandFault {
 }
 
 impl OperandFault {
-    pub const NONE: OperandFault = OperandFault { scale_mult: 1.0, outlier_factor: 1.0 };
+    pub const NONE: OperandFault = OperandFault { scale_mult: 1.0, outlier_factor: 1.0, overflow_nan: false };
     pub fn is_none(&self) -> bool {
-        self.scale_mult == 1.0 && self.outlier_factor == 1.0
+        self.scale_mult == 1.0 && self.outlier_factor == 1.0 && !self.overflow_nan
     }
 }
 

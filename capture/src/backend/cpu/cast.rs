@@ -81,7 +81,10 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             // as a stale or corrupted scale would.
             let s = base * fault.scale_mult;
             let mut q = vec![0u8; x.len()];
-            let st = fp8::quantize(format, x, s, &mut q);
+            let mut st = fp8::quantize(format, x, s, &mut q);
+            if fault.overflow_nan && st.saturated > 0 {
+                overflow_to_nonfinite(format, x, s, &mut q, &mut st);
+            }
             let mut d = vec![0f32; x.len()];
             fp8::dequantize(format, &q, base, &mut d);
             let report = CastReport {
@@ -141,6 +144,25 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
     Cast { dequantized, report }
 }
 
+/// A non-saturating cast: every value whose scaled magnitude rounds past the format's largest
+/// finite number becomes NaN (E4M3 has no Inf) or ±Inf (E5M2). Counted as NaN / Inf, not as
+/// saturated.
+fn overflow_to_nonfinite(format: Fp8Format, x: &[f32], scale: f32, q: &mut [u8], st: &mut fp8::CastStats) {
+    // Halfway between max and the next value the format would have: RNE rounds above it.
+    let (limit, code) = match format {
+        Fp8Format::E4M3 => (464.0f32, 0x7Fu8),
+        Fp8Format::E5M2 => (61440.0f32, 0x7Cu8),
+    };
+    for (&v, c) in x.iter().zip(q.iter_mut()) {
+        let y = v * scale;
+        if y.is_finite() && y.abs() >= limit {
+            *c = code | if y < 0.0 { 0x80 } else { 0 };
+            st.saturated -= 1;
+            if format == Fp8Format::E4M3 { st.nan += 1 } else { st.inf += 1 }
+        }
+    }
+}
+
 /// (underflow, saturated) of a block cast: non-zero finite inputs whose code is ±0, and finite
 /// inputs with |x·scale| > max for their tile's scale.
 #[allow(clippy::too_many_arguments)]
@@ -182,4 +204,28 @@ fn dequantize_tiles(format: Fp8Format, q: &[u8], rows: usize, cols: usize, tr: u
         }
     });
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ScaleSource;
+
+    #[test]
+    fn a_non_saturating_cast_turns_overflow_into_nan_in_e4m3_and_inf_in_e5m2() {
+        // scale 1: 448 and 463 round to max (463 < 464, the midpoint to 480), 464 and 1000 overflow.
+        let x = [1.0f32, 448.0, 463.0, 464.0, -1000.0];
+        let fault = OperandFault { overflow_nan: true, ..OperandFault::NONE };
+        let how = |format| OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: 1.0, amax_used: 448.0 } };
+        let c = cast_operand(&x, 1, 5, how(Fp8Format::E4M3), fault, StatsLevel::Amax, false);
+        assert_eq!(c.report.nan, 2);
+        assert_eq!(c.report.saturated, 1, "463 is still saturated to 448");
+        assert!(c.dequantized[3].is_nan() && c.dequantized[4].is_nan());
+        assert_eq!(c.dequantized[2], 448.0);
+        let y = [1.0f32, 61440.0, -1e6];
+        let c = cast_operand(&y, 1, 3, how(Fp8Format::E5M2), fault, StatsLevel::Amax, false);
+        assert_eq!((c.report.inf, c.dequantized[1], c.dequantized[2]), (2, f32::INFINITY, f32::NEG_INFINITY));
+        let sat = cast_operand(&x, 1, 5, how(Fp8Format::E4M3), OperandFault::NONE, StatsLevel::Amax, false);
+        assert_eq!((sat.report.nan, sat.report.saturated), (0, 3));
+    }
 }
