@@ -8,7 +8,9 @@
 // and the last block to finish reduces them in a fixed order (no floating-point atomics); the same
 // last block turns an amax into a current scale when asked.
 //
-// Scale slots: slot[0] = scale (x is multiplied by it), slot[SLOT_INV] = 1/scale, the
+// Scale slots: slot[0] = the cast scale s (x is multiplied by it), slot[SLOT_BASE] = the true scale
+// (s without a planted mis-scale: dequantisation uses it, as a stale scale would be used),
+// slot[SLOT_INV] = 1/slot[SLOT_BASE], the
 // dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both 16-byte aligned, as
 // cuBLASLt requires of scale pointers.
 //
@@ -19,6 +21,7 @@
 #include "common.cuh"
 
 #define STAT_FIELDS 17
+#define SLOT_BASE 1
 #define SLOT_INV 4
 #define TILE 32
 #define ROWS_PER_PASS 8
@@ -96,16 +99,20 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
     if (threadIdx.x < STAT_FIELDS && record != nullptr) record[threadIdx.x] = res[threadIdx.x];
     if (threadIdx.x == 0) {
         if (scale_mode == 1) {
-            float s = scale_for_amax(fmt, (float)res[5], margin) * mult;
-            slot[0] = s;
-            slot[SLOT_INV] = 1.0f / s;
+            float base = scale_for_amax(fmt, (float)res[5], margin);
+            slot[0] = base * mult;
+            slot[SLOT_BASE] = base;
+            slot[SLOT_INV] = 1.0f / base;
         }
         *counter = 0;
     }
 }
 
 // Casts one element and folds it into the statistics. Returns the output code (BF16 bits or FP8 byte).
-__device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, int level, Acc& a) {
+// s: the cast scale; base: the dequantisation scale. With overflow_nan (`--overflow nan`), scaled
+// values at or past the rounding limit become NaN (E4M3) or ±Inf (E5M2) instead of saturating, and
+// count as NaN / Inf rather than saturated, as the CPU's cast does.
+__device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, float base, int overflow_nan, int level, Acc& a) {
     unsigned short code;
     float dq;
     bool under, sat;
@@ -116,11 +123,17 @@ __device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, in
         under = dq == 0.0f;
         sat = isinf(dq);
     } else {
-        u8 q = to_fp8(v * s, fmt);
+        float y = v * s;
+        u8 q = to_fp8(y, fmt);
+        sat = fabsf(y) > fmt_max(fmt);
+        if (overflow_nan && isfinite(y) && fabsf(y) >= (fmt == FMT_E4M3 ? 464.0f : 61440.0f)) {
+            q = (fmt == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0);
+            sat = false;
+            if (fmt == FMT_E4M3) a.nan_ += 1.0; else a.inf_ += 1.0;
+        }
         code = q;
-        dq = from_fp8(q, fmt) / s;
+        dq = from_fp8(q, fmt) / base;
         under = (q & 0x7f) == 0;
-        sat = fabsf(v * s) > fmt_max(fmt);
     }
     // FP8: saturated counts every non-NaN input whose scaled value passes max (Inf included), as
     // crate::fp8::quantize does; BF16: finite inputs that round to Inf.
@@ -160,9 +173,9 @@ __device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, in
 
 // out = cast(x) (or cast(x)^T with transpose = 1), statistics reduced into record[STAT_FIELDS].
 // x: (rows, cols) f32. out: (rows, cols) or (cols, rows) of BF16 (2 bytes) or FP8 (1 byte); may be
-// null (statistics only). Scale: scale_mode 0 takes scale_arg and writes slot[0] = scale,
-// slot[SLOT_INV] = 1/scale; scale_mode 1 reads slot[0]; scale_mode 2 (the amax pass of current
-// scaling, out null) computes slot from the amax at the end. The four elements at o0..o3 are
+// null (statistics only). Scale: scale_mode 0 casts with scale_arg * mult, dequantises with
+// scale_arg, and writes the slot; scale_mode 1 reads the slot; scale_mode 2 (the amax pass of
+// current scaling, out null) computes the slot from the amax at the end. The four elements at o0..o3 are
 // multiplied by outlier_factor first (a planted fault).
 // level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
 // partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
@@ -171,12 +184,17 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
     const float* __restrict__ x, int rows, int cols, int transpose, int fmt,
     float scale_arg, int scale_mode, float* __restrict__ slot, int level,
     void* __restrict__ out, double* partials, double* __restrict__ record, u32* __restrict__ counter,
-    int margin, float mult, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
+    int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
     __shared__ unsigned short tile[TILE][TILE + 1];
-    float s = fmt == FMT_BF16 ? 1.0f : (scale_mode == 1 ? slot[0] : scale_arg);
+    float s = 1.0f, base = 1.0f;
+    if (fmt != FMT_BF16) {
+        if (scale_mode == 1) { s = slot[0]; base = slot[SLOT_BASE]; }
+        else { base = scale_arg; s = base * mult; }
+    }
     if (scale_mode == 0 && blockIdx.x == 0 && threadIdx.x == 0 && slot != nullptr) {
         slot[0] = s;
-        slot[SLOT_INV] = 1.0f / s;
+        slot[SLOT_BASE] = base;
+        slot[SLOT_INV] = 1.0f / base;
     }
     Acc a;
     acc_init(a);
@@ -210,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
                 u64 i = (u64)r * cols + c;
                 float v = cur[j];
                 if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
-                code = cast_one(v, fmt, s, level, a);
+                code = cast_one(v, fmt, s, base, overflow_nan, level, a);
                 if (out != nullptr && !transpose) {
                     if (fmt == FMT_BF16) out16[i] = code; else out8[i] = (u8)code;
                 }

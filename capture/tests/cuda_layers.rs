@@ -108,6 +108,25 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
         assert_eq!(rep.scale.to_bits(), cpu.scale.to_bits(), "current scale");
         assert_eq!(Some(bytes), cpu.quantized, "{}: current-scaled bytes", format.name());
     }
+    // Planted faults and the non-saturating mode: a mis-scale (cast with scale × 16, dequantised
+    // with the true scale), outliers, and overflow to NaN / Inf instead of saturation.
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let x: Vec<f32> = (0..64 * 96).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let xd = gpu.upload(&x);
+        let fault = OperandFault { scale_mult: 16.0, outlier_factor: 1e4, overflow_nan: true };
+        for how in [
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: format.max() / 8.0, amax_used: 4.0 } },
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 0 } },
+        ] {
+            let (bytes, rep) = gpu.cast_for_test(&xd, 64, 96, false, how, fault, StatsLevel::Full).expect("cast");
+            let cpu = cast_operand(&x, 64, 96, how, fault, StatsLevel::Full, true).report;
+            assert_eq!(Some(bytes), cpu.quantized, "{}: faulted bytes", format.name());
+            assert_eq!((rep.scale.to_bits(), rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf), (cpu.scale.to_bits(), cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf), "{}: faulted counts", format.name());
+            let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
+            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() && (gq.1 - cq.1).abs() <= 1e-9, "faulted quant error {gq:?} vs {cq:?}");
+        }
+    }
     // Transposed casts (dgrad / wgrad operands) hold the same bytes, transposed.
     let (rows, cols) = (96, 160);
     let mut rng = Pcg64::seed_from_u64(3);

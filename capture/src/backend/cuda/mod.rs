@@ -409,19 +409,19 @@ impl CudaBackend {
         let (mut scale_arg, mut mode) = (1.0f32, 0i32);
         if let OperandCast::Fp8Tensor { scale, .. } = how {
             match scale {
-                ScaleSource::Given { scale, .. } => scale_arg = scale * fault.scale_mult,
+                ScaleSource::Given { scale, .. } => scale_arg = scale,
                 ScaleSource::Current { margin } => {
                     // Amax pass (no output); its last block writes the scale to the slot.
                     #[rustfmt::skip]
                     launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 0i32, fmt, 1.0f32, 2i32,
-                        slot_ptr, 0i32, 0u64, parts, 0u64, counter, margin, fault.scale_mult, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+                        slot_ptr, 0i32, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
                     mode = 1;
                 }
             }
         }
         #[rustfmt::skip]
         launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, transpose as i32, fmt, scale_arg, mode,
-            slot_ptr, lvl, dst, parts, rec_ptr, counter, 0i32, 1.0f32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+            slot_ptr, lvl, dst, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
         Ok(Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 })
     }
 
