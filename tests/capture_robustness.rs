@@ -52,7 +52,7 @@ fn a_run_killed_midway_keeps_every_closed_part_readable() {
 fn refused(args: &[&str], needle: &str) {
     let o = capture(args);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2 (bad input)");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line:\n{err}");
     assert!(err.contains(needle), "{args:?}: '{needle}' not in: {err}");
     assert!(!err.contains("panicked"), "{err}");

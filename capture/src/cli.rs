@@ -29,6 +29,14 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train and record one run.
+    #[command(after_help = "Examples:\n  \
+fp8-capture train --preset tiny --recipe bf16 --out runs/bf16\n  \
+fp8-capture train --preset tiny --recipe delayed --dump-every 50 --shadow --out runs/fp8\n  \
+fp8-capture train --preset tiny --recipe delayed --bf16-gemms dgrad --out runs/fp8-no-dgrad\n  \
+fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100 --out runs/planted\n\n\
+The run directory holds run.json and Parquet tables (steps, stats, tensors, events, shadow); \
+read it with fp8-analyze. Exit status: 0 completed, 3 diverged (non-finite loss), \
+130 interrupted, 1 error, 2 bad flags.")]
     Train(Box<TrainArgs>),
     /// List the model presets.
     Presets,

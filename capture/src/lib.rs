@@ -24,6 +24,11 @@ use cli::{Cli, Command, DeviceArg, TrainArgs};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{prepare_new_run_dir, Manifest, RunStatus};
 
+/// An error in what the user asked for (a flag, an output directory): exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub struct UsageError(pub anyhow::Error);
+
 /// Runs a parsed command line. Returns the process exit code for outcomes that are not errors
 /// (0 for a completed run, 3 for a diverged one).
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -92,15 +97,15 @@ fn catch_device_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Resul
 
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
-    let device = resolve_device(args.device, args.recipe)?;
-    let plan = args.validate(device)?;
+    let device = resolve_device(args.device, args.recipe).map_err(UsageError)?;
+    let plan = args.validate(device).map_err(UsageError)?;
     if let Some(n) = args.threads {
         // Ignore the error of a pool that already exists (a second run in one process).
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
     }
     // Start the GPU (kernels compiled, libraries loaded) before anything touches the disk.
     let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::new().context("starting the CUDA backend")?) } else { None };
-    prepare_new_run_dir(&plan.out)?;
+    prepare_new_run_dir(&plan.out).map_err(|e| UsageError(e.into()))?;
     let run = RunDir::new(&plan.out);
     interrupt::install();
     let outcome = if let Some(be) = cuda.as_mut() {

@@ -22,7 +22,8 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("fp8-capture: {}", one_line(&e));
-            std::process::exit(1);
+            let usage = e.downcast_ref::<fp8_capture::UsageError>().is_some();
+            std::process::exit(if usage { 2 } else { 1 });
         }
     }
 }
