@@ -45,26 +45,75 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-fn resolve_device(arg: DeviceArg) -> anyhow::Result<&'static str> {
+/// The device a run uses: `auto` is CUDA when a GPU of compute capability ≥ 8.9 is found (and the
+/// recipe runs there), else the CPU; `cuda` without such a GPU is an error saying why, in one line.
+pub fn resolve_device(arg: DeviceArg, recipe: cli::RecipeArg) -> anyhow::Result<&'static str> {
+    let block = matches!(recipe, cli::RecipeArg::Block);
     match arg {
-        DeviceArg::Cpu | DeviceArg::Auto => Ok("cpu"),
-        DeviceArg::Cuda => bail!("--device cuda: this build of fp8-capture has no CUDA backend yet; use --device cpu"),
+        DeviceArg::Cpu => Ok("cpu"),
+        DeviceArg::Auto => Ok(if !block && gpu_usable().is_ok() { "cuda" } else { "cpu" }),
+        DeviceArg::Cuda => {
+            if let Err(e) = gpu_usable() {
+                bail!("--device cuda: {e}; use --device cpu");
+            }
+            if block {
+                bail!("--device cuda: the block recipe is not implemented on the CUDA backend yet; use --device cpu");
+            }
+            Ok("cuda")
+        }
+    }
+}
+
+/// Ok when GPU 0 exists and has FP8 tensor cores (compute capability ≥ 8.9).
+pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
+    let (name, (major, minor)) = backend::cuda::probe_gpu()?;
+    if (major, minor) < (8, 9) {
+        return Err(backend::cuda::CudaError::OldGpu { name, major, minor });
+    }
+    Ok(())
+}
+
+/// Runs `f`, turning a panic of the CUDA backend (whose primitives cannot return errors) into an
+/// error with its message.
+fn catch_device_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    // The backend's own failures become the run's one-line error; other panics print as usual.
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let cuda = info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with("CUDA backend:"));
+        if !cuda {
+            prev(info);
+        }
+    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let _ = std::panic::take_hook();
+    match r {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            bail!("{}", msg.unwrap_or_else(|| "the device backend panicked".into()))
+        }
     }
 }
 
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
-    let device = resolve_device(args.device).map_err(UsageError)?;
+    let device = resolve_device(args.device, args.recipe).map_err(UsageError)?;
     let plan = args.validate(device).map_err(UsageError)?;
     if let Some(n) = args.threads {
         // Ignore the error of a pool that already exists (a second run in one process).
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
     }
+    // Start the GPU (kernels compiled, libraries loaded) before anything touches the disk.
+    let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::new().context("starting the CUDA backend")?) } else { None };
     prepare_new_run_dir(&plan.out).map_err(|e| UsageError(e.into()))?;
     let run = RunDir::new(&plan.out);
     interrupt::install();
-    let mut be = backend::cpu::CpuBackend::new();
-    let outcome = train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet);
+    let outcome = if let Some(be) = cuda.as_mut() {
+        catch_device_panic(|| train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet))
+    } else {
+        let mut be = backend::cpu::CpuBackend::new();
+        train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
+    };
     let manifest = match outcome {
         Ok(o) => o.manifest,
         Err(e) => {

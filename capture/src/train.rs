@@ -162,7 +162,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let targets = be.upload_tokens(&batch.targets);
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
         let out = model.forward_backward(be, &inputs, &targets, &plan);
-        let grad_sumsq: f64 = model.state.grads.iter().map(|g| be.sumsq(g)).sum();
+        let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
         let grad_norm = grad_sumsq.sqrt();
         let clip = cfg.train.grad_clip;
         let grad_scale = if clip > 0.0 && grad_norm.is_finite() && grad_norm > clip { (clip / grad_norm) as f32 } else { 1.0 };

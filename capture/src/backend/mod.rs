@@ -14,6 +14,7 @@
 //! ([`Backend::take_reports`]), so a device backend needs no host synchronisation per GEMM.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::fp8::Fp8Format;
 use fp8scope_schemas::names::{Gemm, Module, Role};
@@ -251,6 +252,11 @@ pub trait Backend {
     fn crossentropy(&mut self, losses: &mut Self::Buf, dlogits: &mut Self::Buf, logits: &Self::Buf, targets: &Self::Tokens, v: usize, dloss: f32);
     /// Σ x² in f64 (non-finite values propagate).
     fn sumsq(&mut self, x: &Self::Buf) -> f64;
+    /// Σ x² over every buffer, in f64: the squared global gradient norm. One call instead of one
+    /// `sumsq` per buffer, so that a device backend synchronises once, not once per parameter.
+    fn sumsq_all(&mut self, xs: &[Self::Buf]) -> f64 {
+        xs.iter().map(|x| self.sumsq(x)).sum()
+    }
     /// Number of non-finite values.
     fn count_nonfinite(&mut self, x: &Self::Buf) -> u64;
     fn adamw(&mut self, p: &mut Self::Buf, g: &Self::Buf, m: &mut Self::Buf, v: &mut Self::Buf, h: &AdamW);

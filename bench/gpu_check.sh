@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Correctness on the GPU machine, in one go (about 3 minutes):
+#  1. the CUDA test binaries (FP8 casts bit-exact vs the CPU emulation; every layer vs the CPU
+#     reference within its tolerance table),
+#  2. parity: `small` preset, same seed, 100 steps, bf16 and delayed: GPU loss within 1% of the
+#     CPU's at every step,
+#  3. determinism: two identical GPU runs give bit-identical loss columns.
+# Usage: bench/gpu_check.sh BIN_DIR OUT_DIR   (BIN_DIR holds fp8-capture and the test binaries
+# cuda_layers, cuda_kernels; build them with bench/stage.sh on the build machine).
+set -uo pipefail
+BIN=${1:?bin dir}; OUT=${2:?out dir}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT/runs"
+status=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "== GPU tests"
+for t in cuda_kernels cuda_layers; do
+  "$BIN/$t" --nocapture --test-threads 1 2>&1 | tee "$OUT/test_$t.log" | grep -v "^$" | tail -60 || status=1
+  grep -q "test result: ok" "$OUT/test_$t.log" || status=1
+done
+cap() { "$BIN/fp8-capture" train --quiet "$@"; }
+echo "== parity: small preset, 100 steps, CPU vs GPU"
+for r in bf16 delayed; do
+  cap --device cpu --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-cpu" &
+  cap --device cuda --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-gpu" || status=1
+  cap --device cuda --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-gpu2" || status=1
+  wait || status=1
+  python3 "$HERE/runs.py" parity "$OUT/runs/small-$r-cpu" "$OUT/runs/small-$r-gpu" | tee -a "$OUT/checks.jsonl" || status=1
+  python3 "$HERE/runs.py" same "$OUT/runs/small-$r-gpu" "$OUT/runs/small-$r-gpu2" | tee -a "$OUT/checks.jsonl" || status=1
+done
+echo "== gpu_check status $status"
+exit $status

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the build machine: build the workspace in release, then copy fp8-capture, the CUDA test
+# binaries and bench/ into DEST (default /work/main/.devcarry) for a GPU-machine call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEST=${1:-/work/main/.devcarry}
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fp8scope-target}"
+cargo build --release --workspace
+mkdir -p "$DEST/bin"
+cp "$CARGO_TARGET_DIR/release/fp8-capture" "$DEST/bin/"
+for t in cuda_layers cuda_kernels; do
+  f=$(cargo test --release --workspace --test $t --no-run --message-format=json 2>/dev/null | python3 -c "import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='$t': print(m['executable'])")
+  cp "$f" "$DEST/bin/$t"
+done
+rm -rf "$DEST/bench" && cp -r bench "$DEST/bench"
+ls -la "$DEST/bin"

@@ -1,0 +1,371 @@
+//! GEMMs through cuBLASLt (the linear layers: FP8 or BF16 operands, FP32 accumulation and output)
+//! and cuBLAS (attention's BF16 batched products), at the sys level: cudarc's safe `matmul` has
+//! neither FP8 types nor scale pointers.
+//!
+//! Every linear-layer GEMM is issued in the one layout Hopper's FP8 GEMMs accept, TN: in row-major
+//! words `D (rows × cols) = P (rows × k) · Q (cols × k)ᵀ`, both operands contiguous along k. The
+//! cast kernels produce P and Q in that layout (transposing where dgrad and wgrad need it).
+//! Plans (descriptor, layouts, chosen algorithm) are cached per shape and type, so a shape always
+//! runs the same algorithm: results are reproducible run to run.
+
+use super::CudaError;
+use cudarc::cublas::sys as bs;
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Element type of a GEMM operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpType {
+    Bf16,
+    E4M3,
+    E5M2,
+}
+
+impl OpType {
+    fn lt(self) -> lt::cudaDataType {
+        match self {
+            OpType::Bf16 => lt::cudaDataType_t::CUDA_R_16BF,
+            OpType::E4M3 => lt::cudaDataType_t::CUDA_R_8F_E4M3,
+            OpType::E5M2 => lt::cudaDataType_t::CUDA_R_8F_E5M2,
+        }
+    }
+    pub fn is_fp8(self) -> bool {
+        self != OpType::Bf16
+    }
+    pub fn bytes(self) -> usize {
+        if self == OpType::Bf16 { 2 } else { 1 }
+    }
+}
+
+fn ck(st: lt::cublasStatus_t, what: &'static str) -> Result<(), CudaError> {
+    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Blas {
+            what,
+            status: format!("{st:?}"),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    rows: u64,
+    cols: u64,
+    k: u64,
+    p: OpType,
+    q: OpType,
+    /// D in BF16 instead of F32.
+    d_bf16: bool,
+}
+
+struct Plan {
+    desc: lt::cublasLtMatmulDesc_t,
+    la: lt::cublasLtMatrixLayout_t,
+    lb: lt::cublasLtMatrixLayout_t,
+    ld: lt::cublasLtMatrixLayout_t,
+    algo: lt::cublasLtMatmulAlgo_t,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created by this plan and is destroyed once.
+        unsafe {
+            lt::cublasLtMatrixLayoutDestroy(self.la);
+            lt::cublasLtMatrixLayoutDestroy(self.lb);
+            lt::cublasLtMatrixLayoutDestroy(self.ld);
+            lt::cublasLtMatmulDescDestroy(self.desc);
+        }
+    }
+}
+
+/// cuBLASLt handle, workspace and plan cache.
+pub struct Lt {
+    h: lt::cublasLtHandle_t,
+    ws: CudaSlice<u8>,
+    plans: HashMap<Key, Plan>,
+    stream: Arc<CudaStream>,
+}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        self.plans.clear();
+        // SAFETY: the handle was created in `new` and is destroyed once, after its plans.
+        unsafe { lt::cublasLtDestroy(self.h) };
+    }
+}
+
+fn set_desc<T>(d: lt::cublasLtMatmulDesc_t, a: lt::cublasLtMatmulDescAttributes_t, v: &T) -> Result<(), CudaError> {
+    // SAFETY: v points at a live T of the size given.
+    ck(
+        unsafe { lt::cublasLtMatmulDescSetAttribute(d, a, v as *const T as *const c_void, std::mem::size_of::<T>()) },
+        "cublasLtMatmulDescSetAttribute",
+    )
+}
+
+impl Lt {
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Lt, CudaError> {
+        // SAFETY: only probes for the library.
+        if !unsafe { lt::is_culib_present() } {
+            return Err(CudaError::MissingLibrary("cuBLASLt (libcublasLt.so)"));
+        }
+        let mut h = std::ptr::null_mut();
+        // SAFETY: h is written by cublasLtCreate.
+        ck(unsafe { lt::cublasLtCreate(&mut h) }, "cublasLtCreate")?;
+        let ws = stream.alloc_zeros::<u8>(32 << 20)?;
+        Ok(Lt {
+            h,
+            ws,
+            plans: HashMap::new(),
+            stream: stream.clone(),
+        })
+    }
+
+    fn plan(&mut self, key: Key) -> Result<&Plan, CudaError> {
+        if !self.plans.contains_key(&key) {
+            use lt::cublasLtMatmulDescAttributes_t as A;
+            let mut desc = std::ptr::null_mut();
+            // SAFETY: desc is written by the call.
+            ck(
+                unsafe { lt::cublasLtMatmulDescCreate(&mut desc, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F) },
+                "cublasLtMatmulDescCreate",
+            )?;
+            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &1i32)?; // T
+            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &0i32)?; // N
+            // Column-major: A = Q stored (k × cols, ld k), B = P stored (k × rows, ld k),
+            // D (cols × rows, ld cols) = row-major (rows × cols).
+            let layout = |ty: lt::cudaDataType, r: u64, c: u64, ld: i64| -> Result<lt::cublasLtMatrixLayout_t, CudaError> {
+                let mut l = std::ptr::null_mut();
+                // SAFETY: l is written by the call.
+                ck(unsafe { lt::cublasLtMatrixLayoutCreate(&mut l, ty, r, c, ld) }, "cublasLtMatrixLayoutCreate")?;
+                Ok(l)
+            };
+            let la = layout(key.q.lt(), key.k, key.cols, key.k as i64)?;
+            let lb = layout(key.p.lt(), key.k, key.rows, key.k as i64)?;
+            let d_ty = if key.d_bf16 {
+                lt::cudaDataType_t::CUDA_R_16BF
+            } else {
+                lt::cudaDataType_t::CUDA_R_32F
+            };
+            let ld = layout(d_ty, key.cols, key.rows, key.cols as i64)?;
+            {
+                // Scale pointers are set per call; a placeholder lets the heuristic plan for them.
+                let (wsp, _g) = self.ws.device_ptr(&self.stream);
+                if key.q.is_fp8() {
+                    set_desc(desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsp)?;
+                }
+                if key.p.is_fp8() {
+                    set_desc(desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &wsp)?;
+                }
+            }
+            let mut pref = std::ptr::null_mut();
+            // SAFETY: pref is written by the call, then configured and destroyed below.
+            ck(unsafe { lt::cublasLtMatmulPreferenceCreate(&mut pref) }, "cublasLtMatmulPreferenceCreate")?;
+            let wsz: u64 = self.ws.len() as u64;
+            // SAFETY: wsz is a live u64.
+            unsafe {
+                lt::cublasLtMatmulPreferenceSetAttribute(
+                    pref,
+                    lt::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &wsz as *const u64 as *const c_void,
+                    8,
+                )
+            };
+            // SAFETY: a zeroed heuristic result is a valid out-parameter.
+            let mut res: [lt::cublasLtMatmulHeuristicResult_t; 4] = unsafe { std::mem::zeroed() };
+            let mut cnt = 0i32;
+            // SAFETY: all handles are live; res has room for 4 results.
+            let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, 4, res.as_mut_ptr(), &mut cnt) };
+            // SAFETY: pref was created above.
+            unsafe { lt::cublasLtMatmulPreferenceDestroy(pref) };
+            let plan = Plan {
+                desc,
+                la,
+                lb,
+                ld,
+                algo: res[0].algo,
+            };
+            ck(st, "cublasLtMatmulAlgoGetHeuristic")?;
+            if cnt == 0 {
+                return Err(CudaError::Blas {
+                    what: "cublasLtMatmulAlgoGetHeuristic",
+                    status: format!("no algorithm for {key:?}"),
+                });
+            }
+            self.plans.insert(key, plan);
+        }
+        Ok(&self.plans[&key])
+    }
+
+    /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
+    /// FP8 operands multiplied by their device-side dequantisation factors (`p_inv`, `q_inv`:
+    /// device pointers to f32).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_tn(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        p: u64,
+        pt: OpType,
+        p_inv: u64,
+        q: u64,
+        qt: OpType,
+        q_inv: u64,
+        d: u64,
+        d_bf16: bool,
+    ) -> Result<(), CudaError> {
+        let key = Key {
+            rows: rows as u64,
+            cols: cols as u64,
+            k: k as u64,
+            p: pt,
+            q: qt,
+            d_bf16,
+        };
+        let r = self.matmul_key(key, p, p_inv, q, q_inv, d);
+        r.map_err(|e| match e {
+            CudaError::Blas { what, status } => CudaError::Blas {
+                what,
+                status: format!(
+                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}] {pt:?} . Q[{cols}x{k}]^T {qt:?}, D {})",
+                    if d_bf16 { "bf16" } else { "f32" }
+                ),
+            },
+            e => e,
+        })
+    }
+
+    fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64) -> Result<(), CudaError> {
+        let (pt, qt) = (key.p, key.q);
+        let ws = {
+            let (p, _g) = self.ws.device_ptr(&self.stream);
+            p
+        };
+        let ws_len = self.ws.len();
+        let stream = self.stream.cu_stream() as lt::cudaStream_t;
+        let h = self.h;
+        let plan = self.plan(key)?;
+        use lt::cublasLtMatmulDescAttributes_t as A;
+        if qt.is_fp8() {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &q_inv)?;
+        }
+        if pt.is_fp8() {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p_inv)?;
+        }
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: pointers are live device allocations of the sizes the plan describes; the
+        // workspace is owned by self; all work is ordered on `stream`.
+        ck(
+            unsafe {
+                lt::cublasLtMatmul(
+                    h,
+                    plan.desc,
+                    &alpha as *const f32 as *const c_void,
+                    q as *const c_void,
+                    plan.la,
+                    p as *const c_void,
+                    plan.lb,
+                    &beta as *const f32 as *const c_void,
+                    d as *const c_void,
+                    plan.ld,
+                    d as *mut c_void,
+                    plan.ld,
+                    &plan.algo,
+                    ws as *mut c_void,
+                    ws_len,
+                    stream,
+                )
+            },
+            "cublasLtMatmul",
+        )
+    }
+}
+
+/// cuBLAS handle for attention's strided-batched BF16 products (f32 out).
+pub struct Blas {
+    blas: cudarc::cublas::CudaBlas,
+}
+
+/// One strided-batched GEMM in cuBLAS's column-major terms.
+#[derive(Clone, Copy, Debug)]
+pub struct Batched {
+    pub ta: bool,
+    pub tb: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub alpha: f32,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+}
+
+impl Blas {
+    pub fn new(stream: &Arc<CudaStream>) -> Result<Blas, CudaError> {
+        // SAFETY: only probes for the library.
+        if !unsafe { bs::is_culib_present() } {
+            return Err(CudaError::MissingLibrary("cuBLAS (libcublas.so)"));
+        }
+        let blas = cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| CudaError::Blas {
+            what: "cublasCreate",
+            status: format!("{e:?}"),
+        })?;
+        Ok(Blas { blas })
+    }
+
+    /// C (f32) = alpha · op(A) · op(B), A and B BF16, column-major, batched with strides.
+    pub fn gemm_bf16_f32(&self, g: Batched, a: u64, b: u64, c: u64) -> Result<(), CudaError> {
+        let op = |t: bool| {
+            if t {
+                bs::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                bs::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let beta = 0.0f32;
+        // SAFETY: a, b, c are live device allocations large enough for the strides and batch.
+        let st = unsafe {
+            bs::cublasGemmStridedBatchedEx(
+                *self.blas.handle(),
+                op(g.ta),
+                op(g.tb),
+                g.m,
+                g.n,
+                g.k,
+                &g.alpha as *const f32 as *const c_void,
+                a as *const c_void,
+                bs::cudaDataType_t::CUDA_R_16BF,
+                g.lda,
+                g.stride_a,
+                b as *const c_void,
+                bs::cudaDataType_t::CUDA_R_16BF,
+                g.ldb,
+                g.stride_b,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                bs::cudaDataType_t::CUDA_R_32F,
+                g.ldc,
+                g.stride_c,
+                g.batch,
+                bs::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bs::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(CudaError::Blas {
+                what: "cublasGemmStridedBatchedEx",
+                status: format!("{st:?}"),
+            })
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The CUDA sources of `kernels/`, embedded in the binary and compiled by NVRTC at start-up to a
+//! CUBIN for the GPU found (cached per process), and the table of kernel modules.
+//!
+//! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` is replaced by that
+//! file's text before compilation, so no header search is needed for our own code. NVRTC still
+//! needs CUDA's headers (`cuda_fp8.h`, `cuda_bf16.h`): see [`include_dirs`].
+
+use super::CudaError;
+use cudarc::nvrtc::{result as nr, sys as ns};
+use std::ffi::{CString, c_char};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+const COMMON: &str = include_str!("../../../../kernels/common.cuh");
+
+/// A kernel family: one `.cu` file, one module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    Cast,
+    Stats,
+    Embedding,
+    Residual,
+    Gelu,
+    LayerNorm,
+    Attention,
+    Loss,
+    AdamW,
+}
+
+impl Family {
+    pub const ALL: [Family; 9] = [
+        Family::Cast,
+        Family::Stats,
+        Family::Embedding,
+        Family::Residual,
+        Family::Gelu,
+        Family::LayerNorm,
+        Family::Attention,
+        Family::Loss,
+        Family::AdamW,
+    ];
+
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Cast => "cast.cu",
+            Family::Stats => "stats.cu",
+            Family::Embedding => "embedding.cu",
+            Family::Residual => "residual.cu",
+            Family::Gelu => "gelu.cu",
+            Family::LayerNorm => "layernorm.cu",
+            Family::Attention => "attention.cu",
+            Family::Loss => "loss.cu",
+            Family::AdamW => "adamw.cu",
+        }
+    }
+
+    pub fn source(self) -> &'static str {
+        match self {
+            Family::Cast => include_str!("../../../../kernels/cast.cu"),
+            Family::Stats => include_str!("../../../../kernels/stats.cu"),
+            Family::Embedding => include_str!("../../../../kernels/embedding.cu"),
+            Family::Residual => include_str!("../../../../kernels/residual.cu"),
+            Family::Gelu => include_str!("../../../../kernels/gelu.cu"),
+            Family::LayerNorm => include_str!("../../../../kernels/layernorm.cu"),
+            Family::Attention => include_str!("../../../../kernels/attention.cu"),
+            Family::Loss => include_str!("../../../../kernels/loss.cu"),
+            Family::AdamW => include_str!("../../../../kernels/adamw.cu"),
+        }
+    }
+
+    /// The kernels (entry points) the backend loads from this family.
+    pub fn kernels(self) -> &'static [&'static str] {
+        match self {
+            Family::Cast => &["cast_fwd", "rowsum_dequant", "gemm_epilogue", "round_bf16_fwd"],
+            Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite"],
+            Family::Embedding => &["embedding_fwd", "embedding_bwd"],
+            Family::Residual => &["residual_fwd", "residual_bwd"],
+            Family::Gelu => &["gelu_fwd", "gelu_bwd"],
+            Family::LayerNorm => &["layernorm_fwd", "layernorm_bwd", "layernorm_bwd_partial", "layernorm_bwd_reduce"],
+            Family::Attention => &[
+                "attention_split_fwd",
+                "attention_softmax_fwd",
+                "attention_merge_fwd",
+                "attention_split_bwd",
+                "attention_softmax_bwd",
+                "attention_merge_bwd",
+            ],
+            Family::Loss => &["crossentropy_fwd"],
+            Family::AdamW => &["adamw_fwd"],
+        }
+    }
+
+    /// The full translation unit NVRTC compiles: the family's file with `common.cuh` pasted in.
+    pub fn translation_unit(self) -> String {
+        self.source().replace("#include \"common.cuh\"", COMMON)
+    }
+}
+
+/// Directories searched for CUDA's headers, in order: `$CUDA_INCLUDE` (colon-separated),
+/// `$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`; only those holding
+/// `cuda_fp8.h` are kept.
+pub fn include_dirs() -> Vec<String> {
+    let mut cands: Vec<PathBuf> = Vec::new();
+    if let Ok(v) = std::env::var("CUDA_INCLUDE") {
+        cands.extend(v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(v) = std::env::var(var) {
+            cands.push(PathBuf::from(v).join("include"));
+        }
+    }
+    cands.push(PathBuf::from("/usr/local/cuda/include"));
+    let mut out: Vec<String> = Vec::new();
+    for c in cands {
+        if c.join("cuda_fp8.h").is_file() {
+            let s = c.display().to_string();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Whether the NVRTC library can be loaded (cudarc panics on use otherwise).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its candidate names.
+    unsafe { ns::is_culib_present() }
+}
+
+/// Compiles one family to a CUBIN for `arch` (e.g. `sm_90`).
+pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<Vec<u8>, CudaError> {
+    if !nvrtc_present() {
+        return Err(CudaError::MissingLibrary("NVRTC (libnvrtc.so)"));
+    }
+    let fail = |msg: String| CudaError::Compile { file: family.file(), log: msg };
+    let src = CString::new(family.translation_unit()).map_err(|e| fail(e.to_string()))?;
+    let name = CString::new(family.file()).map_err(|e| fail(e.to_string()))?;
+    let prog = nr::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    let mut opts: Vec<String> = includes.iter().map(|p| format!("--include-path={p}")).collect();
+    opts.push(format!("--gpu-architecture={arch}"));
+    opts.push("--std=c++17".into());
+    // SAFETY: prog is a live program; the options are plain strings.
+    let r = unsafe { nr::compile_program(prog, &opts) };
+    // SAFETY: prog is live; the log is read before the program is destroyed.
+    let log = unsafe { nr::get_program_log(prog) }
+        .map(|v| {
+            let bytes: Vec<u8> = v.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+        .unwrap_or_default();
+    if let Err(e) = r {
+        // SAFETY: prog is live and destroyed once.
+        unsafe { nr::destroy_program(prog).ok() };
+        let hint = if includes.is_empty() {
+            " (no CUDA include directory found: set CUDA_INCLUDE or CUDA_HOME)"
+        } else {
+            ""
+        };
+        return Err(fail(format!("{e:?}{hint}: {}", log.trim())));
+    }
+    let mut size = 0usize;
+    // SAFETY: prog compiled successfully; buf has the size NVRTC reports.
+    let cubin = unsafe {
+        ns::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| fail(format!("{e:?}")))?;
+        let mut buf = vec![0u8; size];
+        ns::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
+            .result()
+            .map_err(|e| fail(format!("{e:?}")))?;
+        nr::destroy_program(prog).map_err(|e| fail(format!("{e:?}")))?;
+        buf
+    };
+    Ok(cubin)
+}
+
+type CubinCache = Mutex<Vec<(String, Family, std::sync::Arc<Vec<u8>>)>>;
+
+/// Compiles (once per process, per architecture) every family to CUBIN.
+pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::sync::Arc<Vec<u8>>)>, CudaError> {
+    static CACHE: OnceLock<CubinCache> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let mut out = Vec::new();
+    for f in Family::ALL {
+        let hit = cache
+            .lock()
+            .ok()
+            .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()));
+        let bin = match hit {
+            Some(b) => b,
+            None => {
+                let b = std::sync::Arc::new(compile_cubin(f, arch, includes)?);
+                if let Ok(mut c) = cache.lock() {
+                    c.push((arch.to_string(), f, b.clone()));
+                }
+                b
+            }
+        };
+        out.push((f, bin));
+    }
+    Ok(out)
+}
+
+/// Makes NVRTC from a pip wheel (`nvidia-cuda-nvrtc`) loadable without `LD_LIBRARY_PATH`: loads
+/// `<dir>/libnvrtc.so.13` (and its builtins) by absolute path, so that cudarc's later `dlopen` by
+/// name finds the library already in the process. Returns whether the library is now present.
+pub fn preload_nvrtc_from(dir: &std::path::Path) -> bool {
+    for name in ["libnvrtc-builtins.so.13.0", "libnvrtc.so.13"] {
+        let p = dir.join(name);
+        if !p.is_file() {
+            continue;
+        }
+        if let Ok(c) = CString::new(p.display().to_string()) {
+            // SAFETY: dlopen of a shared library by path; the handle is kept for the process's life.
+            unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        }
+    }
+    nvrtc_present()
+}

@@ -1,0 +1,1399 @@
+//! The CUDA backend: the same primitives as the CPU reference, on an NVIDIA GPU of compute
+//! capability ≥ 8.9 (FP8 tensor cores), through cudarc with dynamic loading.
+//!
+//! - Kernels: `kernels/*.cu`, one file per layer family, compiled by NVRTC at start-up to a CUBIN
+//!   for the GPU found ([`kernels`]).
+//! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
+//!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
+//!   Operands are cast by `cast_fwd`, which also transposes where dgrad and wgrad need it and
+//!   reduces the cast statistics in the same pass. Scales stay on the device: a delayed scale is a
+//!   kernel argument written to a device slot, a current scale is computed on the device from the
+//!   amax, and cuBLASLt reads the dequantisation factor through a device pointer.
+//! - Statistics land in device records, one per operand cast; [`Backend::take_reports`] copies
+//!   them to the host once per step (the only synchronisation a step needs besides the loss and the
+//!   gradient norm).
+//! - Determinism: no floating-point atomics; every reduction is a fixed-order tree; cuBLASLt plans
+//!   are cached per shape so a shape always runs the same algorithm.
+
+pub mod blas;
+pub mod kernels;
+mod prof;
+
+use crate::backend::cpu::cast::outlier_indices;
+use crate::backend::cpu::operand_shapes;
+use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
+use crate::fp8::Fp8Format;
+use blas::{Batched, Blas, Lt, OpType};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
+use fp8scope_schemas::manifest::DeviceInfo;
+use fp8scope_schemas::names::{Gemm, Role};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What can go wrong in the CUDA backend.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("no usable CUDA GPU: {0}")]
+    NoDevice(String),
+    #[error("GPU {name} has compute capability {major}.{minor}; FP8 GEMMs need 8.9 or newer")]
+    OldGpu { name: String, major: i32, minor: i32 },
+    #[error("the CUDA library {0} could not be loaded")]
+    MissingLibrary(&'static str),
+    #[error("NVRTC could not compile kernels/{file}: {log}")]
+    Compile { file: &'static str, log: String },
+    #[error("kernel {0} is missing from its module")]
+    MissingKernel(&'static str),
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] DriverError),
+    #[error("{what} failed: {status}")]
+    Blas { what: &'static str, status: String },
+    #[error("not supported on the CUDA backend: {0}")]
+    Unsupported(String),
+}
+
+/// The GPU the backend would use: (name, (major, minor)), or why there is none.
+pub fn probe_gpu() -> Result<(String, (i32, i32)), CudaError> {
+    // SAFETY: only tries to dlopen the driver library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError::NoDevice("the CUDA driver (libcuda.so) is not installed".into()));
+    }
+    let n = CudaContext::device_count().map_err(|e| CudaError::NoDevice(format!("{e}")))?;
+    if n < 1 {
+        return Err(CudaError::NoDevice("the driver sees no GPU".into()));
+    }
+    let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice(format!("{e}")))?;
+    let name = ctx.name()?;
+    let cc = ctx.compute_capability()?;
+    Ok((name, cc))
+}
+
+/// Numbering of operand formats shared with the kernels (common.cuh: FMT_*).
+fn fmt_code(t: OpType) -> i32 {
+    match t {
+        OpType::Bf16 => 0,
+        OpType::E4M3 => 1,
+        OpType::E5M2 => 2,
+    }
+}
+
+fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
+    match cast {
+        OperandCast::Bf16 => Ok(OpType::Bf16),
+        OperandCast::Fp8Tensor { format, .. } => Ok(match format {
+            Fp8Format::E4M3 => OpType::E4M3,
+            Fp8Format::E5M2 => OpType::E5M2,
+        }),
+        OperandCast::Fp8Block { .. } => Err(CudaError::Unsupported("the block recipe (per-tile scales)".into())),
+    }
+}
+
+/// Fields of a statistics record (kernels/cast.cu: STAT_FIELDS).
+const STAT_FIELDS: usize = 17;
+/// Floats per scale slot (kernels/cast.cu): scale at 0, its inverse at SLOT_INV; 32 bytes keep both
+/// 16-byte aligned, as cuBLASLt needs of scale pointers.
+const SLOT_FLOATS: usize = 8;
+const SLOT_INV: usize = 4;
+mod stat {
+    pub const COUNT: usize = 0;
+    pub const SUM: usize = 1;
+    pub const SUMSQ: usize = 2;
+    pub const MIN: usize = 3;
+    pub const MAX: usize = 4;
+    pub const AMAX: usize = 5;
+    pub const MINABS: usize = 6;
+    pub const UNDER: usize = 7;
+    pub const SAT: usize = 8;
+    pub const NAN: usize = 9;
+    pub const INF: usize = 10;
+    pub const ZEROS: usize = 11;
+    pub const D2: usize = 12;
+    pub const DOT: usize = 13;
+    pub const A2: usize = 14;
+    pub const B2: usize = 15;
+    pub const NP: usize = 16;
+}
+
+/// Operand casts a step may record (2 per GEMM); 12 layers × 12 GEMMs need 288.
+const MAX_SLOTS: usize = 8192;
+/// Blocks of the cast kernel (tiles are strided over them) and rows of its partials.
+const CAST_GRID: usize = 1056;
+const CAST_THREADS: u32 = 256;
+const REDUCE_GRID: usize = 264;
+
+/// Tokens on the device, with the positions of each distinct token for the embedding backward.
+pub struct CudaTokens {
+    ids: CudaSlice<u32>,
+    uniq: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
+    positions: CudaSlice<u32>,
+    n_uniq: usize,
+}
+
+/// An operand cast queued for the step's reports.
+struct PendingOp {
+    slot: usize,
+    role: Role,
+    format: &'static str,
+    fp8: bool,
+    level: StatsLevel,
+    given_amax: Option<f32>,
+    numel: u64,
+    quantized: Option<Vec<u8>>,
+}
+
+struct PendingGemm {
+    id: crate::backend::GemmId,
+    a: PendingOp,
+    b: PendingOp,
+    gemm_slot: usize,
+    shadow: Option<ShadowError>,
+}
+
+/// A cast operand ready for cuBLASLt.
+#[derive(Clone, Copy)]
+struct Prepared {
+    ty: OpType,
+    ptr: u64,
+    inv: u64,
+}
+
+/// Which operand scratch buffer a cast writes to.
+#[derive(Clone, Copy)]
+enum Side {
+    P,
+    Q,
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    lt: Lt,
+    blas: Blas,
+    info: DeviceInfo,
+    // Operand scratch (cast GEMM operands), GEMM output scratch, statistics.
+    op_p: CudaSlice<u8>,
+    op_q: CudaSlice<u8>,
+    d_tmp: CudaSlice<f32>,
+    partials: CudaSlice<f64>,
+    records: CudaSlice<f64>,
+    scales: CudaSlice<f32>,
+    nonfinite: CudaSlice<u64>,
+    red: CudaSlice<f64>,
+    counter: CudaSlice<u64>,
+    cast_counter: CudaSlice<u32>,
+    next_slot: usize,
+    next_gemm: usize,
+    pending: Vec<PendingGemm>,
+    /// GEMM shapes cuBLASLt runs only with BF16 output.
+    bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
+    prof: Option<prof::Profiler>,
+    // Attention scratch.
+    q16: CudaSlice<u16>,
+    k16: CudaSlice<u16>,
+    v16: CudaSlice<u16>,
+    dy16: CudaSlice<u16>,
+    att16: CudaSlice<u16>,
+    dpre16: CudaSlice<u16>,
+    y32: CudaSlice<f32>,
+    dq32: CudaSlice<f32>,
+    dk32: CudaSlice<f32>,
+    ln_partial: CudaSlice<f32>,
+}
+
+/// Panics with the backend error: the trait's primitives cannot return errors, and a failed
+/// launch or library call leaves the device state unknown. `lib.rs` turns the panic into one line.
+fn ok<T>(r: Result<T, CudaError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => std::panic::panic_any(format!("CUDA backend: {e}")),
+    }
+}
+
+fn grid_for(n: usize, threads: u32) -> LaunchConfig {
+    let blocks = n.div_ceil(threads as usize).clamp(1, 132 * 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Launches kernel `$name` with `$cfg`; every argument is passed by value (device pointers as u64).
+macro_rules! launch {
+    ($self:ident, $name:expr, $cfg:expr $(, $arg:expr)* $(,)?) => {{
+        (|| -> Result<(), CudaError> {
+            let f = $self.func($name)?;
+            let mut b = $self.stream.launch_builder(f);
+            $( let a = $arg; b.arg(&a); )*
+            // SAFETY: the argument list matches the kernel's signature in kernels/*.cu (checked by
+            // the GPU tests), and every pointer is a live allocation of the size the kernel indexes.
+            unsafe { b.launch($cfg) }.map(|_| ()).map_err(CudaError::from)
+        })()
+    }};
+}
+
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
+    if buf.len() < n {
+        *buf = stream.alloc_zeros::<T>(n.next_power_of_two())?;
+    }
+    Ok(())
+}
+
+impl CudaBackend {
+    /// Opens GPU 0, checks it can run FP8 GEMMs, compiles the kernels and creates the BLAS handles.
+    pub fn new() -> Result<CudaBackend, CudaError> {
+        let (name, (major, minor)) = probe_gpu()?;
+        if (major, minor) < (8, 9) {
+            return Err(CudaError::OldGpu { name, major, minor });
+        }
+        let ctx = CudaContext::new(0)?;
+        // One stream: cudarc's per-buffer event tracking would only add work.
+        // SAFETY: every buffer of this backend is used on this one stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let arch = format!("sm_{major}{minor}");
+        let includes = kernels::include_dirs();
+        let mut funcs = HashMap::new();
+        for (fam, cubin) in kernels::compile_all(&arch, &includes)? {
+            let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.as_ref().clone()))?;
+            for &k in fam.kernels() {
+                let f = module.load_function(k).map_err(|_| CudaError::MissingKernel(k))?;
+                funcs.insert(k, f);
+            }
+        }
+        let lt = Lt::new(&stream)?;
+        let blas = Blas::new(&stream)?;
+        let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let info = DeviceInfo {
+            kind: "cuda".into(),
+            name,
+            compute_capability: Some(format!("{major}.{minor}")),
+            parallelism: sms as u32,
+            block_gemm: None,
+        };
+        let s = &stream;
+        Ok(CudaBackend {
+            op_p: s.alloc_zeros(1 << 20)?,
+            op_q: s.alloc_zeros(1 << 20)?,
+            d_tmp: s.alloc_zeros(1 << 16)?,
+            partials: s.alloc_zeros(CAST_GRID * STAT_FIELDS)?,
+            records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
+            scales: s.alloc_zeros(MAX_SLOTS * SLOT_FLOATS)?,
+            cast_counter: s.alloc_zeros(1)?,
+            nonfinite: s.alloc_zeros(MAX_SLOTS)?,
+            red: s.alloc_zeros(REDUCE_GRID * 1024 + 1)?,
+            counter: s.alloc_zeros(1)?,
+            q16: s.alloc_zeros(1)?,
+            k16: s.alloc_zeros(1)?,
+            v16: s.alloc_zeros(1)?,
+            dy16: s.alloc_zeros(1)?,
+            att16: s.alloc_zeros(1)?,
+            dpre16: s.alloc_zeros(1)?,
+            y32: s.alloc_zeros(1)?,
+            dq32: s.alloc_zeros(1)?,
+            dk32: s.alloc_zeros(1)?,
+            ln_partial: s.alloc_zeros(1)?,
+            next_slot: 0,
+            next_gemm: 0,
+            pending: Vec::new(),
+            bf16_out: Default::default(),
+            prof: prof::Profiler::from_env(&ctx),
+            ctx,
+            stream,
+            funcs,
+            lt,
+            blas,
+            info,
+        })
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Bytes of device memory in use now (the driver's view: total − free).
+    pub fn memory_used(&self) -> Option<usize> {
+        self.ctx.mem_get_info().ok().map(|(free, total)| total - free)
+    }
+
+    /// Runs `f` inside a profiler span named `name` (a no-op unless FP8SCOPE_PROFILE is set).
+    fn span<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> T) -> T {
+        if self.prof.is_none() {
+            return f(self);
+        }
+        let stream = self.stream.clone();
+        let t = std::time::Instant::now();
+        let i = self.prof.as_mut().map(|p| p.begin(&stream, name)).unwrap_or(usize::MAX);
+        let r = f(self);
+        if let Some(p) = self.prof.as_mut() {
+            p.end(&stream, i, t.elapsed());
+        }
+        r
+    }
+
+    fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
+        self.funcs.get(name).ok_or(CudaError::MissingKernel(name))
+    }
+
+    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        let (p, _g) = s.device_ptr(&self.stream);
+        p
+    }
+
+    /// Casts `x` (rows × cols, row-major) for a GEMM — transposed if asked — into the scratch of
+    /// `side`, with its statistics finalised into `slot` (if any).
+    #[allow(clippy::too_many_arguments)]
+    fn cast(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+        slot: Option<usize>,
+        side: Side,
+    ) -> Result<Prepared, CudaError> {
+        let ty = op_type(how)?;
+        let numel = rows * cols;
+        let bytes = numel * ty.bytes();
+        let dst = match side {
+            Side::P => {
+                grow(&self.stream, &mut self.op_p, bytes)?;
+                self.ptr(&self.op_p)
+            }
+            Side::Q => {
+                grow(&self.stream, &mut self.op_q, bytes)?;
+                self.ptr(&self.op_q)
+            }
+        };
+        let rec_ptr = slot.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
+        let mut o = [u64::MAX; 4];
+        if fault.outlier_factor != 1.0 {
+            for (j, i) in outlier_indices(numel).enumerate() {
+                o[j] = i as u64;
+            }
+        }
+        let lvl: i32 = match level {
+            StatsLevel::Amax => 0,
+            StatsLevel::Cheap => 1,
+            StatsLevel::Full => 2,
+        };
+        let fmt = fmt_code(ty);
+        let tiles = rows.div_ceil(32) * cols.div_ceil(32);
+        // Four or more 32×32 tiles per block: the per-block reduction stays small against the copy.
+        let grid = tiles.div_ceil(4).clamp(1, CAST_GRID) as u32;
+        let xp = self.ptr(x);
+        let parts = self.ptr(&self.partials);
+        let counter = self.ptr(&self.cast_counter);
+        // A scale slot is needed for FP8 operands even when nothing is reported.
+        let slot = match slot {
+            None if ty.is_fp8() => Some(self.alloc_slot()?),
+            s => s,
+        };
+        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+        let (mut scale_arg, mut mode) = (1.0f32, 0i32);
+        if let OperandCast::Fp8Tensor { scale, .. } = how {
+            match scale {
+                ScaleSource::Given { scale, .. } => scale_arg = scale,
+                ScaleSource::Current { margin } => {
+                    // Amax pass (no output); its last block writes the scale to the slot.
+                    #[rustfmt::skip]
+                    launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 0i32, fmt, 1.0f32, 2i32,
+                        slot_ptr, 0i32, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+                    mode = 1;
+                }
+            }
+        }
+        #[rustfmt::skip]
+        launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, transpose as i32, fmt, scale_arg, mode,
+            slot_ptr, lvl, dst, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+        Ok(Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 })
+    }
+
+    /// The FP8 bytes of an operand just cast into `side`'s scratch, row-major in the operand's own
+    /// layout (rows × cols) even when the scratch holds its transpose. Synchronises (dumps only).
+    fn scratch_bytes(&self, side: Side, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
+        let src = match side {
+            Side::P => &self.op_p,
+            Side::Q => &self.op_q,
+        };
+        let bytes = self.stream.clone_dtoh(&src.slice(0..rows * cols))?;
+        if !transposed {
+            return Ok(bytes);
+        }
+        let mut q = vec![0u8; rows * cols];
+        for i in 0..rows {
+            for j in 0..cols {
+                q[i * cols + j] = bytes[j * rows + i];
+            }
+        }
+        Ok(q)
+    }
+
+    /// Casts `x` (rows × cols) as `how` says and returns the output bytes (BF16 bits little-endian,
+    /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
+    /// exposed for the tests that hold it against the CPU emulation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cast_for_test(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+    ) -> Result<(Vec<u8>, CastReport), CudaError> {
+        let slot = self.alloc_slot()?;
+        let p = self.cast(x, rows, cols, transpose, how, fault, level, Some(slot), Side::P)?;
+        let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
+        let format = match p.ty {
+            OpType::Bf16 => "bf16",
+            OpType::E4M3 => Fp8Format::E4M3.name(),
+            OpType::E5M2 => Fp8Format::E5M2.name(),
+        };
+        let given = match how {
+            OperandCast::Fp8Tensor {
+                scale: ScaleSource::Given { amax_used, .. },
+                ..
+            } => Some(amax_used),
+            _ => None,
+        };
+        let op = || PendingOp {
+            slot,
+            role: Role::Activation,
+            format,
+            fp8: p.ty.is_fp8(),
+            level,
+            given_amax: given,
+            numel: (rows * cols) as u64,
+            quantized: None,
+        };
+        let gemm_slot = self.next_gemm;
+        self.next_gemm += 1;
+        let id = crate::backend::GemmId {
+            layer: 0,
+            module: fp8scope_schemas::names::Module::Qkv,
+            gemm: Gemm::Fprop,
+        };
+        self.pending.push(PendingGemm {
+            id,
+            a: op(),
+            b: op(),
+            gemm_slot,
+            shadow: None,
+        });
+        let mut reports = self.download_all()?;
+        let r = reports.pop().map(|g| g.a).unwrap_or_default();
+        Ok((bytes, r))
+    }
+
+    fn alloc_slot(&mut self) -> Result<usize, CudaError> {
+        if self.next_slot >= MAX_SLOTS {
+            return Err(CudaError::Unsupported(format!("more than {MAX_SLOTS} operand casts in one step")));
+        }
+        self.next_slot += 1;
+        Ok(self.next_slot - 1)
+    }
+
+    /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
+    /// pending report when `report` is set.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &mut self,
+        call: &GemmCall,
+        out: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        bias: Option<&CudaSlice<f32>>,
+        dbias: Option<&mut CudaSlice<f32>>,
+        accumulate: bool,
+        report: bool,
+    ) -> Result<(), CudaError> {
+        let d = call.dims;
+        let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
+        // (transpose A, transpose B, rows, cols, k) of D = P·Qᵀ with P from A, Q from B.
+        let (ta, tb, rows, cols, k) = match call.id.gemm {
+            Gemm::Fprop => (false, false, d.n, d.m, d.k),
+            Gemm::Dgrad => (false, true, d.n, d.k, d.m),
+            Gemm::Wgrad => (true, true, d.m, d.k, d.n),
+        };
+        let (slot_a, slot_b) = if report {
+            (Some(self.alloc_slot()?), Some(self.alloc_slot()?))
+        } else {
+            (None, None)
+        };
+        let level = if report { call.stats } else { StatsLevel::Amax };
+        let pa = self.span("gemm.cast", |me| me.cast(a, ar, ac, ta, call.cast_a, call.fault_a, level, slot_a, Side::P))?;
+        let pb = self.span("gemm.cast", |me| me.cast(b, br, bc, tb, call.cast_b, call.fault_b, level, slot_b, Side::Q))?;
+        let n_out = rows * cols;
+        let dptr = if accumulate {
+            grow(&self.stream, &mut self.d_tmp, n_out)?;
+            self.ptr(&self.d_tmp)
+        } else {
+            self.ptr(out)
+        };
+        // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
+        // BF16 output into scratch instead (the epilogue rounds to BF16 either way).
+        let key = (rows, cols, k, pa.ty, pb.ty);
+        // Without a bias, BF16 output rounds exactly as the epilogue would (round(acc)), and moves
+        // half the bytes; with a bias, FP32 output keeps the CPU's single rounding of acc + bias.
+        let mut d_bf16 = bias.is_none() || self.bf16_out.contains(&key);
+        if !d_bf16 {
+            if let Err(e) = self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, false) {
+                if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
+                    return Err(e);
+                }
+                if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                    eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
+                }
+                self.bf16_out.insert(key);
+                d_bf16 = true;
+            }
+        }
+        let dptr = if d_bf16 {
+            grow(&self.stream, &mut self.d_tmp, n_out)?;
+            let t = self.ptr(&self.d_tmp);
+            self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, t, true)?;
+            t
+        } else {
+            dptr
+        };
+        if let Some(db) = dbias {
+            // dbias += row sums of dequant(dYᵀ) (P of wgrad is dYᵀ: m × n).
+            let dbp = self.ptr(db);
+            launch!(
+                self,
+                "rowsum_dequant",
+                cfg((rows as u32, 1, 1), 256),
+                pa.ptr,
+                fmt_code(pa.ty),
+                pa.inv - (SLOT_INV * 4) as u64,
+                rows as i32,
+                k as i32,
+                dbp
+            )?;
+        }
+        let gemm_slot = self.next_gemm;
+        let nf_ptr = if report {
+            if gemm_slot >= MAX_SLOTS {
+                return Err(CudaError::Unsupported(format!("more than {MAX_SLOTS} GEMMs in one step")));
+            }
+            self.next_gemm += 1;
+            self.ptr(&self.nonfinite) + (gemm_slot * 8) as u64
+        } else {
+            0
+        };
+        let bias_ptr = bias.map(|b| self.ptr(b)).unwrap_or(0);
+        let outp = self.ptr(out);
+        launch!(
+            self,
+            "gemm_epilogue",
+            grid_for(n_out, 256),
+            outp,
+            dptr,
+            d_bf16 as i32,
+            rows as u64,
+            cols as i32,
+            bias_ptr,
+            accumulate as i32,
+            call.nan_output as i32,
+            nf_ptr
+        )?;
+        if !report {
+            return Ok(());
+        }
+        let [role_a, role_b] = call.id.gemm.operands();
+        let qa = if call.keep_quantized && pa.ty.is_fp8() {
+            Some(self.scratch_bytes(Side::P, ar, ac, ta)?)
+        } else {
+            None
+        };
+        let qb = if call.keep_quantized && pb.ty.is_fp8() {
+            Some(self.scratch_bytes(Side::Q, br, bc, tb)?)
+        } else {
+            None
+        };
+        let is_fp8 = pa.ty.is_fp8() || pb.ty.is_fp8();
+        let shadow = if call.shadow && is_fp8 {
+            // The same GEMM in BF16 on the same inputs, compared on the host (dump steps only).
+            let got = self.stream.clone_dtoh(&out.slice(0..n_out))?;
+            let bf = GemmCall {
+                cast_a: OperandCast::Bf16,
+                cast_b: OperandCast::Bf16,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                shadow: false,
+                keep_quantized: false,
+                ..call.clone()
+            };
+            let mut reference = self.stream.alloc_zeros::<f32>(n_out)?;
+            self.linear(&bf, &mut reference, a, b, bias, None, false, false)?;
+            let want = self.stream.clone_dtoh(&reference)?;
+            let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
+            Some(ShadowError {
+                numel: n_out as u64,
+                cosine,
+                mse,
+                rel_l2,
+                max_abs_diff,
+            })
+        } else {
+            None
+        };
+        let given = |c: OperandCast| match c {
+            OperandCast::Fp8Tensor {
+                scale: ScaleSource::Given { amax_used, .. },
+                ..
+            } => Some(amax_used),
+            _ => None,
+        };
+        let name = |t: OpType| match t {
+            OpType::Bf16 => "bf16",
+            OpType::E4M3 => Fp8Format::E4M3.name(),
+            OpType::E5M2 => Fp8Format::E5M2.name(),
+        };
+        let (sa, sb) = (slot_a.unwrap_or(0), slot_b.unwrap_or(0));
+        self.pending.push(PendingGemm {
+            id: call.id,
+            a: PendingOp {
+                slot: sa,
+                role: role_a,
+                format: name(pa.ty),
+                fp8: pa.ty.is_fp8(),
+                level,
+                given_amax: given(call.cast_a),
+                numel: (ar * ac) as u64,
+                quantized: qa,
+            },
+            b: PendingOp {
+                slot: sb,
+                role: role_b,
+                format: name(pb.ty),
+                fp8: pb.ty.is_fp8(),
+                level,
+                given_amax: given(call.cast_b),
+                numel: (br * bc) as u64,
+                quantized: qb,
+            },
+            gemm_slot,
+            shadow,
+        });
+        Ok(())
+    }
+
+    fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
+        self.stream.synchronize()?;
+        if let Some(p) = self.prof.as_mut() {
+            p.collect();
+        }
+        let ns = self.next_slot;
+        let ng = self.next_gemm;
+        let recs = if ns > 0 {
+            self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))?
+        } else {
+            Vec::new()
+        };
+        let scales = if ns > 0 {
+            self.stream.clone_dtoh(&self.scales.slice(0..ns * SLOT_FLOATS))?
+        } else {
+            Vec::new()
+        };
+        let nf = if ng > 0 {
+            self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))?
+        } else {
+            Vec::new()
+        };
+        if ng > 0 {
+            let mut v = self.nonfinite.slice_mut(0..ng);
+            self.stream.memset_zeros(&mut v)?;
+        }
+        self.next_slot = 0;
+        self.next_gemm = 0;
+        let pending = std::mem::take(&mut self.pending);
+        let report = |p: PendingOp| -> CastReport {
+            let r = &recs[p.slot * STAT_FIELDS..(p.slot + 1) * STAT_FIELDS];
+            let amax = r[stat::AMAX] as f32;
+            let scale = if p.fp8 { scales[p.slot * SLOT_FLOATS] } else { 1.0 };
+            let moments = (p.level >= StatsLevel::Cheap).then(|| {
+                let n = r[stat::COUNT];
+                if n == 0.0 {
+                    return Moments::default();
+                }
+                let mean = r[stat::SUM] / n;
+                let var = (r[stat::SUMSQ] / n - mean * mean).max(0.0);
+                let minabs = r[stat::MINABS];
+                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() {
+                    (amax as f64 / minabs).log2()
+                } else {
+                    0.0
+                };
+                Moments {
+                    min: r[stat::MIN] as f32,
+                    max: r[stat::MAX] as f32,
+                    mean,
+                    std: var.sqrt(),
+                    dynamic_range_log2,
+                }
+            });
+            let quant_error = (p.level >= StatsLevel::Full).then(|| {
+                let np = r[stat::NP];
+                let mse = if np == 0.0 { 0.0 } else { r[stat::D2] / np };
+                (mse, crate::tensor_stats::cosine_from(r[stat::DOT], r[stat::A2], r[stat::B2]))
+            });
+            CastReport {
+                role: Some(p.role),
+                format: p.format,
+                scale,
+                amax,
+                amax_used: p.given_amax.unwrap_or(amax),
+                numel: p.numel,
+                underflow: r[stat::UNDER] as u64,
+                saturated: r[stat::SAT] as u64,
+                nan: r[stat::NAN] as u64,
+                inf: r[stat::INF] as u64,
+                zeros: r[stat::ZEROS] as u64,
+                moments,
+                quant_error,
+                quantized: p.quantized,
+                block_scales: None,
+            }
+        };
+        Ok(pending
+            .into_iter()
+            .map(|g| GemmReport {
+                id: g.id,
+                output_nonfinite: nf[g.gemm_slot],
+                shadow: g.shadow,
+                a: report(g.a),
+                b: report(g.b),
+            })
+            .collect())
+    }
+
+    fn attention_fwd_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        let hs = c / nh;
+        let bh = b * nh;
+        let nq = bh * t * hs;
+        let na = bh * t * t;
+        for buf in [&mut self.q16, &mut self.k16, &mut self.v16] {
+            grow(&self.stream, buf, nq)?;
+        }
+        grow(&self.stream, &mut self.att16, na)?;
+        grow(&self.stream, &mut self.y32, nq)?;
+        let (q, k, v) = (self.ptr(&self.q16), self.ptr(&self.k16), self.ptr(&self.v16));
+        let (a16, y) = (self.ptr(&self.att16), self.ptr(&self.y32));
+        let (qkvp, attp, outp) = (self.ptr(qkv), self.ptr(att), self.ptr(out));
+        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
+        launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
+        let scale = 1.0 / (hs as f32).sqrt();
+        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
+        // preatt = scale · q kᵀ, into att (the softmax runs in place).
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: true,
+                tb: false,
+                m: ti,
+                n: ti,
+                k: hsi,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: hsi,
+                stride_b: th,
+                ldc: ti,
+                stride_c: tt,
+                batch: bh as i32,
+            },
+            k,
+            q,
+            attp,
+        )?;
+        let rows = (bh * t) as u64;
+        launch!(
+            self,
+            "attention_softmax_fwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            attp,
+            a16,
+            attp,
+            rows,
+            ti,
+            causal as i32
+        )?;
+        // y = att v.
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: false,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bh as i32,
+            },
+            v,
+            a16,
+            y,
+        )?;
+        launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, y, bi, ti, nhi, hsi)?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd_impl(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        let hs = c / nh;
+        let bh = b * nh;
+        let nq = bh * t * hs;
+        let na = bh * t * t;
+        for buf in [&mut self.q16, &mut self.k16, &mut self.v16, &mut self.dy16] {
+            grow(&self.stream, buf, nq)?;
+        }
+        grow(&self.stream, &mut self.att16, na)?;
+        grow(&self.stream, &mut self.dpre16, na)?;
+        for buf in [&mut self.y32, &mut self.dq32, &mut self.dk32] {
+            grow(&self.stream, buf, nq)?;
+        }
+        let (q, k, v, dy) = (self.ptr(&self.q16), self.ptr(&self.k16), self.ptr(&self.v16), self.ptr(&self.dy16));
+        let (a16, dp16) = (self.ptr(&self.att16), self.ptr(&self.dpre16));
+        let (dv, dq, dk) = (self.ptr(&self.y32), self.ptr(&self.dq32), self.ptr(&self.dk32));
+        let (qkvp, attp, dattp, doutp, dqkvp) = (self.ptr(qkv), self.ptr(att), self.ptr(datt), self.ptr(dout), self.ptr(dqkv));
+        let (bi, ti, nhi, hsi, bhi) = (b as i32, t as i32, nh as i32, hs as i32, bh as i32);
+        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
+        let scale = 1.0 / (hs as f32).sqrt();
+        launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_split_bwd", grid_for(nq, 256), dy, doutp, bi, ti, nhi, hsi)?;
+        // datt = dy vᵀ
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: true,
+                tb: false,
+                m: ti,
+                n: ti,
+                k: hsi,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: hsi,
+                stride_b: th,
+                ldc: ti,
+                stride_c: tt,
+                batch: bhi,
+            },
+            v,
+            dy,
+            dattp,
+        )?;
+        let rows = (bh * t) as u64;
+        launch!(
+            self,
+            "attention_softmax_bwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            dp16,
+            a16,
+            attp,
+            dattp,
+            rows,
+            ti,
+            causal as i32
+        )?;
+        // dv = attᵀ dy
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: true,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: 1.0,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            dy,
+            a16,
+            dv,
+        )?;
+        // dq = scale · dpre k
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: false,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            k,
+            dp16,
+            dq,
+        )?;
+        // dk = scale · dpreᵀ q
+        self.blas.gemm_bf16_f32(
+            Batched {
+                ta: false,
+                tb: true,
+                m: hsi,
+                n: ti,
+                k: ti,
+                alpha: scale,
+                lda: hsi,
+                stride_a: th,
+                ldb: ti,
+                stride_b: tt,
+                ldc: hsi,
+                stride_c: th,
+                batch: bhi,
+            },
+            q,
+            dp16,
+            dk,
+        )?;
+        launch!(self, "attention_merge_bwd", grid_for(nq, 256), dqkvp, dq, dk, dv, bi, ti, nhi, hsi)?;
+        Ok(())
+    }
+
+    fn sumsq_many(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {
+        // Blocks per buffer depend only on its size, so the summation order is fixed.
+        let blocks: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(256 * 16).clamp(1, 1024)).collect();
+        let total: usize = blocks.iter().sum();
+        grow(&self.stream, &mut self.red, total + 1)?;
+        let base = self.ptr(&self.red);
+        let mut off = 0usize;
+        for (x, &nb) in xs.iter().zip(&blocks) {
+            let (n, xp) = (x.len(), self.ptr(x));
+            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), 256), xp, n as u64, base + (off * 8) as u64)?;
+            off += nb;
+        }
+        let outp = base + (total * 8) as u64;
+        launch!(self, "sum_partials", cfg((1, 1, 1), 1024), base, total as u64, outp)?;
+        let v = self.stream.clone_dtoh(&self.red.slice(total..total + 1))?;
+        Ok(v[0])
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buf = CudaSlice<f32>;
+    type Tokens = CudaTokens;
+
+    fn kind(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn zeros(&mut self, n: usize) -> CudaSlice<f32> {
+        ok(self.stream.alloc_zeros::<f32>(n.max(1)).map_err(CudaError::from))
+    }
+
+    fn upload(&mut self, data: &[f32]) -> CudaSlice<f32> {
+        if data.is_empty() {
+            return self.zeros(1);
+        }
+        ok(self.stream.clone_htod(data).map_err(CudaError::from))
+    }
+
+    fn upload_tokens(&mut self, tokens: &[u32]) -> CudaTokens {
+        self.span("upload_tokens", |me| {
+            // Group positions by token (counting sort), in position order within a token.
+            let mut order: Vec<u32> = (0..tokens.len() as u32).collect();
+            order.sort_by_key(|&i| (tokens[i as usize], i));
+            let mut uniq = Vec::new();
+            let mut offsets = Vec::new();
+            for (j, &i) in order.iter().enumerate() {
+                let t = tokens[i as usize];
+                if uniq.last() != Some(&t) {
+                    uniq.push(t);
+                    offsets.push(j as u32);
+                }
+            }
+            offsets.push(order.len() as u32);
+            let s = &me.stream;
+            let up = |v: &[u32]| -> CudaSlice<u32> { ok(if v.is_empty() { s.alloc_zeros::<u32>(1) } else { s.clone_htod(v) }.map_err(CudaError::from)) };
+            CudaTokens {
+                ids: up(tokens),
+                n_uniq: uniq.len(),
+                uniq: up(&uniq),
+                offsets: up(&offsets),
+                positions: up(&order),
+            }
+        })
+    }
+
+    fn download(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Vec<f32> {
+        self.span("download", |me| {
+            if len == 0 {
+                return Vec::new();
+            }
+            let end = offset + (len - 1) * stride + 1;
+            let v = ok(me.stream.clone_dtoh(&buf.slice(offset..end)).map_err(CudaError::from));
+            if stride == 1 { v } else { v.into_iter().step_by(stride).collect() }
+        })
+    }
+
+    fn len(&self, buf: &CudaSlice<f32>) -> usize {
+        buf.len()
+    }
+
+    fn fill_zero(&mut self, buf: &mut CudaSlice<f32>) {
+        self.span("fill_zero", |me| ok(me.stream.memset_zeros(buf).map_err(CudaError::from)))
+    }
+
+    fn embedding_fwd(&mut self, out: &mut CudaSlice<f32>, tokens: &CudaTokens, wte: &CudaSlice<f32>, c: usize) {
+        self.span("embedding_fwd", |me| {
+            let n = out.len() / c;
+            let (o, t, w) = (me.ptr(out), me.ptr(&tokens.ids), me.ptr(wte));
+            ok(launch!(me, "embedding_fwd", grid_for(n * c, 256), o, t, w, n as u64, c as i32))
+        })
+    }
+
+    fn embedding_bwd(&mut self, dwte: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, tokens: &CudaTokens, c: usize) {
+        self.span("embedding_bwd", |me| {
+            if tokens.n_uniq == 0 {
+                return;
+            }
+            let (d, g, u, o, p) = (
+                me.ptr(dwte),
+                me.ptr(dout),
+                me.ptr(&tokens.uniq),
+                me.ptr(&tokens.offsets),
+                me.ptr(&tokens.positions),
+            );
+            ok(launch!(
+                me,
+                "embedding_bwd",
+                cfg((tokens.n_uniq as u32, (c as u32).div_ceil(256), 1), 256),
+                d,
+                g,
+                u,
+                o,
+                p,
+                c as i32
+            ))
+        })
+    }
+
+    fn layernorm_fwd(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        mean: &mut CudaSlice<f32>,
+        rstd: &mut CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: usize,
+    ) {
+        self.span("layernorm_fwd", |me| {
+            let n = inp.len() / c;
+            let (o, m, r, x, wp, bp) = (me.ptr(out), me.ptr(mean), me.ptr(rstd), me.ptr(inp), me.ptr(w), me.ptr(b));
+            ok(launch!(
+                me,
+                "layernorm_fwd",
+                cfg(((n as u32).div_ceil(8), 1, 1), 256),
+                o,
+                m,
+                r,
+                x,
+                wp,
+                bp,
+                n as i32,
+                c as i32
+            ))
+        })
+    }
+
+    fn layernorm_bwd(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        db: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        mean: &CudaSlice<f32>,
+        rstd: &CudaSlice<f32>,
+        c: usize,
+    ) {
+        self.span("layernorm_bwd", |me| {
+            let n = inp.len() / c;
+            let rows_per_chunk = 32usize;
+            let chunks = n.div_ceil(rows_per_chunk);
+            ok(grow(&me.stream, &mut me.ln_partial, chunks * 2 * c));
+            let (di, dwp, dbp, g, x, wp, m, r, part) = (
+                me.ptr(dinp),
+                me.ptr(dw),
+                me.ptr(db),
+                me.ptr(dout),
+                me.ptr(inp),
+                me.ptr(w),
+                me.ptr(mean),
+                me.ptr(rstd),
+                me.ptr(&me.ln_partial),
+            );
+            ok(launch!(
+                me,
+                "layernorm_bwd",
+                cfg(((n as u32).div_ceil(8), 1, 1), 256),
+                di,
+                g,
+                x,
+                wp,
+                m,
+                r,
+                n as i32,
+                c as i32
+            ));
+            ok(launch!(
+                me,
+                "layernorm_bwd_partial",
+                cfg(((c as u32).div_ceil(128), chunks as u32, 1), 128),
+                part,
+                g,
+                x,
+                m,
+                r,
+                n as i32,
+                c as i32,
+                rows_per_chunk as i32
+            ));
+            ok(launch!(
+                me,
+                "layernorm_bwd_reduce",
+                cfg(((c as u32).div_ceil(128), 1, 1), 128),
+                dwp,
+                dbp,
+                part,
+                c as i32,
+                chunks as i32
+            ));
+        })
+    }
+
+    fn attention_fwd(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) {
+        self.span("attention_fwd", |me| ok(me.attention_fwd_impl(out, att, qkv, b, t, c, nh, causal)))
+    }
+
+    fn attention_bwd(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        causal: bool,
+    ) {
+        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, causal)))
+    }
+
+    fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {
+        self.span("gelu_fwd", |me| {
+            let n = inp.len();
+            let (o, x) = (me.ptr(out), me.ptr(inp));
+            ok(launch!(me, "gelu_fwd", grid_for(n, 256), o, x, n as u64))
+        })
+    }
+
+    fn gelu_bwd(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>) {
+        self.span("gelu_bwd", |me| {
+            let n = inp.len();
+            let (d, x, g) = (me.ptr(dinp), me.ptr(inp), me.ptr(dout));
+            ok(launch!(me, "gelu_bwd", grid_for(n, 256), d, x, g, n as u64))
+        })
+    }
+
+    fn add(&mut self, out: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &CudaSlice<f32>) {
+        self.span("add", |me| {
+            let n = a.len();
+            let (o, ap, bp) = (me.ptr(out), me.ptr(a), me.ptr(b));
+            ok(launch!(me, "residual_fwd", grid_for(n, 256), o, ap, bp, n as u64))
+        })
+    }
+
+    fn add_inplace(&mut self, acc: &mut CudaSlice<f32>, x: &CudaSlice<f32>) {
+        self.span("add_inplace", |me| {
+            let n = x.len();
+            let (a, xp) = (me.ptr(acc), me.ptr(x));
+            ok(launch!(me, "residual_bwd", grid_for(n, 256), a, xp, n as u64))
+        })
+    }
+
+    fn round_bf16(&mut self, x: &mut CudaSlice<f32>) {
+        self.span("round_bf16", |me| {
+            let n = x.len();
+            let p = me.ptr(x);
+            ok(launch!(me, "round_bf16_fwd", grid_for(n, 256), p, n as u64))
+        })
+    }
+
+    fn matmul_bf16_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) {
+        self.span("matmul_bf16_fwd", |me| {
+            let call = plain_call(Gemm::Fprop, dims);
+            ok(me.linear(&call, out, inp, w, None, None, false, false))
+        })
+    }
+
+    fn matmul_bf16_bwd(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        dims: LinearDims,
+    ) {
+        self.span("matmul_bf16_bwd", |me| {
+            ok(me.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false));
+            ok(me.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false));
+        })
+    }
+
+    fn crossentropy(&mut self, losses: &mut CudaSlice<f32>, dlogits: &mut CudaSlice<f32>, logits: &CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) {
+        self.span("crossentropy", |me| {
+            let n = logits.len() / v;
+            let (l, d, x, t) = (me.ptr(losses), me.ptr(dlogits), me.ptr(logits), me.ptr(&targets.ids));
+            ok(launch!(me, "crossentropy_fwd", cfg((n as u32, 1, 1), 512), l, d, x, t, v as i32, dloss))
+        })
+    }
+
+    fn sumsq(&mut self, x: &CudaSlice<f32>) -> f64 {
+        ok(self.sumsq_many(&[x]))
+    }
+
+    fn sumsq_all(&mut self, xs: &[CudaSlice<f32>]) -> f64 {
+        self.span("sumsq_all", |me| {
+            let refs: Vec<&CudaSlice<f32>> = xs.iter().collect();
+            ok(me.sumsq_many(&refs))
+        })
+    }
+
+    fn count_nonfinite(&mut self, x: &CudaSlice<f32>) -> u64 {
+        let n = x.len();
+        let r = (|| -> Result<u64, CudaError> {
+            self.stream.memset_zeros(&mut self.counter)?;
+            let (xp, cp) = (self.ptr(x), self.ptr(&self.counter));
+            launch!(self, "count_nonfinite", grid_for(n, 256), xp, n as u64, cp)?;
+            Ok(self.stream.clone_dtoh(&self.counter)?[0])
+        })();
+        ok(r)
+    }
+
+    fn adamw(&mut self, p: &mut CudaSlice<f32>, g: &CudaSlice<f32>, m: &mut CudaSlice<f32>, v: &mut CudaSlice<f32>, h: &AdamW) {
+        let n = p.len();
+        // The CPU reference's bias corrections, in f64 on the host.
+        let t = f64::from(h.t);
+        let step_size = (f64::from(h.lr) / (1.0 - f64::from(h.beta1).powf(t))) as f32;
+        let bc2_sqrt = (1.0 - f64::from(h.beta2).powf(t)).sqrt() as f32;
+        let decay = 1.0 - h.lr * h.weight_decay;
+        self.span("adamw", |me| {
+            let (pp, gp, mp, vp) = (me.ptr(p), me.ptr(g), me.ptr(m), me.ptr(v));
+            ok(launch!(me, "adamw_fwd", grid_for(n, 256), pp, gp, mp, vp, n as u64, h.beta1, h.beta2, h.eps, decay, step_size, bc2_sqrt, h.grad_scale))
+        })
+    }
+
+    fn gemm(
+        &mut self,
+        call: &GemmCall,
+        out: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        bias: Option<&CudaSlice<f32>>,
+        dbias: Option<&mut CudaSlice<f32>>,
+    ) {
+        self.span("gemm", |me| ok(me.linear(call, out, a, b, bias, dbias, false, true)))
+    }
+
+    fn take_reports(&mut self) -> Vec<GemmReport> {
+        ok(self.download_all())
+    }
+}
+
+/// A BF16 GEMM call with nothing recorded (the lm_head).
+fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
+    GemmCall {
+        id: crate::backend::GemmId {
+            layer: 0,
+            module: fp8scope_schemas::names::Module::Qkv,
+            gemm,
+        },
+        dims,
+        cast_a: OperandCast::Bf16,
+        cast_b: OperandCast::Bf16,
+        fault_a: OperandFault::NONE,
+        fault_b: OperandFault::NONE,
+        nan_output: false,
+        stats: StatsLevel::Amax,
+        keep_quantized: false,
+        shadow: false,
+    }
+}

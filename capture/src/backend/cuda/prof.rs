@@ -1,0 +1,100 @@
+//! An opt-in profiler of the CUDA backend (`FP8SCOPE_PROFILE=1`): CUDA events around each
+//! primitive give its GPU time, a host clock its launch-side time; the totals per primitive are
+//! printed to stderr when the backend is dropped. Off by default: events cost a little.
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Profiler {
+    ctx: Arc<CudaContext>,
+    pool: Vec<(CudaEvent, CudaEvent)>,
+    open: Vec<(&'static str, usize)>,
+    used: usize,
+    gpu_ms: BTreeMap<&'static str, (f64, u64)>,
+    host_ms: BTreeMap<&'static str, f64>,
+    steps: u64,
+    started: Instant,
+}
+
+impl Profiler {
+    pub fn from_env(ctx: &Arc<CudaContext>) -> Option<Profiler> {
+        std::env::var_os("FP8SCOPE_PROFILE").filter(|v| v != "0")?;
+        Some(Profiler {
+            ctx: ctx.clone(),
+            pool: Vec::new(),
+            open: Vec::new(),
+            used: 0,
+            gpu_ms: BTreeMap::new(),
+            host_ms: BTreeMap::new(),
+            steps: 0,
+            started: Instant::now(),
+        })
+    }
+
+    /// Records the start of `name`; returns its index for [`Profiler::end`].
+    pub fn begin(&mut self, stream: &Arc<CudaStream>, name: &'static str) -> usize {
+        if self.used == self.pool.len() {
+            let mk = || self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+            if let (Ok(a), Ok(b)) = (mk(), mk()) {
+                self.pool.push((a, b));
+            } else {
+                return usize::MAX;
+            }
+        }
+        let i = self.used;
+        self.used += 1;
+        let _ = self.pool[i].0.record(stream);
+        self.open.push((name, i));
+        i
+    }
+
+    pub fn end(&mut self, stream: &Arc<CudaStream>, i: usize, host: Duration) {
+        if i == usize::MAX {
+            return;
+        }
+        let _ = self.pool[i].1.record(stream);
+        if let Some(pos) = self.open.iter().position(|&(_, j)| j == i) {
+            let (name, _) = self.open[pos];
+            *self.host_ms.entry(name).or_default() += host.as_secs_f64() * 1e3;
+        }
+    }
+
+    /// After a synchronisation: folds this step's event pairs into the totals.
+    pub fn collect(&mut self) {
+        for &(name, i) in &self.open {
+            if let Ok(ms) = self.pool[i].0.elapsed_ms(&self.pool[i].1) {
+                let e = self.gpu_ms.entry(name).or_default();
+                e.0 += ms as f64;
+                e.1 += 1;
+            }
+        }
+        self.open.clear();
+        self.used = 0;
+        self.steps += 1;
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        let steps = self.steps.max(1) as f64;
+        let mut rows: Vec<_> = self.gpu_ms.iter().collect();
+        rows.sort_by(|a, b| b.1.0.partial_cmp(&a.1.0).unwrap_or(std::cmp::Ordering::Equal));
+        eprintln!(
+            "== CUDA backend profile: {} steps, {:.1} s wall; per step: GPU ms (event spans, nested spans overlap), host ms, calls",
+            self.steps,
+            self.started.elapsed().as_secs_f64()
+        );
+        let mut tot = (0.0, 0.0);
+        for (name, (ms, n)) in rows {
+            let h = self.host_ms.get(name).copied().unwrap_or(0.0);
+            if !name.contains('.') {
+                tot.0 += ms / steps;
+                tot.1 += h / steps;
+            }
+            eprintln!("  {name:<24} {:>8.3} {:>8.3} {:>6.0}", ms / steps, h / steps, *n as f64 / steps);
+        }
+        eprintln!("  {:<24} {:>8.3} {:>8.3}", "total (top level)", tot.0, tot.1);
+    }
+}

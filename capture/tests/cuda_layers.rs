@@ -1,0 +1,463 @@
+//! The CUDA backend against the CPU reference, on the GPU (skipped, visibly, without one):
+//! - FP8 casts: the GPU's bytes equal the CPU emulation's, bit for bit, for E4M3 and E5M2, over
+//!   every code point, the ties between them, saturation, subnormals, zeros, Inf and NaN, at
+//!   several scales, transposed or not; and the cast statistics agree;
+//! - every layer's forward and backward: one test body runs on both backends, and each output is
+//!   compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`].
+
+mod cuda_common;
+
+use fp8_capture::backend::cpu::CpuBackend;
+use fp8_capture::backend::cpu::cast::cast_operand;
+use fp8_capture::backend::{AdamW, Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use fp8_capture::fp8::{self, Fp8Format};
+use fp8scope_schemas::names::{Gemm, Module};
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+use rand_pcg::Pcg64;
+
+fn fp8_test_values(format: Fp8Format) -> Vec<f32> {
+    let mut v = Vec::new();
+    let mut codes: Vec<f32> = (0u16..256).map(|c| fp8::decode(format, c as u8)).filter(|x| x.is_finite()).collect();
+    codes.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    codes.dedup();
+    for w in codes.windows(2) {
+        let mid = 0.5 * (w[0] + w[1]);
+        v.extend([w[0], mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits().wrapping_sub(1))]);
+    }
+    let max = format.max();
+    v.extend([
+        0.0,
+        -0.0,
+        max,
+        -max,
+        max * 1.01,
+        -max * 1.5,
+        max * 1e6,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-30,
+        -1e-30,
+        f32::MIN_POSITIVE,
+    ]);
+    let mut rng = Pcg64::seed_from_u64(7);
+    for _ in 0..20000 {
+        let e: f32 = rng.random_range(-30.0..20.0);
+        let s = if rng.random_bool(0.5) { -1.0 } else { 1.0 };
+        v.push(s * 2f32.powf(e) * rng.random_range(1.0..2.0));
+    }
+    v
+}
+
+#[test]
+fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
+    let Some(mut gpu) = cuda_common::gpu("fp8 casts") else { return };
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        let x = fp8_test_values(format);
+        let n = x.len();
+        let xd = gpu.upload(&x);
+        for scale in [1.0f32, 0.25, 8.0, 448.0 / 3.7, 1.0 / 57.3, 2f32.powi(-20)] {
+            let how = OperandCast::Fp8Tensor {
+                format,
+                scale: ScaleSource::Given { scale, amax_used: 1.0 },
+            };
+            let (bytes, rep) = gpu.cast_for_test(&xd, 1, n, false, how, OperandFault::NONE, StatsLevel::Full).expect("cast");
+            let want: Vec<u8> = x.iter().map(|&v| fp8::cast(format, v, scale)).collect();
+            let bad: Vec<String> = (0..n)
+                .filter(|&i| bytes[i] != want[i])
+                .take(5)
+                .map(|i| format!("x={:e} gpu={:#04x} cpu={:#04x}", x[i], bytes[i], want[i]))
+                .collect();
+            let mism = (0..n).filter(|&i| bytes[i] != want[i]).count();
+            println!("{} scale {scale:e}: {n} values, {mism} byte mismatches {bad:?}", format.name());
+            assert_eq!(mism, 0, "{}: GPU and CPU FP8 bytes differ", format.name());
+            let cpu = cast_operand(&x, 1, n, how, OperandFault::NONE, StatsLevel::Full, false).report;
+            assert_eq!(
+                (rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf, rep.zeros),
+                (cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf, cpu.zeros),
+                "{}: cast counts",
+                format.name()
+            );
+            assert_eq!(rep.scale, cpu.scale);
+            let (gm, cm) = (rep.moments.expect("moments"), cpu.moments.expect("moments"));
+            assert_eq!((gm.min, gm.max), (cm.min, cm.max));
+            assert!(
+                (gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300,
+                "mean {} vs {}",
+                gm.mean,
+                cm.mean
+            );
+            let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
+            assert!(
+                (gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9,
+                "quant error {gq:?} vs {cq:?}"
+            );
+        }
+        // Current scaling: the scale is computed on the device from the amax.
+        let finite: Vec<f32> = x.iter().copied().filter(|v| v.is_finite() && v.abs() < 1e4).collect();
+        let fd = gpu.upload(&finite);
+        let how = OperandCast::Fp8Tensor {
+            format,
+            scale: ScaleSource::Current { margin: 1 },
+        };
+        let (bytes, rep) = gpu
+            .cast_for_test(&fd, 1, finite.len(), false, how, OperandFault::NONE, StatsLevel::Amax)
+            .expect("cast");
+        let cpu = cast_operand(&finite, 1, finite.len(), how, OperandFault::NONE, StatsLevel::Amax, true).report;
+        assert_eq!(rep.scale.to_bits(), cpu.scale.to_bits(), "current scale");
+        assert_eq!(Some(bytes), cpu.quantized, "{}: current-scaled bytes", format.name());
+    }
+    // Planted faults and the non-saturating mode: a mis-scale (cast with scale × 16, dequantised
+    // with the true scale), outliers, and overflow to NaN / Inf instead of saturation.
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let x: Vec<f32> = (0..64 * 96).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let xd = gpu.upload(&x);
+        let fault = OperandFault { scale_mult: 16.0, outlier_factor: 1e4, overflow_nan: true };
+        for how in [
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: format.max() / 8.0, amax_used: 4.0 } },
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 0 } },
+        ] {
+            let (bytes, rep) = gpu.cast_for_test(&xd, 64, 96, false, how, fault, StatsLevel::Full).expect("cast");
+            let cpu = cast_operand(&x, 64, 96, how, fault, StatsLevel::Full, true).report;
+            assert_eq!(Some(bytes), cpu.quantized, "{}: faulted bytes", format.name());
+            assert_eq!((rep.scale.to_bits(), rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf), (cpu.scale.to_bits(), cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf), "{}: faulted counts", format.name());
+            let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
+            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() && (gq.1 - cq.1).abs() <= 1e-9, "faulted quant error {gq:?} vs {cq:?}");
+        }
+    }
+    // Transposed casts (dgrad / wgrad operands) hold the same bytes, transposed.
+    let (rows, cols) = (96, 160);
+    let mut rng = Pcg64::seed_from_u64(3);
+    let x: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+    let xd = gpu.upload(&x);
+    let how = OperandCast::Fp8Tensor {
+        format: Fp8Format::E5M2,
+        scale: ScaleSource::Given { scale: 100.0, amax_used: 3.0 },
+    };
+    let (t, _) = gpu
+        .cast_for_test(&xd, rows, cols, true, how, OperandFault::NONE, StatsLevel::Amax)
+        .expect("cast");
+    for r in 0..rows {
+        for c in 0..cols {
+            assert_eq!(t[c * rows + r], fp8::cast(Fp8Format::E5M2, x[r * cols + c], 100.0));
+        }
+    }
+    // BF16 operands: the bits of round-to-nearest-even.
+    let (b, _) = gpu
+        .cast_for_test(&xd, rows, cols, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Amax)
+        .expect("cast");
+    for (i, &v) in x.iter().enumerate() {
+        assert_eq!(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]), half::bf16::from_f32(v).to_bits());
+    }
+}
+
+/// (output name prefix, bound on ‖gpu − cpu‖ / ‖cpu‖, why).
+const TOLERANCES: &[(&str, f64, &str)] = &[
+    ("embedding_fwd", 0.0, "a copy: exact"),
+    ("embedding_bwd", 0.0, "the same f32 additions in position order on both: exact"),
+    ("residual", 0.0, "one f32 add: exact"),
+    ("add_inplace", 0.0, "one f32 add: exact"),
+    ("round_bf16", 0.0, "round to nearest even on both: exact"),
+    ("gelu", 1e-6, "the same sigmoid form on both; expf of CUDA's libm vs Rust's exp differ by an ulp"),
+    ("layernorm_fwd", 1e-5, "f32 mean/variance, warp-tree vs sequential summation order"),
+    ("layernorm_bwd", 1e-5, "f32 row and column sums in different orders"),
+    ("crossentropy", 1e-6, "f64 sum of f32 exps in tree vs sequential order; expf ulps"),
+    ("adamw", 1e-7, "the same f32 operation sequence with host-computed bias corrections; only FMA contraction by the CUDA compiler can differ"),
+    ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
+    ("attention_fwd.att", 2e-2, "the GPU's scores q·k come from a cuBLAS BF16 GEMM (q, k rounded to BF16, 2^-9 relative each), the CPU's from f32 q, k; the softmax runs in f32 on both"),
+    ("attention", 2e-2, "the GPU's batched products take BF16 operands (q, k, v, att, dy, dpreatt rounded: 2^-9 relative each), the CPU's f32; both round the outputs to BF16"),
+    (
+        "matmul_bf16",
+        1e-2,
+        "BF16 operands and outputs; accumulation order differs, so outputs near a BF16 rounding boundary flip by one BF16 ulp (2^-8)",
+    ),
+    (
+        "gemm",
+        1e-2,
+        "identical FP8/BF16 operand bytes; FP32 accumulation order and the dequantisation (cuBLASLt multiplies by 1/scale after the sum, the CPU divides each operand) differ, then BF16 rounding of the output",
+    ),
+];
+
+fn tolerance(name: &str) -> (f64, &'static str) {
+    TOLERANCES
+        .iter()
+        .find(|(p, _, _)| name.starts_with(p))
+        .map(|(_, b, r)| (*b, *r))
+        .unwrap_or((0.0, "no bound given: must be exact"))
+}
+
+struct Inputs {
+    v: usize,
+    c: usize,
+    f: usize,
+    nh: usize,
+    b: usize,
+    t: usize,
+    tokens: Vec<u32>,
+    targets: Vec<u32>,
+    mats: std::collections::HashMap<&'static str, Vec<f32>>,
+}
+
+fn inputs() -> Inputs {
+    let (v, c, f, nh, b, t) = (512, 128, 256, 4, 2, 64);
+    let n = b * t;
+    let mut rng = Pcg64::seed_from_u64(11);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut draw = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng) * s).collect() };
+    let mut mats = std::collections::HashMap::new();
+    for (name, len, s) in [
+        ("wte", v * c, 0.5),
+        ("dwte0", v * c, 0.1),
+        ("x", n * c, 1.0),
+        ("dout_c", n * c, 0.1),
+        ("ln_w", c, 1.0),
+        ("ln_b", c, 0.1),
+        ("dinp0", n * c, 0.1),
+        ("dw0", c, 0.1),
+        ("db0", c, 0.1),
+        ("qkv", n * 3 * c, 1.0),
+        ("h", n * f, 1.5),
+        ("dout_f", n * f, 0.1),
+        ("logits", n * v, 2.0),
+        ("head_w", v * c, 0.05),
+        ("dlogits", n * v, 0.01),
+        ("p", 4099, 1.0),
+        ("g", 4099, 0.1),
+        ("m", 4099, 0.01),
+        ("vv", 4099, 0.01),
+        ("w_fc1", f * c, 0.05),
+        ("bias_f", f, 0.1),
+        ("dy_f", n * f, 0.01),
+    ] {
+        mats.insert(name, draw(len, s));
+    }
+    mats.get_mut("vv").map(|x| x.iter_mut().for_each(|e| *e = e.abs()));
+    let mut r2 = Pcg64::seed_from_u64(12);
+    let tokens = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
+    let targets = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
+    Inputs {
+        v,
+        c,
+        f,
+        nh,
+        b,
+        t,
+        tokens,
+        targets,
+        mats,
+    }
+}
+
+/// Runs every primitive once on `be` and returns each output, by name.
+fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
+    let (v, c, f, nh, b, t) = (i.v, i.c, i.f, i.nh, i.b, i.t);
+    let n = b * t;
+    let m = |k: &str| i.mats[k].as_slice();
+    let out = std::cell::RefCell::new(Vec::<(String, Vec<f32>)>::new());
+    let get = |be: &mut B, name: &str, buf: &B::Buf| {
+        let len = be.len(buf);
+        out.borrow_mut().push((name.to_string(), be.download(buf, 0, len, 1)));
+    };
+    let tokens = be.upload_tokens(&i.tokens);
+    let targets = be.upload_tokens(&i.targets);
+    // embedding
+    let wte = be.upload(m("wte"));
+    let mut emb = be.zeros(n * c);
+    be.embedding_fwd(&mut emb, &tokens, &wte, c);
+    get(be, "embedding_fwd.out", &emb);
+    let mut dwte = be.upload(m("dwte0"));
+    let dout_c = be.upload(m("dout_c"));
+    be.embedding_bwd(&mut dwte, &dout_c, &tokens, c);
+    get(be, "embedding_bwd.dwte", &dwte);
+    // layernorm
+    let x = be.upload(m("x"));
+    let (lw, lb) = (be.upload(m("ln_w")), be.upload(m("ln_b")));
+    let (mut ln, mut mean, mut rstd) = (be.zeros(n * c), be.zeros(n), be.zeros(n));
+    be.layernorm_fwd(&mut ln, &mut mean, &mut rstd, &x, &lw, &lb, c);
+    get(be, "layernorm_fwd.out", &ln);
+    get(be, "layernorm_fwd.mean", &mean);
+    get(be, "layernorm_fwd.rstd", &rstd);
+    let (mut dinp, mut dw, mut db) = (be.upload(m("dinp0")), be.upload(m("dw0")), be.upload(m("db0")));
+    be.layernorm_bwd(&mut dinp, &mut dw, &mut db, &dout_c, &x, &lw, &mean, &rstd, c);
+    get(be, "layernorm_bwd.dinp", &dinp);
+    get(be, "layernorm_bwd.dw", &dw);
+    get(be, "layernorm_bwd.db", &db);
+    // attention
+    let qkv = be.upload(m("qkv"));
+    let (mut ao, mut att) = (be.zeros(n * c), be.zeros(b * nh * t * t));
+    be.attention_fwd(&mut ao, &mut att, &qkv, b, t, c, nh, true);
+    get(be, "attention_fwd.out", &ao);
+    get(be, "attention_fwd.att", &att);
+    let (mut dqkv, mut datt) = (be.zeros(n * 3 * c), be.zeros(b * nh * t * t));
+    be.attention_bwd(&mut dqkv, &mut datt, &dout_c, &qkv, &att, b, t, c, nh, true);
+    get(be, "attention_bwd.dqkv", &dqkv);
+    // gelu, residual, rounding
+    let h = be.upload(m("h"));
+    let mut g = be.zeros(n * f);
+    be.gelu_fwd(&mut g, &h);
+    get(be, "gelu_fwd.out", &g);
+    let dout_f = be.upload(m("dout_f"));
+    let mut dh = be.zeros(n * f);
+    be.gelu_bwd(&mut dh, &h, &dout_f);
+    get(be, "gelu_bwd.dinp", &dh);
+    let mut r = be.zeros(n * c);
+    be.add(&mut r, &x, &dout_c);
+    get(be, "residual_fwd.out", &r);
+    be.add_inplace(&mut r, &x);
+    get(be, "add_inplace.acc", &r);
+    let mut rb = be.upload(m("x"));
+    be.round_bf16(&mut rb);
+    get(be, "round_bf16.x", &rb);
+    // lm_head (BF16) and the loss
+    let head = LinearDims { n, k: c, m: v };
+    let hw = be.upload(m("head_w"));
+    let mut logits = be.zeros(n * v);
+    be.matmul_bf16_fwd(&mut logits, &x, &hw, head);
+    get(be, "matmul_bf16_fwd.out", &logits);
+    let dl = be.upload(m("dlogits"));
+    let (mut dx, mut dhw) = (be.zeros(n * c), be.upload(m("head_w")));
+    be.matmul_bf16_bwd(&mut dx, &mut dhw, &dl, &x, &hw, head);
+    get(be, "matmul_bf16_bwd.dinp", &dx);
+    get(be, "matmul_bf16_bwd.dw", &dhw);
+    let lg = be.upload(m("logits"));
+    let (mut losses, mut dlg) = (be.zeros(n), be.zeros(n * v));
+    be.crossentropy(&mut losses, &mut dlg, &lg, &targets, v, 1.0 / n as f32);
+    get(be, "crossentropy.losses", &losses);
+    get(be, "crossentropy.dlogits", &dlg);
+    let s = be.sumsq(&lg);
+    out.borrow_mut().push(("sumsq".into(), vec![s as f32]));
+    // AdamW
+    let (mut p, gg, mut am, mut av) = (be.upload(m("p")), be.upload(m("g")), be.upload(m("m")), be.upload(m("vv")));
+    let hyp = AdamW {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        t: 7,
+        grad_scale: 0.5,
+    };
+    be.adamw(&mut p, &gg, &mut am, &mut av, &hyp);
+    get(be, "adamw.p", &p);
+    get(be, "adamw.m", &am);
+    get(be, "adamw.v", &av);
+    // The linear-layer GEMMs of fc1 (k = C, m = F) under each cast.
+    let dims = LinearDims { n, k: c, m: f };
+    let (w, bias, dy) = (be.upload(m("w_fc1")), be.upload(m("bias_f")), be.upload(m("dy_f")));
+    let e4 = |scale: f32| OperandCast::Fp8Tensor {
+        format: Fp8Format::E4M3,
+        scale: ScaleSource::Given { scale, amax_used: 0.0 },
+    };
+    let e5 = |scale: f32| OperandCast::Fp8Tensor {
+        format: Fp8Format::E5M2,
+        scale: ScaleSource::Given { scale, amax_used: 0.0 },
+    };
+    let cur = OperandCast::Fp8Tensor {
+        format: Fp8Format::E4M3,
+        scale: ScaleSource::Current { margin: 0 },
+    };
+    for (label, ca_f, cb_f, ca_b, cb_b) in [
+        ("bf16", OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16),
+        ("e4m3", e4(64.0), e4(2048.0), e4(8192.0), e4(2048.0)),
+        ("current", cur, cur, cur, cur),
+        ("hybrid", e4(64.0), e4(2048.0), e5(4096.0), e4(64.0)),
+    ] {
+        for gemm in Gemm::ALL {
+            let (cast_a, cast_b) = if gemm == Gemm::Fprop { (ca_f, cb_f) } else { (ca_b, cb_b) };
+            let call = GemmCall {
+                id: GemmId {
+                    layer: 0,
+                    module: Module::Fc1,
+                    gemm,
+                },
+                dims,
+                cast_a,
+                cast_b,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                stats: StatsLevel::Full,
+                keep_quantized: true,
+                shadow: false,
+            };
+            let name = format!("gemm.{label}.{gemm}");
+            match gemm {
+                Gemm::Fprop => {
+                    let mut y = be.zeros(n * f);
+                    be.gemm(&call, &mut y, &x, &w, Some(&bias), None);
+                    get(be, &name, &y);
+                }
+                Gemm::Dgrad => {
+                    let mut dxx = be.zeros(n * c);
+                    be.gemm(&call, &mut dxx, &dy, &w, None, None);
+                    get(be, &name, &dxx);
+                }
+                Gemm::Wgrad => {
+                    let (mut dww, mut dbb) = (be.zeros(f * c), be.upload(m("bias_f")));
+                    be.gemm(&call, &mut dww, &dy, &x, None, Some(&mut dbb));
+                    get(be, &name, &dww);
+                    get(be, &format!("{name}.dbias"), &dbb);
+                }
+            }
+            for rep in be.take_reports() {
+                for (side, r) in [("a", &rep.a), ("b", &rep.b)] {
+                    let q = r.quantized.as_ref().map(|q| q.iter().map(|&b| b as f32).collect()).unwrap_or_default();
+                    out.borrow_mut().push((format!("report.{name}.{side}.bytes"), q));
+                    out.borrow_mut().push((
+                        format!("report.{name}.{side}.counts"),
+                        vec![r.amax, r.scale, r.underflow as f32, r.saturated as f32, r.zeros as f32, r.nan as f32],
+                    ));
+                }
+            }
+        }
+    }
+    out.into_inner()
+}
+
+fn rel_l2(got: &[f32], want: &[f32]) -> (f64, f64) {
+    let (mut d2, mut r2, mut maxabs) = (0f64, 0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        let d = g as f64 - w as f64;
+        d2 += d * d;
+        r2 += (w as f64) * (w as f64);
+        maxabs = maxabs.max(d.abs());
+    }
+    if got.iter().chain(want).any(|v| v.is_nan()) {
+        return (f64::NAN, f64::NAN);
+    }
+    (if r2 == 0.0 { d2.sqrt() } else { (d2 / r2).sqrt() }, maxabs)
+}
+
+#[test]
+fn every_layer_matches_the_cpu_reference_within_its_tolerance() {
+    let Some(mut gpu) = cuda_common::gpu("layer parity") else { return };
+    let i = inputs();
+    let mut cpu = CpuBackend::new();
+    let want = run_layers(&mut cpu, &i);
+    let got = run_layers(&mut gpu, &i);
+    assert_eq!(want.len(), got.len());
+    let mut failed = Vec::new();
+    println!("{:<34} {:>10} {:>10} {:>10}  reason", "output", "rel L2", "max |d|", "bound");
+    for ((name, w), (gname, g)) in want.iter().zip(&got) {
+        assert_eq!(name, gname);
+        assert_eq!(w.len(), g.len(), "{name}: lengths");
+        let (bound, reason) = tolerance(name);
+        let (rel, maxabs) = rel_l2(g, w);
+        let pass = rel <= bound;
+        println!(
+            "{name:<34} {rel:>10.2e} {maxabs:>10.2e} {bound:>10.1e}  {}{reason}",
+            if pass { "" } else { "FAIL: " }
+        );
+        if !pass {
+            let worst: Vec<String> = {
+                let mut idx: Vec<usize> = (0..w.len()).collect();
+                idx.sort_by(|&a, &b| ((g[b] - w[b]).abs()).partial_cmp(&(g[a] - w[a]).abs()).unwrap_or(std::cmp::Ordering::Equal));
+                idx.iter().take(3).map(|&k| format!("[{k}] gpu {} cpu {}", g[k], w[k])).collect()
+            };
+            failed.push(format!("{name}: rel {rel:.3e} > {bound:e}; worst {worst:?}"));
+        }
+    }
+    assert!(failed.is_empty(), "outside tolerance:\n{}", failed.join("\n"));
+}

@@ -1,0 +1,310 @@
+// GEMM operand casts and their statistics. A linear layer's operand (rows x cols, f32, row-major) is
+// cast to BF16 or FP8 (x * scale, round to nearest even, saturate: cvt.rn.satfinite), optionally
+// transposed on the way (cuBLASLt's FP8 GEMMs take only the TN layout, so dgrad needs W^T and
+// wgrad dY^T and X^T), and the statistics the recorder needs are reduced in the same pass:
+// amax, the counts (underflow, saturated, NaN, Inf, zeros), moments, and the quantization error.
+//
+// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles, field-major)
+// and the last block to finish reduces them in a fixed order (no floating-point atomics); the same
+// last block turns an amax into a current scale when asked.
+//
+// Scale slots: slot[0] = the cast scale s (x is multiplied by it), slot[SLOT_BASE] = the true scale
+// (s without a planted mis-scale: dequantisation uses it, as a stale scale would be used),
+// slot[SLOT_INV] = 1/slot[SLOT_BASE], the
+// dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both 16-byte aligned, as
+// cuBLASLt requires of scale pointers.
+//
+// Stat fields, in order (keep in step with backend/cuda/mod.rs: Stat):
+//  0 finite count, 1 sum, 2 sum of squares, 3 min, 4 max, 5 amax, 6 min |x| over non-zeros,
+//  7 underflow, 8 saturated, 9 NaN, 10 Inf, 11 zeros, 12 sum (dq-x)^2, 13 sum dq*x, 14 sum dq^2,
+//  15 sum x^2, 16 pairs counted for the error.
+#include "common.cuh"
+
+#define STAT_FIELDS 17
+#define SLOT_BASE 1
+#define SLOT_INV 4
+#define TILE 32
+#define ROWS_PER_PASS 8
+#define CAST_THREADS (TILE * ROWS_PER_PASS)
+
+struct Acc {
+    double cnt, sum, sumsq, under, sat, nan_, inf_, zeros, d2, dot, a2, b2, np;
+    float mn, mx, amax, minabs;
+};
+
+__device__ __forceinline__ void acc_init(Acc& a) {
+    a.cnt = a.sum = a.sumsq = a.under = a.sat = a.nan_ = a.inf_ = a.zeros = 0.0;
+    a.d2 = a.dot = a.a2 = a.b2 = a.np = 0.0;
+    a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
+}
+
+// Field f of the statistics combines by min (3, 6), max (4, 5) or sum (the rest).
+__device__ __forceinline__ double stat_comb(int f, double a, double b) {
+    return (f == 3 || f == 6) ? fmin(a, b) : ((f == 4 || f == 5) ? fmax(a, b) : a + b);
+}
+__device__ __forceinline__ double stat_ident(int f) {
+    return (f == 3 || f == 6) ? (double)INFINITY : (f == 4 ? -(double)INFINITY : 0.0);
+}
+
+// Block-wide reduction of STAT_FIELDS values per thread in a fixed order (warp trees, then the
+// warps in index order), with a single barrier round: res[f] holds field f for every thread after.
+__device__ __forceinline__ void block_reduce_stats(double v[STAT_FIELDS], double* sh, double* res) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int f = 0; f < STAT_FIELDS; f++) {
+        for (int o = 16; o > 0; o >>= 1) v[f] = stat_comb(f, v[f], __shfl_xor_sync(0xffffffffu, v[f], o));
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int f = 0; f < STAT_FIELDS; f++) sh[f * 32 + warp] = v[f];
+    }
+    __syncthreads();
+    if (threadIdx.x < STAT_FIELDS) {
+        int f = threadIdx.x;
+        double r = stat_ident(f);
+        for (int w = 0; w < nw; w++) r = stat_comb(f, r, sh[f * 32 + w]);
+        res[f] = r;
+    }
+    __syncthreads();
+}
+
+// Writes one block's statistics, field-major: partials[field * gridDim.x + blockIdx.x]. Then the
+// last block to arrive reduces all gridDim.x partials in a fixed order into record[STAT_FIELDS]
+// (if not null); with scale_mode 1 it also writes the current scale slot[0] =
+// scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0].
+// *counter must be 0 before the launch and is 0 again after it.
+__device__ void stats_commit(Acc& a, double* partials, double* __restrict__ record, u32* __restrict__ counter,
+                             int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
+    __shared__ double sh[STAT_FIELDS * 32];
+    __shared__ double res[STAT_FIELDS];
+    __shared__ bool last;
+    u64 G = gridDim.x;
+    double v[STAT_FIELDS] = {a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
+                             a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
+    block_reduce_stats(v, sh, res);
+    if (threadIdx.x < STAT_FIELDS) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_ident(f);
+    for (u64 b = threadIdx.x; b < G; b += blockDim.x) {
+#pragma unroll
+        for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
+    }
+    block_reduce_stats(v, sh, res);
+    if (threadIdx.x < STAT_FIELDS && record != nullptr) record[threadIdx.x] = res[threadIdx.x];
+    if (threadIdx.x == 0) {
+        if (scale_mode == 1) {
+            float base = scale_for_amax(fmt, (float)res[5], margin);
+            slot[0] = base * mult;
+            slot[SLOT_BASE] = base;
+            slot[SLOT_INV] = 1.0f / base;
+        }
+        *counter = 0;
+    }
+}
+
+// Casts one element and folds it into the statistics. Returns the output code (BF16 bits or FP8 byte).
+// s: the cast scale; base: the dequantisation scale. With overflow_nan (`--overflow nan`), scaled
+// values at or past the rounding limit become NaN (E4M3) or ±Inf (E5M2) instead of saturating, and
+// count as NaN / Inf rather than saturated, as the CPU's cast does.
+__device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, float base, int overflow_nan, int level, Acc& a) {
+    unsigned short code;
+    float dq;
+    bool under, sat;
+    if (fmt == FMT_BF16) {
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        code = *reinterpret_cast<unsigned short*>(&b);
+        dq = __bfloat162float(b);
+        under = dq == 0.0f;
+        sat = isinf(dq);
+    } else {
+        float y = v * s;
+        u8 q = to_fp8(y, fmt);
+        sat = fabsf(y) > fmt_max(fmt);
+        if (overflow_nan && isfinite(y) && fabsf(y) >= (fmt == FMT_E4M3 ? 464.0f : 61440.0f)) {
+            q = (fmt == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0);
+            sat = false;
+            if (fmt == FMT_E4M3) a.nan_ += 1.0; else a.inf_ += 1.0;
+        }
+        code = q;
+        dq = from_fp8(q, fmt) / base;
+        under = (q & 0x7f) == 0;
+    }
+    // FP8: saturated counts every non-NaN input whose scaled value passes max (Inf included), as
+    // crate::fp8::quantize does; BF16: finite inputs that round to Inf.
+    if (fmt != FMT_BF16 && sat) a.sat += 1.0;
+    if (isnan(v)) {
+        a.nan_ += 1.0;
+    } else if (isinf(v)) {
+        a.inf_ += 1.0;
+    } else {
+        float av = fabsf(v);
+        a.amax = fmaxf(a.amax, av);
+        if (v == 0.0f) {
+            a.zeros += 1.0;
+        } else {
+            if (under) a.under += 1.0;
+            if (fmt == FMT_BF16 && sat) a.sat += 1.0;
+        }
+        if (level >= 1) {
+            a.cnt += 1.0;
+            a.sum += (double)v;
+            a.sumsq += (double)v * (double)v;
+            a.mn = fminf(a.mn, v);
+            a.mx = fmaxf(a.mx, v);
+            if (av > 0.0f) a.minabs = fminf(a.minabs, av);
+        }
+        if (level >= 2 && isfinite(dq)) {
+            double d = (double)dq - (double)v;
+            a.d2 += d * d;
+            a.dot += (double)dq * (double)v;
+            a.a2 += (double)dq * (double)dq;
+            a.b2 += (double)v * (double)v;
+            a.np += 1.0;
+        }
+    }
+    return code;
+}
+
+// out = cast(x) (or cast(x)^T with transpose = 1), statistics reduced into record[STAT_FIELDS].
+// x: (rows, cols) f32. out: (rows, cols) or (cols, rows) of BF16 (2 bytes) or FP8 (1 byte); may be
+// null (statistics only). Scale: scale_mode 0 casts with scale_arg * mult, dequantises with
+// scale_arg, and writes the slot; scale_mode 1 reads the slot; scale_mode 2 (the amax pass of
+// current scaling, out null) computes the slot from the amax at the end. The four elements at o0..o3 are
+// multiplied by outlier_factor first (a planted fault).
+// level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
+// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
+// Launch: CAST_THREADS threads, any grid (tiles are strided over blocks).
+extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
+    const float* __restrict__ x, int rows, int cols, int transpose, int fmt,
+    float scale_arg, int scale_mode, float* __restrict__ slot, int level,
+    void* __restrict__ out, double* partials, double* __restrict__ record, u32* __restrict__ counter,
+    int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
+    __shared__ unsigned short tile[TILE][TILE + 1];
+    float s = 1.0f, base = 1.0f;
+    if (fmt != FMT_BF16) {
+        if (scale_mode == 1) { s = slot[0]; base = slot[SLOT_BASE]; }
+        else { base = scale_arg; s = base * mult; }
+    }
+    if (scale_mode == 0 && blockIdx.x == 0 && threadIdx.x == 0 && slot != nullptr) {
+        slot[0] = s;
+        slot[SLOT_BASE] = base;
+        slot[SLOT_INV] = 1.0f / base;
+    }
+    Acc a;
+    acc_init(a);
+    int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+    int tiles_r = (rows + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
+    long long ntiles = (long long)tiles_r * tiles_c;
+    unsigned short* out16 = (unsigned short*)out;
+    u8* out8 = (u8*)out;
+    // Software-pipelined: the next tile's values are loaded before this tile is cast, so that each
+    // thread keeps 2 x PER_THREAD loads in flight (the loop is bandwidth-bound).
+    const int PER_THREAD = TILE / ROWS_PER_PASS;
+    float cur[PER_THREAD], nxt[PER_THREAD];
+    auto load = [&](long long t, float* v) {
+        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; j++) {
+            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+            v[j] = (r < rows && c < cols) ? __ldg(x + (u64)r * cols + c) : 0.0f;
+        }
+    };
+    long long t = blockIdx.x;
+    if (t < ntiles) load(t, cur);
+    for (; t < ntiles; t += gridDim.x) {
+        if (t + gridDim.x < ntiles) load(t + gridDim.x, nxt);
+        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; j++) {
+            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+            unsigned short code = 0;
+            if (r < rows && c < cols) {
+                u64 i = (u64)r * cols + c;
+                float v = cur[j];
+                if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
+                code = cast_one(v, fmt, s, base, overflow_nan, level, a);
+                if (out != nullptr && !transpose) {
+                    if (fmt == FMT_BF16) out16[i] = code; else out8[i] = (u8)code;
+                }
+            }
+            tile[ty + j * ROWS_PER_PASS][tx] = code;
+        }
+        if (out != nullptr && transpose) {
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < PER_THREAD; j++) {
+                int oc = c0 + ty + j * ROWS_PER_PASS, orow = r0 + tx;  // out is (cols, rows)
+                if (oc < cols && orow < rows) {
+                    u64 o = (u64)oc * rows + orow;
+                    unsigned short code = tile[tx][ty + j * ROWS_PER_PASS];
+                    if (fmt == FMT_BF16) out16[o] = code; else out8[o] = (u8)code;
+                }
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; j++) cur[j] = nxt[j];
+    }
+    stats_commit(a, partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);
+}
+
+// dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
+// that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.
+// Launch: one block (256 threads) per row.
+extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, const float* __restrict__ slot,
+                                          int rows, int cols, float* __restrict__ dbias) {
+    __shared__ double sh[32];
+    int r = blockIdx.x;
+    if (r >= rows) return;
+    float inv = fmt == FMT_BF16 ? 1.0f : slot[SLOT_INV];
+    double acc = 0.0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        u64 i = (u64)r * cols + c;
+        float v;
+        if (fmt == FMT_BF16) {
+            unsigned short b = ((const unsigned short*)q)[i];
+            v = __uint_as_float(((u32)b) << 16);
+        } else {
+            v = from_fp8(((const u8*)q)[i], fmt) * inv;
+        }
+        acc += (double)v;
+    }
+    double s = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) dbias[r] += (float)s;
+}
+
+// The GEMM's f32 result d (n_rows, n_cols) -> out: round_bf16(d + round_bf16(bias[col])), assigned or,
+// with accumulate, added to out. d may alias out. With nan_first, out[0] = NaN (a planted NaN).
+// Non-finite results are counted into *nonfinite (integer atomics: order-independent).
+// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32.
+extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, u64 n_rows, int n_cols,
+                                         const float* __restrict__ bias, int accumulate, int nan_first,
+                                         u64* __restrict__ nonfinite) {
+    u64 n = n_rows * (u64)n_cols;
+    u32 bad = 0;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float v = d_bf16 ? __uint_as_float(((u32)((const unsigned short*)d)[i]) << 16) : ((const float*)d)[i];
+        if (bias != nullptr) v += round_bf16(bias[i % n_cols]);
+        v = round_bf16(v);
+        if (nan_first && i == 0) v = NAN;
+        if (!isfinite(v)) bad++;
+        out[i] = accumulate ? out[i] + v : v;
+    }
+    if (nonfinite != nullptr) {
+        bad = __reduce_add_sync(0xffffffffu, bad);
+        if ((threadIdx.x & 31) == 0 && bad) atomicAdd(nonfinite, (u64)bad);
+    }
+}
+
+// x[i] = round_bf16(x[i]) in place.
+extern "C" __global__ void round_bf16_fwd(float* __restrict__ x, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        x[i] = round_bf16(x[i]);
+    }
+}

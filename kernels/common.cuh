@@ -1,0 +1,91 @@
+// Shared helpers of fp8scope's kernels. The loader (capture/src/backend/cuda/kernels.rs) pastes this
+// file in place of `#include "common.cuh"` before NVRTC compiles a kernel file, so every .cu is one
+// self-contained translation unit. Needs <cuda_fp8.h> and <cuda_bf16.h> from the CUDA include dir.
+#pragma once
+#include <cuda_fp8.h>
+#include <cuda_bf16.h>
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned char u8;
+
+// Operand formats, as the Rust side numbers them (backend/cuda/mod.rs: Fmt).
+#define FMT_BF16 0
+#define FMT_E4M3 1
+#define FMT_E5M2 2
+
+#define E4M3_MAX 448.0f
+#define E5M2_MAX 57344.0f
+
+__device__ __forceinline__ float round_bf16(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+__device__ __forceinline__ float fmt_max(int fmt) {
+    return fmt == FMT_E4M3 ? E4M3_MAX : E5M2_MAX;
+}
+
+// x -> FP8 byte: round to nearest even, saturate to +-max, NaN stays NaN (cvt.rn.satfinite).
+__device__ __forceinline__ u8 to_fp8(float x, int fmt) {
+    if (fmt == FMT_E4M3) {
+        return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    }
+    return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
+}
+
+__device__ __forceinline__ float from_fp8(u8 q, int fmt) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw(q, fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __half2float(__half(h));
+}
+
+// Per-tensor scale from an amax, as crate::fp8::scale_for_amax: (max / amax) / 2^margin, 1 when the
+// amax is zero or not finite.
+// Clamped to [FLT_MIN, FLT_MAX] like the CPU's.
+__device__ __forceinline__ float scale_for_amax(int fmt, float amax, int margin) {
+    if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+    float s = ldexpf(fmt_max(fmt) / amax, -margin);
+    if (isnan(s)) return 3.402823466e38f;
+    return fminf(fmaxf(s, 1.175494351e-38f), 3.402823466e38f);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_min(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide sum of doubles in a fixed order (warp tree, then warp 0 over the warp sums), so that the
+// same launch gives the same bits every time. Every thread must call it; the result is valid in
+// thread 0. `sh` holds at least 32 doubles.
+__device__ __forceinline__ double block_sum_d(double v, double* sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nw = (blockDim.x + 31) >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    double r = 0.0;
+    if (warp == 0) {
+        r = lane < nw ? sh[lane] : 0.0;
+        r = warp_sum_d(r);
+    }
+    return r;
+}
