@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# On the build machine: build the workspace in release, then copy fp8-capture, the CUDA test
-# binaries and bench/ into DEST (default /work/main/.devcarry) for a GPU-machine call.
+# On a build machine with Rust: build the workspace in release, then copy fp8-capture, the CUDA test
+# binaries and bench/ into DEST (default: gpu-bundle/ in the repository, git-ignored), a folder to
+# copy to a GPU machine that has no Rust toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEST=${1:-/work/main/.devcarry}
+DEST=${1:-gpu-bundle}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fp8scope-target}"
 cargo build --release --workspace
 mkdir -p "$DEST/bin"
