@@ -11,25 +11,33 @@ use fp8scope_schemas::parts::check_part;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Starts an endless tiny run into `out` and returns once its steps table has `parts` closed parts.
+fn train_until_parts(out: &std::path::Path, extra: &[&str], parts: usize) -> std::process::Child {
+    let child = Command::new(bin("fp8-capture"))
+        .args(["train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "100000", "--flush-every", "2"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run = RunDir::new(out);
+    let t0 = Instant::now();
+    while run.parts(Table::Steps).map(|p| p.len()).unwrap_or(0) < parts {
+        assert!(t0.elapsed() < Duration::from_secs(60), "fewer than {parts} parts after 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 #[test]
 fn a_run_killed_midway_keeps_every_closed_part_readable() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("killed");
-    let mut child = Command::new(bin("fp8-capture"))
-        .args(["train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "100000", "--flush-every", "2", "--dump-every", "3"])
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = train_until_parts(&out, &["--dump-every", "3"], 4);
     let run = RunDir::new(&out);
-    let t0 = Instant::now();
-    while run.parts(Table::Steps).map(|p| p.len()).unwrap_or(0) < 4 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no parts after 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let m = Manifest::read(&out).unwrap();
@@ -101,22 +109,10 @@ fn sigint_stops_after_the_current_step_and_says_so() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("interrupted");
-    let mut child = Command::new(bin("fp8-capture"))
-        .args(["train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "100000", "--flush-every", "2"])
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let run = RunDir::new(&out);
-    let t0 = Instant::now();
-    while run.parts(Table::Steps).map(|p| p.len()).unwrap_or(0) < 2 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no parts after 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = train_until_parts(&out, &[], 2);
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut child = child;
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let m = Manifest::read(&out).unwrap();
