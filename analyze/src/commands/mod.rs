@@ -6,7 +6,9 @@ pub mod anomalies;
 pub mod compare;
 pub mod locate;
 pub mod query;
+pub mod regress;
 pub mod summary;
+pub mod triage;
 
 /// What a command printed and whether it found something (exit status 1 for the commands that
 /// say so in their help).
