@@ -5,8 +5,9 @@
 //! - [`Driver::run_all`] runs a batch of captures, `--jobs` at a time, each in its own run
 //!   directory under `--out` (`<out>/<name>/`), its stdout and stderr kept in
 //!   `<out>/logs/<name>.log`, with a progress bar on a terminal and one line per finished run
-//!   otherwise. On the CPU each capture gets `--threads cores/jobs` so that parallel runs do not
-//!   oversubscribe the machine (unless the extra flags set `--threads` themselves).
+//!   otherwise. On the CPU each capture gets `--threads cores/n`, n the runs of the batch that run
+//!   at once, so that parallel runs do not oversubscribe the machine and a lone run uses every core
+//!   (unless the extra flags set `--threads` themselves).
 //!
 //! The analyzer never links the capture (the two crates only share `schemas/`): it talks to it
 //! through its command line, exit status (0 completed, 3 diverged, 2 bad flags, other: crashed)
@@ -78,9 +79,10 @@ impl RunResult {
     pub fn usable(&self) -> bool {
         matches!(self.status.as_str(), "completed" | "diverged")
     }
-    /// Exit status 2 of the capture: its flags were refused.
+    /// The capture refused its flags: exit status 2 (clap), or 1 before it wrote a manifest
+    /// (its validation runs before anything touches the disk).
     pub fn bad_flags(&self) -> bool {
-        self.exit_code == Some(2)
+        self.exit_code == Some(2) || (self.exit_code == Some(1) && self.status == "failed")
     }
 }
 
@@ -89,8 +91,9 @@ pub struct Driver {
     pub exe: PathBuf,
     pub out: PathBuf,
     pub jobs: usize,
-    /// `--threads` given to each CPU capture (None: leave it to the capture).
-    pub threads_per_run: Option<usize>,
+    /// Whether `--threads` is given to each CPU capture: the cores shared out between the runs
+    /// of a batch that run at once (false: leave it to the capture).
+    pub share_threads: bool,
     /// Print nothing on stderr (no bar, no lines).
     pub quiet: bool,
 }
@@ -109,8 +112,7 @@ impl Driver {
         let jobs = if jobs == 0 { cores() } else { jobs };
         std::fs::create_dir_all(out.join("logs")).map_err(|e| AnalyzeError::Output { path: out.join("logs"), message: e.to_string() })?;
         let user_threads = extra.iter().any(|a| a == "--threads" || a.starts_with("--threads="));
-        let threads_per_run = (cpu && !user_threads).then(|| (cores() / jobs).max(1));
-        Ok(Driver { exe, out: out.to_path_buf(), jobs, threads_per_run, quiet })
+        Ok(Driver { exe, out: out.to_path_buf(), jobs, share_threads: cpu && !user_threads, quiet })
     }
 
     /// The directory of run `name`.
@@ -130,6 +132,7 @@ impl Driver {
                 .progress_chars("=> "),
         );
         pb.set_prefix(label.to_string());
+        let threads = self.share_threads.then(|| (cores() / self.jobs.min(specs.len())).max(1));
         let next = AtomicUsize::new(0);
         let running: Mutex<Vec<String>> = Mutex::new(Vec::new());
         let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; specs.len()]);
@@ -143,7 +146,7 @@ impl Driver {
                         r.push(spec.name.clone());
                         pb.set_message(r.join(" "));
                     }
-                    let res = self.run_one(spec);
+                    let res = self.run_one(spec, threads);
                     {
                         let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
                         r.retain(|n| n != &spec.name);
@@ -173,12 +176,12 @@ impl Driver {
     }
 
     /// Runs one capture to the end.
-    fn run_one(&self, spec: &RunSpec) -> RunResult {
+    fn run_one(&self, spec: &RunSpec, threads: Option<usize>) -> RunResult {
         let dir = self.dir(&spec.name);
         let log = self.out.join("logs").join(format!("{}.log", spec.name));
         let mut cmd = Command::new(&self.exe);
         cmd.arg("train").args(&spec.flags).arg("--out").arg(&dir).arg("--name").arg(&spec.name).arg("--quiet");
-        if let Some(t) = self.threads_per_run {
+        if let Some(t) = threads {
             cmd.arg("--threads").arg(t.to_string());
         }
         let t0 = Instant::now();
