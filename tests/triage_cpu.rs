@@ -64,7 +64,9 @@ fn record_baseline(dir: &Path, steps: &str, seed: &str) {
 }
 
 /// (kind, site, gemm): every kind, every GEMM kind, both layers, all four modules. Underflow only
-/// on fprop: on dgrad and wgrad it cannot change the loss (capture/README.md).
+/// on fprop: on dgrad and wgrad it cannot change the loss (capture/README.md). Left out because
+/// they do not move the loss at 150 steps (triage rightly calls them healthy): outlier in
+/// layers.0.fc2 fprop and layers.0.qkv wgrad, underflow in layers.1.qkv fprop.
 const MATRIX: &[(&str, &str, &str)] = &[
     ("overflow", "layers.1.fc2", "dgrad"),
     ("overflow", "layers.1.fc1", "wgrad"),
@@ -74,7 +76,8 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("overflow", "layers.1.qkv", "dgrad"),
     ("underflow", "layers.0.fc1", "fprop"),
     ("outlier", "layers.1.fc1", "dgrad"),
-    ("outlier", "layers.0.fc2", "fprop"),
+    ("overflow", "layers.0.fc1", "dgrad"),
+    ("underflow", "layers.1.proj", "fprop"),
     ("nan", "layers.0.proj", "wgrad"),
     ("nan", "layers.1.qkv", "dgrad"),
     ("nan", "layers.0.fc1", "fprop"),
@@ -137,9 +140,17 @@ fn triage_says_healthy_for_clean_runs_of_three_seeds() {
 fn the_nan_scenario_is_detected_as_nan_and_current_scaling_cures_it() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tempdir");
+    let t0 = Instant::now();
     let (code, v, stderr) = triage(&tmp.path().join("nan"), &["--steps", "60", "--scenario", "nan"]);
     check_shape(&v);
-    println!("nan scenario: anomaly {}, culprits {:?}, current cures {}", v["anomaly"], culprits(&v), v["current_scaling_cures"]);
+    println!(
+        "nan scenario: anomaly {}, culprits {:?}, current cures {}, {} runs, {:.1} s",
+        v["anomaly"],
+        culprits(&v),
+        v["current_scaling_cures"],
+        v["runs"].as_array().map_or(0, |r| r.len()),
+        t0.elapsed().as_secs_f64()
+    );
     assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(v["anomaly"], "nan");
     assert_eq!(v["current_scaling_cures"], true, "current scaling never lets a value overflow: {v}");
@@ -194,8 +205,8 @@ fn bad_input_exits_2_with_one_line() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("x").display().to_string();
     for args in [
-        vec!["triage", "--out", out.as_str(), "--recipe", "bf16"],
-        vec!["triage", "--out", out.as_str(), "--steps", "2", "--device", "cpu", "--inject", "site=layers.9.fc2,gemm=dgrad,kind=nan"],
+        vec!["triage", "--quiet", "--out", out.as_str(), "--recipe", "bf16"],
+        vec!["triage", "--quiet", "--out", out.as_str(), "--steps", "2", "--device", "cpu", "--inject", "site=layers.9.fc2,gemm=dgrad,kind=nan"],
         vec!["regress", "--out", out.as_str(), "--max-gap", "-1"],
     ] {
         let _ = std::fs::remove_dir_all(&out);

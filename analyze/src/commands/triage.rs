@@ -380,9 +380,10 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
         }
     }
     let culprits = if full_cures { bisect(&mut t, &fp8_flags(&[]), &pool, jobs, a.max_runs, &mut notes)? } else { Vec::new() };
+    let complete = full_cures && !notes.iter().any(|n| n.contains("--max-runs") || n.contains("ran out"));
 
     let verdict = Verdict { healthy: false, anomaly: Some(anomaly), culprits, current_scaling_cures, runs: t.runs.clone() };
-    let text = render(&verdict, &t, &rep, loc.as_ref(), &kinds, &curing, &notes);
+    let text = render(&verdict, &t, &rep, loc.as_ref(), &kinds, &curing, &notes, complete);
     let _ = std::fs::write(out.join("verdict.txt"), &text);
     Ok(verdict)
 }
@@ -498,7 +499,8 @@ fn gap_text(e: &RunEntry) -> String {
     }
 }
 
-fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateReport>, kinds: &[Gemm], curing: &[Gemm], notes: &[String]) -> String {
+#[allow(clippy::too_many_arguments)]
+fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateReport>, kinds: &[Gemm], curing: &[Gemm], notes: &[String], complete: bool) -> String {
     let mut s = String::new();
     let base = t.runs.iter().find(|e| e.outcome.purpose == "baseline");
     s += &format!(
@@ -549,6 +551,11 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
     s += &format!("\nverdict: {} ", v.anomaly.clone().unwrap_or_default());
     if v.culprits.is_empty() {
         s += "with no culprit set found.\n";
+    } else if !complete {
+        s += &format!(
+            "with culprits in several GEMMs: the bisection found {} but these alone do not cure the run (see the notes); the fault is spread over the FP8 GEMMs, as a recipe problem is.\n",
+            v.culprits.iter().map(Culprit::name).collect::<Vec<_>>().join(", ")
+        );
     } else {
         s += &format!("caused by {}: returning {} to BF16 cures the run", v.culprits.iter().map(Culprit::name).collect::<Vec<_>>().join(", "), if v.culprits.len() == 1 { "it alone" } else { "these together" });
         let sites: Vec<String> = v.culprits.iter().map(Culprit::site_flag).collect();
