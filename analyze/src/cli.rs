@@ -73,6 +73,18 @@ pub enum Command {
     /// step heatmaps, amax of the top GEMMs, log2|x| histograms against the FP8 range.
     #[command(after_help = "Example:\n  fp8-analyze report runs/fp8 --baseline runs/bf16 --out report/")]
     Report(crate::commands::report::ReportArgs),
+
+    /// The whole method on one run: records a BF16 baseline and the FP8 run, finds the anomaly,
+    /// sends each GEMM kind back to BF16, bisects the sites to the culprits, tries current scaling.
+    /// Exits 0 healthy, 1 anomaly (the verdict is printed), 2 bad input.
+    #[command(after_help = "Example:\n  fp8-analyze triage --preset tiny --steps 150 --out runs/triage \\\n    \
+                            --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=50")]
+    Triage(crate::commands::triage::TriageArgs),
+
+    /// The blog's pytest: records bf16, fp8, fp8 without dgrad and fp8 with current scaling, and
+    /// checks each final loss and gap to bf16 against its bound. Exits 1 when a mode fails.
+    #[command(after_help = "Example:\n  fp8-analyze regress --preset tiny --out runs/regress --max-gap 0.02")]
+    Regress(crate::commands::regress::RegressArgs),
 }
 
 #[derive(Debug, Args)]

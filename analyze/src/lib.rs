@@ -8,6 +8,7 @@
 //!
 //! `main` only parses the command line and calls [`run`].
 
+pub mod capture_driver;
 pub mod cli;
 pub mod commands;
 pub mod compat;
@@ -36,5 +37,7 @@ pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
         Command::Locate(a) => commands::locate::run(a, opts, cli.json),
         Command::Query(a) => commands::query::run(a, opts, cli.json),
         Command::Report(a) => commands::report::run(a, opts, cli.json),
+        Command::Triage(a) => commands::triage::run(a, cli.json),
+        Command::Regress(a) => commands::regress::run(a, cli.json),
     }
 }

@@ -7,7 +7,9 @@ pub mod compare;
 pub mod locate;
 pub mod query;
 pub mod report;
+pub mod regress;
 pub mod summary;
+pub mod triage;
 
 /// What a command printed and whether it found something (exit status 1 for the commands that
 /// say so in their help).
