@@ -1,82 +1,89 @@
-//! `fp8scope`: the main job in one command (`cargo run --release`). Records, on the GPU when there
-//! is one and on the CPU otherwise, three runs of the `tiny` preset into `runs/demo-<time>/`:
-//! a BF16 baseline, a healthy FP8 run (delayed scaling), and an FP8 run with a planted defect (a
-//! saturating mis-scale in `layers.1.fc2`'s dgrad from step 100); then lets fp8-analyze find the
-//! anomaly, locate the GEMM that causes it, and write a report, and prints the findings and where
-//! the report is.
+//! `fp8scope`: the main job in one command (`cargo run --release`): the whole debugging method on
+//! a run with a known defect. On the GPU when there is one and on the CPU otherwise, it
+//! 1. runs `fp8-analyze triage` on the `tiny` preset with a planted defect (a saturating mis-scale
+//!    in `layers.1.fc2`'s dgrad from step 100): a BF16 baseline and the FP8 run, the anomaly, each
+//!    GEMM kind sent back to BF16, the bisection to the culprit, current scaling, the verdict;
+//! 2. writes the report of the FP8 run against its baseline;
+//! 3. prints the verdict and where the runs and the report are.
 //!
-//! Flags given to the demo are passed on to every capture (e.g. `cargo run --release -- --steps 200`).
+//! The binary is also a stand-in for `fp8-capture` (`fp8scope train …`), so that triage can record
+//! its runs with no other binary built. Flags given to the demo go to every capture
+//! (`cargo run --release -- --steps 200`).
 
 use anyhow::Context;
 use clap::Parser;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn main() {
-    if let Err(e) = run() {
+    let args: Vec<String> = std::env::args().collect();
+    // Called by triage as its capture program: behave exactly like fp8-capture.
+    if matches!(args.get(1).map(String::as_str), Some("train" | "presets")) {
+        std::process::exit(as_capture());
+    }
+    if let Err(e) = demo(&args[1..]) {
         eprintln!("fp8scope: {}", e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "));
         std::process::exit(1);
     }
 }
 
-/// Records one run with fp8-capture's library entry point.
-fn capture(out: &Path, flags: &[&str], extra: &[String]) -> anyhow::Result<fp8scope_schemas::manifest::Manifest> {
-    let mut argv: Vec<String> = ["fp8-capture", "train", "--preset", "tiny", "--device", "auto", "--dump-every", "50", "--shadow", "--quiet"]
-        .iter()
-        .chain(flags)
-        .map(|s| s.to_string())
-        .collect();
-    argv.push("--out".into());
-    argv.push(out.display().to_string());
-    argv.push("--name".into());
-    argv.push(out.file_name().and_then(|n| n.to_str()).unwrap_or("run").to_string());
-    argv.extend(extra.iter().cloned());
-    println!("== fp8-capture {}", argv[1..].join(" "));
-    let cli = fp8_capture::cli::Cli::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags").to_string()))?;
-    fp8_capture::run(cli)?;
-    fp8scope_schemas::manifest::Manifest::read(out).context("reading the run back")
+/// `fp8scope train …` = `fp8-capture train …`.
+fn as_capture() -> i32 {
+    let argv = std::iter::once("fp8-capture".to_string()).chain(std::env::args().skip(1));
+    let cli = match fp8_capture::cli::Cli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fp8-capture: {}", e.render().to_string().lines().next().unwrap_or("bad flags").trim_start_matches("error: "));
+            return 2;
+        }
+    };
+    match fp8_capture::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fp8-capture: {}", e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": "));
+            if e.downcast_ref::<fp8_capture::UsageError>().is_some() { 2 } else { 1 }
+        }
+    }
 }
 
 /// Runs one fp8-analyze command through its library entry point and prints what it says.
-fn analyze(args: &[&str]) -> anyhow::Result<()> {
-    let argv: Vec<&str> = std::iter::once("fp8-analyze").chain(args.iter().copied()).collect();
+fn analyze(args: &[String]) -> anyhow::Result<bool> {
+    let argv: Vec<&str> = std::iter::once("fp8-analyze").chain(args.iter().map(String::as_str)).collect();
     println!("\n== {}", argv.join(" "));
-    let cli = fp8_analyze::Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags").to_string()))?;
+    let cli = fp8_analyze::Cli::try_parse_from(&argv)
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags").to_string()))?;
     let outcome = fp8_analyze::run(cli).map_err(|e| anyhow::anyhow!("{e}"))?;
     print!("{}", outcome.stdout);
-    Ok(())
+    Ok(outcome.findings)
 }
 
-fn run() -> anyhow::Result<()> {
-    let extra: Vec<String> = std::env::args().skip(1).collect();
+fn demo(extra: &[String]) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating this program")?;
+    // SAFETY: set before any thread is started.
+    unsafe { std::env::set_var(fp8_analyze::capture_driver::CAPTURE_ENV, &exe) };
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let root = PathBuf::from("runs").join(format!("demo-{secs}"));
-    let (bf16_dir, fp8_dir, bad_dir) = (root.join("bf16"), root.join("fp8-delayed"), root.join("fp8-planted"));
-    let bf16 = capture(&bf16_dir, &["--recipe", "bf16"], &extra)?;
-    let fp8 = capture(&fp8_dir, &["--recipe", "delayed"], &extra)?;
-    let bad = capture(&bad_dir, &["--recipe", "delayed", "--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"], &extra)?;
-    println!("\nRecorded three runs of the tiny preset under {} (on {}):", root.display(), bf16.device.name);
-    for (m, dir) in [(&bf16, "bf16"), (&fp8, "fp8-delayed"), (&bad, "fp8-planted")] {
-        println!(
-            "  {:<12} {:<9} final loss {:>7}  rows: steps {} stats {} tensors {} shadow {}",
-            dir,
-            m.status.as_str(),
-            m.final_loss.map(|l| format!("{l:.4}")).unwrap_or_else(|| "n/a".into()),
-            m.rows.steps,
-            m.rows.stats,
-            m.rows.tensors,
-            m.rows.shadow
-        );
+    let triage_dir = root.join("triage");
+    let planted = "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100";
+    println!("fp8scope demo: triage of an FP8 run of the tiny preset with a planted defect ({planted})");
+    let mut args: Vec<String> = ["triage", "--preset", "tiny", "--inject", planted, "--out"].iter().map(|s| s.to_string()).collect();
+    args.push(triage_dir.display().to_string());
+    if !extra.is_empty() {
+        args.push("--".into());
+        args.extend(extra.iter().cloned());
     }
-    if let Some(floor) = bf16.data.entropy_floor {
-        println!("  data entropy floor {floor:.4}, ln V {:.4}", bf16.data.ln_vocab);
-    }
-    let (b, f, p) = (bf16_dir.display().to_string(), fp8_dir.display().to_string(), bad_dir.display().to_string());
-    analyze(&["anomalies", &f, "--baseline", &b])?;
-    analyze(&["anomalies", &p, "--baseline", &b])?;
-    analyze(&["locate", &p, "--top", "5"])?;
+    analyze(&args)?;
+    // The report of the FP8 run against its baseline, from the runs triage kept.
+    let verdict_path = triage_dir.join("verdict.json");
+    let verdict: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&verdict_path).with_context(|| format!("reading {}", verdict_path.display()))?)?;
+    let dir_of = |purpose: &str| -> Option<String> {
+        verdict["runs"].as_array()?.iter().find(|r| r["outcome"]["purpose"] == purpose).and_then(|r| r["dir"].as_str().map(String::from))
+    };
+    let (Some(base), Some(fp8)) = (dir_of("baseline"), dir_of("fp8")) else {
+        anyhow::bail!("{} names no baseline or FP8 run", verdict_path.display());
+    };
     let report = root.join("report");
-    analyze(&["report", &f, &p, "--baseline", &b, "--out", &report.display().to_string()])?;
-    println!("\nOpen {} to see the report.", report.join("index.html").display());
+    analyze(&["report".into(), fp8, "--baseline".into(), base, "--out".into(), report.display().to_string()])?;
+    println!("\nEvery run triage recorded is under {}; its verdict is in {}.", triage_dir.display(), triage_dir.join("verdict.txt").display());
+    println!("Open {} to see the report.", report.join("index.html").display());
     Ok(())
 }

@@ -269,12 +269,15 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
 
     // 1. Baseline and FP8 run.
     let mut first = Vec::new();
+    let dump = if a.dump_every > 0 { vec!["--dump-every".to_string(), a.dump_every.to_string(), "--shadow".into()] } else { Vec::new() };
     if a.baseline_run.is_none() {
+        // The baseline dumps the same tensors, so that the FP8 run can be compared with it
+        // tensor by tensor (compare, the report's cosine heatmap).
         let mut f = common.clone();
         f.extend(["--recipe".into(), "bf16".into()]);
+        f.extend(dump.iter().take(2).cloned());
         first.push(RunSpec { name: "baseline".into(), flags: f });
     }
-    let dump = if a.dump_every > 0 { vec!["--dump-every".to_string(), a.dump_every.to_string(), "--shadow".into()] } else { Vec::new() };
     first.push(RunSpec { name: "fp8".into(), flags: fp8_flags(&dump) });
     let results = driver.run_all("record", &first);
     for r in &results {
