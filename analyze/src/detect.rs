@@ -205,6 +205,23 @@ pub struct NonFiniteTensor {
     pub inf_count: Option<i64>,
 }
 
+impl NonFiniteTensor {
+    /// A candidate seen in `source` (`stats` or `events`); the tensor name is derived.
+    pub fn new(step: i64, layer: i64, module: String, gemm: Option<String>, role: String, source: &'static str, counts: (Option<i64>, Option<i64>)) -> NonFiniteTensor {
+        NonFiniteTensor {
+            step,
+            layer,
+            tensor: format!("layers.{layer}.{module}.{role}"),
+            module,
+            gemm,
+            role,
+            source,
+            nan_count: counts.0,
+            inf_count: counts.1,
+        }
+    }
+}
+
 /// Rank of a tensor in execution order; names outside the schema's modules and roles sort after
 /// every known tensor.
 pub fn tensor_rank(n_layers: u32, layer: i64, module: &str, role: &str) -> u64 {

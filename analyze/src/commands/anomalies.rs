@@ -159,17 +159,7 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
     let (nan, inf) = (i64s(&df, col::NAN_COUNT).map_err(e)?, i64s(&df, col::INF_COUNT).map_err(e)?);
     for i in 0..df.height() {
         if let (Some(step), Some(layer), Some(module), Some(role)) = (st[i], la[i], mo[i].clone(), ro[i].clone()) {
-            candidates.push(NonFiniteTensor {
-                step,
-                layer,
-                tensor: format!("layers.{layer}.{module}.{role}"),
-                module,
-                gemm: ge[i].clone(),
-                role,
-                source: "stats",
-                nan_count: nan[i],
-                inf_count: inf[i],
-            });
+            candidates.push(NonFiniteTensor::new(step, layer, module, ge[i].clone(), role, "stats", (nan[i], inf[i])));
         }
     }
 
@@ -194,17 +184,7 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
             continue;
         }
         if let (Some(layer), Some(module), Some(role)) = (la[i], mo[i].clone(), ro[i].clone()) {
-            candidates.push(NonFiniteTensor {
-                step,
-                layer,
-                tensor: format!("layers.{layer}.{module}.{role}"),
-                module,
-                gemm: ge[i].clone(),
-                role,
-                source: "events",
-                nan_count: None,
-                inf_count: None,
-            });
+            candidates.push(NonFiniteTensor::new(step, layer, module, ge[i].clone(), role, "events", (None, None)));
         }
     }
     Ok(NonFinite { first_loss_step, first_tensor: detect::first_nonfinite_tensor(run.n_layers(), &candidates) })
