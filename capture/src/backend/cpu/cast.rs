@@ -72,10 +72,13 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             (d, report)
         }
         OperandCast::Fp8Tensor { format, scale } => {
-            let amax_now = fp8::amax(x);
             let (base, amax_used) = match scale {
                 ScaleSource::Given { scale, amax_used } => (scale, amax_used),
-                ScaleSource::Current { margin } => (fp8::scale_for_amax(format, amax_now, margin), amax_now),
+                ScaleSource::Current { margin } => {
+                    // Only current scaling needs the amax before the cast; the cast measures it anyway.
+                    let amax_now = fp8::amax(x);
+                    (fp8::scale_for_amax(format, amax_now, margin), amax_now)
+                }
             };
             // A planted mis-scale casts with the changed scale but dequantizes with the true one,
             // as a stale or corrupted scale would.
