@@ -14,6 +14,7 @@ for t in cuda_layers cuda_kernels; do
 for l in sys.stdin:
     m=json.loads(l)
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='$t': print(m['executable'])")
+  [ -n "$f" ] || { echo "stage.sh: the test $t did not build (cargo test --release --workspace --test $t --no-run)" >&2; exit 1; }
   cp "$f" "$DEST/bin/$t"
 done
 rm -rf "$DEST/bench" && cp -r bench "$DEST/bench"

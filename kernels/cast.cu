@@ -23,18 +23,23 @@
 #define STAT_FIELDS 17
 #define SLOT_BASE 1
 #define SLOT_INV 4
-#define TILE 32
-#define ROWS_PER_PASS 8
-#define CAST_THREADS (TILE * ROWS_PER_PASS)
+#define CAST_THREADS 256
+// Transposed casts go through 64 x 64 tiles in shared memory; each thread moves 16 elements a tile.
+#define TILE 64
+#define TILE_ROWS_PER_PASS (CAST_THREADS / TILE)
+// Straight casts: each thread loads UNROLL float4s per iteration (16 values in flight).
+#define UNROLL 4
 
+// Per-thread statistics. Counts are integers (exact, cheap); sums are doubles.
 struct Acc {
-    double cnt, sum, sumsq, under, sat, nan_, inf_, zeros, d2, dot, a2, b2, np;
+    u32 cnt, under, sat, nan_, inf_, zeros, np;
     float mn, mx, amax, minabs;
+    double sum, sumsq, d2, dot, a2, b2;
 };
 
 __device__ __forceinline__ void acc_init(Acc& a) {
-    a.cnt = a.sum = a.sumsq = a.under = a.sat = a.nan_ = a.inf_ = a.zeros = 0.0;
-    a.d2 = a.dot = a.a2 = a.b2 = a.np = 0.0;
+    a.cnt = a.under = a.sat = a.nan_ = a.inf_ = a.zeros = a.np = 0;
+    a.sum = a.sumsq = a.d2 = a.dot = a.a2 = a.b2 = 0.0;
     a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
 }
 
@@ -45,24 +50,31 @@ __device__ __forceinline__ double stat_comb(int f, double a, double b) {
 __device__ __forceinline__ double stat_ident(int f) {
     return (f == 3 || f == 6) ? (double)INFINITY : (f == 4 ? -(double)INFINITY : 0.0);
 }
+// Whether statistics level L computes field f: 0 amax and counts, 1 plus moments, 2 plus the
+// quantisation error. Fields a level skips keep their identity value in the record.
+__device__ __forceinline__ constexpr bool stat_needed(int f, int L) {
+    return L >= 2 || f == 5 || (f >= 7 && f <= 11) || (L >= 1 && f <= 6);
+}
 
-// Block-wide reduction of STAT_FIELDS values per thread in a fixed order (warp trees, then the
-// warps in index order), with a single barrier round: res[f] holds field f for every thread after.
+// Block-wide reduction of the needed fields (warp trees, then the warps in index order), in a fixed
+// order with a single barrier round: res[f] holds field f after.
+template <int L>
 __device__ __forceinline__ void block_reduce_stats(double v[STAT_FIELDS], double* sh, double* res) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
 #pragma unroll
     for (int f = 0; f < STAT_FIELDS; f++) {
+        if (!stat_needed(f, L)) continue;
         for (int o = 16; o > 0; o >>= 1) v[f] = stat_comb(f, v[f], __shfl_xor_sync(0xffffffffu, v[f], o));
     }
     if (lane == 0) {
 #pragma unroll
-        for (int f = 0; f < STAT_FIELDS; f++) sh[f * 32 + warp] = v[f];
+        for (int f = 0; f < STAT_FIELDS; f++) if (stat_needed(f, L)) sh[f * 32 + warp] = v[f];
     }
     __syncthreads();
     if (threadIdx.x < STAT_FIELDS) {
         int f = threadIdx.x;
         double r = stat_ident(f);
-        for (int w = 0; w < nw; w++) r = stat_comb(f, r, sh[f * 32 + w]);
+        if (stat_needed(f, L)) for (int w = 0; w < nw; w++) r = stat_comb(f, r, sh[f * 32 + w]);
         res[f] = r;
     }
     __syncthreads();
@@ -73,16 +85,18 @@ __device__ __forceinline__ void block_reduce_stats(double v[STAT_FIELDS], double
 // (if not null); with scale_mode 1 it also writes the current scale slot[0] =
 // scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0].
 // *counter must be 0 before the launch and is 0 again after it.
+template <int L>
 __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ record, u32* __restrict__ counter,
                              int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
     __shared__ double sh[STAT_FIELDS * 32];
     __shared__ double res[STAT_FIELDS];
     __shared__ bool last;
     u64 G = gridDim.x;
-    double v[STAT_FIELDS] = {a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
-                             a.under, a.sat, a.nan_, a.inf_, a.zeros, a.d2, a.dot, a.a2, a.b2, a.np};
-    block_reduce_stats(v, sh, res);
-    if (threadIdx.x < STAT_FIELDS) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
+    double v[STAT_FIELDS] = {(double)a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
+                             (double)a.under, (double)a.sat, (double)a.nan_, (double)a.inf_, (double)a.zeros,
+                             a.d2, a.dot, a.a2, a.b2, (double)a.np};
+    block_reduce_stats<L>(v, sh, res);
+    if (threadIdx.x < STAT_FIELDS && stat_needed(threadIdx.x, L)) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
@@ -93,9 +107,9 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
     for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_ident(f);
     for (u64 b = threadIdx.x; b < G; b += blockDim.x) {
 #pragma unroll
-        for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
+        for (int f = 0; f < STAT_FIELDS; f++) if (stat_needed(f, L)) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
     }
-    block_reduce_stats(v, sh, res);
+    block_reduce_stats<L>(v, sh, res);
     if (threadIdx.x < STAT_FIELDS && record != nullptr) record[threadIdx.x] = res[threadIdx.x];
     if (threadIdx.x == 0) {
         if (scale_mode == 1) {
@@ -112,82 +126,79 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
 // s: the cast scale; base: the dequantisation scale. With overflow_nan (`--overflow nan`), scaled
 // values at or past the rounding limit become NaN (E4M3) or ±Inf (E5M2) instead of saturating, and
 // count as NaN / Inf rather than saturated, as the CPU's cast does.
-__device__ __forceinline__ unsigned short cast_one(float v, int fmt, float s, float base, int overflow_nan, int level, Acc& a) {
+template <int FMT, int L>
+__device__ __forceinline__ unsigned short cast_one(float v, float s, float base, int overflow_nan, Acc& a) {
     unsigned short code;
-    float dq;
     bool under, sat;
-    if (fmt == FMT_BF16) {
+    float dq = 0.0f;
+    if (FMT == FMT_BF16) {
         __nv_bfloat16 b = __float2bfloat16_rn(v);
         code = *reinterpret_cast<unsigned short*>(&b);
-        dq = __bfloat162float(b);
-        under = dq == 0.0f;
-        sat = isinf(dq);
+        float r = __bfloat162float(b);
+        if (L >= 2) dq = r;
+        under = r == 0.0f;
+        sat = isinf(r);
     } else {
         float y = v * s;
-        u8 q = to_fp8(y, fmt);
-        sat = fabsf(y) > fmt_max(fmt);
-        if (overflow_nan && isfinite(y) && fabsf(y) >= (fmt == FMT_E4M3 ? 464.0f : 61440.0f)) {
-            q = (fmt == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0);
+        u8 q = to_fp8(y, FMT);
+        sat = fabsf(y) > fmt_max(FMT);
+        if (overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f)) {
+            q = (FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0);
             sat = false;
-            if (fmt == FMT_E4M3) a.nan_ += 1.0; else a.inf_ += 1.0;
+            if (FMT == FMT_E4M3) a.nan_++; else a.inf_++;
         }
         code = q;
-        dq = from_fp8(q, fmt) / base;
+        if (L >= 2) dq = from_fp8(q, FMT) / base;
         under = (q & 0x7f) == 0;
     }
     // FP8: saturated counts every non-NaN input whose scaled value passes max (Inf included), as
     // crate::fp8::quantize does; BF16: finite inputs that round to Inf.
-    if (fmt != FMT_BF16 && sat) a.sat += 1.0;
+    if (FMT != FMT_BF16 && sat) a.sat++;
     if (isnan(v)) {
-        a.nan_ += 1.0;
+        a.nan_++;
     } else if (isinf(v)) {
-        a.inf_ += 1.0;
+        a.inf_++;
     } else {
         float av = fabsf(v);
         a.amax = fmaxf(a.amax, av);
         if (v == 0.0f) {
-            a.zeros += 1.0;
+            a.zeros++;
         } else {
-            if (under) a.under += 1.0;
-            if (fmt == FMT_BF16 && sat) a.sat += 1.0;
+            if (under) a.under++;
+            if (FMT == FMT_BF16 && sat) a.sat++;
         }
-        if (level >= 1) {
-            a.cnt += 1.0;
+        if (L >= 1) {
+            a.cnt++;
             a.sum += (double)v;
             a.sumsq += (double)v * (double)v;
             a.mn = fminf(a.mn, v);
             a.mx = fmaxf(a.mx, v);
             if (av > 0.0f) a.minabs = fminf(a.minabs, av);
         }
-        if (level >= 2 && isfinite(dq)) {
+        if (L >= 2 && isfinite(dq)) {
             double d = (double)dq - (double)v;
             a.d2 += d * d;
             a.dot += (double)dq * (double)v;
             a.a2 += (double)dq * (double)dq;
             a.b2 += (double)v * (double)v;
-            a.np += 1.0;
+            a.np++;
         }
     }
     return code;
 }
 
-// out = cast(x) (or cast(x)^T with transpose = 1), statistics reduced into record[STAT_FIELDS].
-// x: (rows, cols) f32. out: (rows, cols) or (cols, rows) of BF16 (2 bytes) or FP8 (1 byte); may be
-// null (statistics only). Scale: scale_mode 0 casts with scale_arg * mult, dequantises with
-// scale_arg, and writes the slot; scale_mode 1 reads the slot; scale_mode 2 (the amax pass of
-// current scaling, out null) computes the slot from the amax at the end. The four elements at o0..o3 are
-// multiplied by outlier_factor first (a planted fault).
-// level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
-// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
-// Launch: CAST_THREADS threads, any grid (tiles are strided over blocks).
-extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
-    const float* __restrict__ x, int rows, int cols, int transpose, int fmt,
-    float scale_arg, int scale_mode, float* __restrict__ slot, int level,
-    void* __restrict__ out, double* partials, double* __restrict__ record, u32* __restrict__ counter,
-    int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor) {
-    __shared__ unsigned short tile[TILE][TILE + 1];
-    float s = 1.0f, base = 1.0f;
-    if (fmt != FMT_BF16) {
+// The arguments every cast kernel takes (see cast_fwd_* below).
+#define CAST_PARAMS                                                                                        \
+    const float* __restrict__ x, int rows, int cols, float scale_arg, int scale_mode, float* __restrict__ slot, \
+        void* __restrict__ out, void* __restrict__ out_t, double* partials, double* __restrict__ record, u32* __restrict__ counter,     \
+        int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor
+
+// The cast and dequantisation scales of a launch; block 0 publishes them to the slot (scale_mode 0).
+template <int FMT>
+__device__ __forceinline__ void cast_scales(float scale_arg, int scale_mode, float mult, float* slot, float& s, float& base) {
+    s = 1.0f;
+    base = 1.0f;
+    if (FMT != FMT_BF16) {
         if (scale_mode == 1) { s = slot[0]; base = slot[SLOT_BASE]; }
         else { base = scale_arg; s = base * mult; }
     }
@@ -196,63 +207,135 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_fwd(
         slot[SLOT_BASE] = base;
         slot[SLOT_INV] = 1.0f / base;
     }
+}
+
+__device__ __forceinline__ float planted(float v, u64 i, u64 o0, u64 o1, u64 o2, u64 o3, float f) {
+    return (f != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) ? v * f : v;
+}
+
+// out = cast(x), same layout: a flat, vectorised pass (float4 loads; 4 codes stored at once).
+template <int FMT, int L>
+__device__ void cast_straight(CAST_PARAMS) {
+    float s, base;
+    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
+    Acc a;
+    acc_init(a);
+    u64 n = (u64)rows * cols, n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    u64 stride = (u64)gridDim.x * CAST_THREADS * UNROLL;
+    for (u64 i0 = (u64)blockIdx.x * CAST_THREADS * UNROLL + threadIdx.x; i0 < n4; i0 += stride) {
+        float4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            u64 i = i0 + (u64)u * CAST_THREADS;
+            if (i < n4) v[u] = __ldg(x4 + i);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            u64 i = i0 + (u64)u * CAST_THREADS;
+            if (i >= n4) break;
+            u64 e = 4 * i;
+            unsigned short c0 = cast_one<FMT, L>(planted(v[u].x, e, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+            unsigned short c1 = cast_one<FMT, L>(planted(v[u].y, e + 1, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+            unsigned short c2 = cast_one<FMT, L>(planted(v[u].z, e + 2, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+            unsigned short c3 = cast_one<FMT, L>(planted(v[u].w, e + 3, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+            if (out != nullptr) {
+                if (FMT == FMT_BF16) {
+                    ((uint2*)out)[i] = make_uint2((u32)c0 | ((u32)c1 << 16), (u32)c2 | ((u32)c3 << 16));
+                } else {
+                    ((u32*)out)[i] = (u32)c0 | ((u32)c1 << 8) | ((u32)c2 << 16) | ((u32)c3 << 24);
+                }
+            }
+        }
+    }
+    // The n % 4 tail, by the last block.
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x < n - 4 * n4) {
+        u64 e = 4 * n4 + threadIdx.x;
+        unsigned short c = cast_one<FMT, L>(planted(x[e], e, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+        if (out != nullptr) {
+            if (FMT == FMT_BF16) ((unsigned short*)out)[e] = c; else ((u8*)out)[e] = (u8)c;
+        }
+    }
+    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
+}
+
+// out_t = cast(x)^T: (cols, rows), and with out not null also out = cast(x) in x's layout (both
+// layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks: read along x's
+// rows (coalesced), codes through shared memory, written along out_t's rows.
+template <int FMT, int L>
+__device__ void cast_transposed(CAST_PARAMS) {
+    __shared__ unsigned short tile[TILE][TILE + 2];  // row stride of 33 words: conflict-free columns
+    float s, base;
+    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
     Acc a;
     acc_init(a);
     int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
-    int tiles_r = (rows + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
-    long long ntiles = (long long)tiles_r * tiles_c;
-    unsigned short* out16 = (unsigned short*)out;
-    u8* out8 = (u8*)out;
-    // Software-pipelined: the next tile's values are loaded before this tile is cast, so that each
-    // thread keeps 2 x PER_THREAD loads in flight (the loop is bandwidth-bound).
-    const int PER_THREAD = TILE / ROWS_PER_PASS;
-    float cur[PER_THREAD], nxt[PER_THREAD];
-    auto load = [&](long long t, float* v) {
+    int tiles_c = (cols + TILE - 1) / TILE;
+    long long ntiles = (long long)((rows + TILE - 1) / TILE) * tiles_c;
+    const int PER = TILE / TILE_ROWS_PER_PASS;
+    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
         int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+        float v[PER];
 #pragma unroll
-        for (int j = 0; j < PER_THREAD; j++) {
-            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+        for (int j = 0; j < PER; j++) {
+            int r = r0 + ty + j * TILE_ROWS_PER_PASS, c = c0 + tx;
             v[j] = (r < rows && c < cols) ? __ldg(x + (u64)r * cols + c) : 0.0f;
         }
-    };
-    long long t = blockIdx.x;
-    if (t < ntiles) load(t, cur);
-    for (; t < ntiles; t += gridDim.x) {
-        if (t + gridDim.x < ntiles) load(t + gridDim.x, nxt);
-        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
 #pragma unroll
-        for (int j = 0; j < PER_THREAD; j++) {
-            int r = r0 + ty + j * ROWS_PER_PASS, c = c0 + tx;
+        for (int j = 0; j < PER; j++) {
+            int r = r0 + ty + j * TILE_ROWS_PER_PASS, c = c0 + tx;
             unsigned short code = 0;
             if (r < rows && c < cols) {
                 u64 i = (u64)r * cols + c;
-                float v = cur[j];
-                if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
-                code = cast_one(v, fmt, s, base, overflow_nan, level, a);
-                if (out != nullptr && !transpose) {
-                    if (fmt == FMT_BF16) out16[i] = code; else out8[i] = (u8)code;
+                code = cast_one<FMT, L>(planted(v[j], i, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
+                if (out != nullptr) {
+                    if (FMT == FMT_BF16) ((unsigned short*)out)[i] = code; else ((u8*)out)[i] = (u8)code;
                 }
             }
-            tile[ty + j * ROWS_PER_PASS][tx] = code;
+            tile[ty + j * TILE_ROWS_PER_PASS][tx] = code;
         }
-        if (out != nullptr && transpose) {
-            __syncthreads();
+        __syncthreads();
+        if (out_t != nullptr) {
 #pragma unroll
-            for (int j = 0; j < PER_THREAD; j++) {
-                int oc = c0 + ty + j * ROWS_PER_PASS, orow = r0 + tx;  // out is (cols, rows)
+            for (int j = 0; j < PER; j++) {
+                int oc = c0 + ty + j * TILE_ROWS_PER_PASS, orow = r0 + tx;  // out_t is (cols, rows)
                 if (oc < cols && orow < rows) {
                     u64 o = (u64)oc * rows + orow;
-                    unsigned short code = tile[tx][ty + j * ROWS_PER_PASS];
-                    if (fmt == FMT_BF16) out16[o] = code; else out8[o] = (u8)code;
+                    unsigned short code = tile[tx][ty + j * TILE_ROWS_PER_PASS];
+                    if (FMT == FMT_BF16) ((unsigned short*)out_t)[o] = code; else ((u8*)out_t)[o] = (u8)code;
                 }
             }
         }
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < PER_THREAD; j++) cur[j] = nxt[j];
     }
-    stats_commit(a, partials, record, counter, scale_mode == 2 ? 1 : 0, fmt, margin, mult, slot);
+    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
 }
+
+// The operand casts, one kernel per (statistics level L, format F, layout T), named
+// cast_fwd_l{L}_f{F}_t{T} with F as FMT_* numbers it: T = 0 writes out = cast(x) (x's layout),
+// T = 1 out_t = cast(x)^T, T = 2 both (the dual cast: one read for a GEMM's operand and its
+// transpose for the next). Statistics are reduced into record[STAT_FIELDS].
+// x: (rows, cols) f32, 16-byte aligned. out: (rows, cols), out_t: (cols, rows), of BF16 (2 bytes)
+// or FP8 (1 byte), 8-byte aligned; out may be null with T = 0 (statistics only). Scale:
+// scale_mode 0 casts with scale_arg * mult, dequantises with scale_arg, and writes the slot;
+// scale_mode 1 reads the slot; scale_mode 2 (the amax pass of current scaling, out null) computes
+// the slot from the amax at the end. The four elements at o0..o3 are multiplied by outlier_factor
+// first (a planted fault). Level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
+// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
+// Launch: CAST_THREADS threads, any grid (the work is strided over blocks).
+#define CAST_KERNEL(L, F, T)                                                                         \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, 2) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
+        if (T) cast_transposed<F, L>(x, rows, cols, scale_arg, scale_mode, slot, T == 2 ? out : nullptr, out_t, \
+                                     partials, record, counter, margin, mult, overflow_nan, o0, o1, o2, o3,     \
+                                     outlier_factor);                                                            \
+        else cast_straight<F, L>(x, rows, cols, scale_arg, scale_mode, slot, out, nullptr, partials, record,   \
+                                 counter, margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor);         \
+    }
+#define CAST_KERNELS_F(L, F) CAST_KERNEL(L, F, 0) CAST_KERNEL(L, F, 1) CAST_KERNEL(L, F, 2)
+#define CAST_KERNELS_L(L) CAST_KERNELS_F(L, 0) CAST_KERNELS_F(L, 1) CAST_KERNELS_F(L, 2)
+CAST_KERNELS_L(0)
+CAST_KERNELS_L(1)
+CAST_KERNELS_L(2)
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.

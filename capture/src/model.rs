@@ -292,6 +292,22 @@ impl<B: Backend> Model<B> {
         let (cast_a, cast_b) = plan.casts.get(&id).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
         let (fault_a, fault_b, nan_output) = plan.faults.get(&id).copied().unwrap_or_default();
         let dumped = plan.dump_sites.contains(&Site::new(layer as u32, module));
+        // The operands whose FP8 bytes a dump takes: per quantized role, the first GEMM of the site
+        // that casts it to FP8 (in `byte_sources`' order).
+        let mut keep_quantized = [false; 2];
+        if dumped {
+            for role in [Role::Activation, Role::Weight, Role::Gradient] {
+                let is_fp8 = |&&(g, i): &&(Gemm, usize)| {
+                    let c = plan.casts.get(&GemmId { layer: layer as u32, module, gemm: g }).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
+                    !matches!(if i == 0 { c.0 } else { c.1 }, OperandCast::Bf16)
+                };
+                if let Some(&(g, i)) = crate::record::rows::byte_sources(role).iter().find(is_fp8)
+                    && g == gemm
+                {
+                    keep_quantized[i] = true;
+                }
+            }
+        }
         GemmCall {
             id,
             dims: self.dims.linear(module),
@@ -301,7 +317,7 @@ impl<B: Backend> Model<B> {
             fault_b,
             nan_output,
             stats: plan.stats,
-            keep_quantized: dumped,
+            keep_quantized,
             shadow: plan.shadow && dumped,
         }
     }

@@ -379,7 +379,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
                 fault_b: OperandFault::NONE,
                 nan_output: false,
                 stats: StatsLevel::Full,
-                keep_quantized: true,
+                keep_quantized: [true; 2],
                 shadow: false,
             };
             let name = format!("gemm.{label}.{gemm}");
@@ -460,4 +460,43 @@ fn every_layer_matches_the_cpu_reference_within_its_tolerance() {
         }
     }
     assert!(failed.is_empty(), "outside tolerance:\n{}", failed.join("\n"));
+}
+
+/// The cast kernels' speed on their own (not a correctness test; run it on the GPU machine with
+/// `cuda_layers --ignored --nocapture cast_throughput`): GPU µs per cast and the bandwidth it
+/// reaches (f32 read + codes written; out: N the operand's layout, T its transpose, both the dual
+/// cast), next to a plain read-and-write pass over the same values.
+#[test]
+#[ignore]
+fn cast_throughput() {
+    let Some(mut gpu) = cuda_common::gpu("cast throughput") else { return };
+    let shapes = [(2048usize, 1024usize), (2048, 4096), (4096, 1024), (16384, 4096)];
+    let given = ScaleSource::Given { scale: 4.0, amax_used: 100.0 };
+    let e4m3 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: given };
+    let e5m2 = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: given };
+    println!("{:<12} {:<5} {:<4} {:>5} | µs and GB/s with at most 132, 264, 528, 1056 blocks, and the default | copy GB/s", "shape", "fmt", "out", "level");
+    for (rows, cols) in shapes {
+        let n = rows * cols;
+        let host: Vec<f32> = (0..n).map(|i| ((i as f32 * 0.618).fract() - 0.5) * 8.0).collect();
+        let mut x = gpu.upload(&host);
+        let copy_gbs = (n * 8) as f64 / gpu.time_copy(&mut x, 20).unwrap() / 1e3;
+        let x = gpu.upload(&host);
+        for (name, how, out_bytes) in [("e4m3", e4m3, 1usize), ("e5m2", e5m2, 1), ("bf16", OperandCast::Bf16, 2)] {
+            for (transpose, dual, layout) in [(false, false, "N"), (true, false, "T"), (false, true, "both")] {
+                for level in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Full] {
+                    if name != "e4m3" && level != StatsLevel::Cheap {
+                        continue;
+                    }
+                    let mut cells = String::new();
+                    for most in [132, 264, 528, 1056, 0] {
+                        gpu.set_cast_grid(most);
+                        let us = gpu.time_cast(&x, rows, cols, transpose, dual, how, level, 20).unwrap();
+                        let gbs = (n * (4 + out_bytes * (1 + dual as usize))) as f64 / us / 1e3;
+                        cells += &format!(" {us:>8.1} {gbs:>6.0}");
+                    }
+                    println!("{:<12} {:<5} {:<4} {:>5?}{cells} {:>10.0}", format!("{rows}x{cols}"), name, layout, level, copy_gbs);
+                }
+            }
+        }
+    }
 }

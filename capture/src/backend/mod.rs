@@ -122,8 +122,10 @@ pub struct GemmCall {
     /// Replace the output with NaN at one element (a planted NaN).
     pub nan_output: bool,
     pub stats: StatsLevel,
-    /// Keep the operands' FP8 bytes (or nothing for BF16) in the report, for tensor dumps.
-    pub keep_quantized: bool,
+    /// Keep operand a's / b's FP8 bytes (nothing for BF16) in the report, for tensor dumps: only
+    /// the operands whose bytes a dump will take (see `record::rows::byte_sources`), since on the
+    /// GPU keeping them costs a download (and, for a transposed operand, a transpose back).
+    pub keep_quantized: [bool; 2],
     /// Also run the GEMM in BF16 on the same high-precision inputs and report the output error.
     pub shadow: bool,
 }

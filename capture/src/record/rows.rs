@@ -86,8 +86,9 @@ pub fn shadow_rows(step: u32, reports: &[GemmReport]) -> Vec<ShadowRow> {
         .collect()
 }
 
-/// The GEMMs whose cast of a quantized role supplies the dumped FP8 bytes, in preference order.
-fn byte_sources(role: Role) -> &'static [(Gemm, usize)] {
+/// The GEMMs whose cast of a quantized role supplies the dumped FP8 bytes, in preference order
+/// (the operand's own layout first), as (GEMM, operand index).
+pub fn byte_sources(role: Role) -> &'static [(Gemm, usize)] {
     match role {
         Role::Activation => &[(Gemm::Fprop, 0), (Gemm::Wgrad, 1)],
         Role::Weight => &[(Gemm::Fprop, 1), (Gemm::Dgrad, 1)],

@@ -167,8 +167,8 @@ impl Backend for CpuBackend {
 
     fn gemm(&mut self, call: &GemmCall, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>, bias: Option<&Vec<f32>>, dbias: Option<&mut Vec<f32>>) {
         let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, call.dims);
-        let ca = cast_operand(a, ar, ac, call.cast_a, call.fault_a, call.stats, call.keep_quantized);
-        let cb = cast_operand(b, br, bc, call.cast_b, call.fault_b, call.stats, call.keep_quantized);
+        let ca = cast_operand(a, ar, ac, call.cast_a, call.fault_a, call.stats, call.keep_quantized[0]);
+        let cb = cast_operand(b, br, bc, call.cast_b, call.fault_b, call.stats, call.keep_quantized[1]);
         let bias_bf16: Option<Vec<f32>> = bias.map(|b| {
             let mut b = b.clone();
             round_bf16_inplace(&mut b);

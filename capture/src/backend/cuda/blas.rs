@@ -35,6 +35,14 @@ impl OpType {
     pub fn is_fp8(self) -> bool {
         self != OpType::Bf16
     }
+    /// The format's name in the run's tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpType::Bf16 => "bf16",
+            OpType::E4M3 => crate::fp8::Fp8Format::E4M3.name(),
+            OpType::E5M2 => crate::fp8::Fp8Format::E5M2.name(),
+        }
+    }
     pub fn bytes(self) -> usize {
         if self == OpType::Bf16 { 2 } else { 1 }
     }

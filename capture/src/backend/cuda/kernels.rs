@@ -13,6 +13,30 @@ use std::sync::{Mutex, OnceLock};
 
 const COMMON: &str = include_str!("../../../../kernels/common.cuh");
 
+/// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
+/// [`cast_kernel`]) and its other entry points.
+#[rustfmt::skip]
+const CAST_KERNELS: [&str; 30] = [
+    "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
+    "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
+    "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
+    "rowsum_dequant", "gemm_epilogue", "round_bf16_fwd",
+];
+
+/// Which layouts a cast writes: the operand's own, its transpose, or both from one read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastLayout {
+    Straight = 0,
+    Transposed = 1,
+    Both = 2,
+}
+
+/// The cast kernel for statistics level `level` (0 amax and counts, 1 moments, 2 quantisation
+/// error), format code `fmt` (0 BF16, 1 E4M3, 2 E5M2) and `layout`.
+pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str {
+    CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
+}
+
 /// A kernel family: one `.cu` file, one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -71,7 +95,7 @@ impl Family {
     /// The kernels (entry points) the backend loads from this family.
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
-            Family::Cast => &["cast_fwd", "rowsum_dequant", "gemm_epilogue", "round_bf16_fwd"],
+            Family::Cast => &CAST_KERNELS,
             Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],

@@ -5,8 +5,9 @@
 //!   for the GPU found ([`kernels`]).
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
-//!   Operands are cast by `cast_fwd`, which also transposes where dgrad and wgrad need it and
-//!   reduces the cast statistics in the same pass. Scales stay on the device: a delayed scale is a
+//!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
+//!   it and reduce the cast statistics in the same pass; each operand is cast once per step for its
+//!   two GEMMs ([`cast`]). Scales stay on the device: a delayed scale is a
 //!   kernel argument written to a device slot, a current scale is computed on the device from the
 //!   amax, and cuBLASLt reads the dequantisation factor through a device pointer.
 //! - Statistics land in device records, one per operand cast; [`Backend::take_reports`] copies
@@ -19,7 +20,6 @@ pub mod blas;
 pub mod kernels;
 mod prof;
 
-use crate::backend::cpu::cast::outlier_indices;
 use crate::backend::cpu::operand_shapes;
 use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
@@ -115,8 +115,8 @@ mod stat {
 
 /// Operand casts a step may record (2 per GEMM); 12 layers × 12 GEMMs need 288.
 const MAX_SLOTS: usize = 8192;
-/// Blocks of the cast kernel (tiles are strided over them) and rows of its partials.
-const CAST_GRID: usize = 1056;
+/// Rows of the cast partials: the largest grid of a cast kernel (`cast::cast_grid`).
+const CAST_GRID_MAX: usize = 2048;
 const CAST_THREADS: u32 = 256;
 const REDUCE_GRID: usize = 264;
 
@@ -184,6 +184,10 @@ pub struct CudaBackend {
     cast_counter: CudaSlice<u32>,
     next_slot: usize,
     next_gemm: usize,
+    /// Most blocks of a cast kernel (0: the defaults of `cast::cast_grid`; benchmarks set it).
+    cast_grid: usize,
+    /// Transposed casts kept for the second GEMM of their site ([`cast`]).
+    kept: cast::KeptCasts,
     pending: Vec<PendingGemm>,
     /// GEMM shapes cuBLASLt runs only with BF16 output.
     bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
@@ -241,6 +245,8 @@ macro_rules! launch {
     }};
 }
 
+mod cast;
+
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
     if buf.len() < n {
         *buf = stream.alloc_zeros::<T>(n.next_power_of_two())?;
@@ -285,7 +291,9 @@ impl CudaBackend {
             op_p: s.alloc_zeros(1 << 20)?,
             op_q: s.alloc_zeros(1 << 20)?,
             d_tmp: s.alloc_zeros(1 << 16)?,
-            partials: s.alloc_zeros(CAST_GRID * STAT_FIELDS)?,
+            partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
+            cast_grid: 0,
+            kept: Default::default(),
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
             scales: s.alloc_zeros(MAX_SLOTS * SLOT_FLOATS)?,
             cast_counter: s.alloc_zeros(1)?,
@@ -353,156 +361,6 @@ impl CudaBackend {
         p
     }
 
-    /// Casts `x` (rows × cols, row-major) for a GEMM — transposed if asked — into the scratch of
-    /// `side`, with its statistics finalised into `slot` (if any).
-    #[allow(clippy::too_many_arguments)]
-    fn cast(
-        &mut self,
-        x: &CudaSlice<f32>,
-        rows: usize,
-        cols: usize,
-        transpose: bool,
-        how: OperandCast,
-        fault: OperandFault,
-        level: StatsLevel,
-        slot: Option<usize>,
-        side: Side,
-    ) -> Result<Prepared, CudaError> {
-        let ty = op_type(how)?;
-        let numel = rows * cols;
-        let bytes = numel * ty.bytes();
-        let dst = match side {
-            Side::P => {
-                grow(&self.stream, &mut self.op_p, bytes)?;
-                self.ptr(&self.op_p)
-            }
-            Side::Q => {
-                grow(&self.stream, &mut self.op_q, bytes)?;
-                self.ptr(&self.op_q)
-            }
-        };
-        let rec_ptr = slot.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
-        let mut o = [u64::MAX; 4];
-        if fault.outlier_factor != 1.0 {
-            for (j, i) in outlier_indices(numel).enumerate() {
-                o[j] = i as u64;
-            }
-        }
-        let lvl: i32 = match level {
-            StatsLevel::Amax => 0,
-            StatsLevel::Cheap => 1,
-            StatsLevel::Full => 2,
-        };
-        let fmt = fmt_code(ty);
-        let tiles = rows.div_ceil(32) * cols.div_ceil(32);
-        // Four or more 32×32 tiles per block: the per-block reduction stays small against the copy.
-        let grid = tiles.div_ceil(4).clamp(1, CAST_GRID) as u32;
-        let xp = self.ptr(x);
-        let parts = self.ptr(&self.partials);
-        let counter = self.ptr(&self.cast_counter);
-        // A scale slot is needed for FP8 operands even when nothing is reported.
-        let slot = match slot {
-            None if ty.is_fp8() => Some(self.alloc_slot()?),
-            s => s,
-        };
-        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
-        let (mut scale_arg, mut mode) = (1.0f32, 0i32);
-        if let OperandCast::Fp8Tensor { scale, .. } = how {
-            match scale {
-                ScaleSource::Given { scale, .. } => scale_arg = scale,
-                ScaleSource::Current { margin } => {
-                    // Amax pass (no output); its last block writes the scale to the slot.
-                    #[rustfmt::skip]
-                    launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 0i32, fmt, 1.0f32, 2i32,
-                        slot_ptr, 0i32, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
-                    mode = 1;
-                }
-            }
-        }
-        #[rustfmt::skip]
-        launch!(self, "cast_fwd", cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, transpose as i32, fmt, scale_arg, mode,
-            slot_ptr, lvl, dst, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
-        Ok(Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 })
-    }
-
-    /// The FP8 bytes of an operand just cast into `side`'s scratch, row-major in the operand's own
-    /// layout (rows × cols) even when the scratch holds its transpose. Synchronises (dumps only).
-    fn scratch_bytes(&self, side: Side, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
-        let src = match side {
-            Side::P => &self.op_p,
-            Side::Q => &self.op_q,
-        };
-        let bytes = self.stream.clone_dtoh(&src.slice(0..rows * cols))?;
-        if !transposed {
-            return Ok(bytes);
-        }
-        let mut q = vec![0u8; rows * cols];
-        for i in 0..rows {
-            for j in 0..cols {
-                q[i * cols + j] = bytes[j * rows + i];
-            }
-        }
-        Ok(q)
-    }
-
-    /// Casts `x` (rows × cols) as `how` says and returns the output bytes (BF16 bits little-endian,
-    /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
-    /// exposed for the tests that hold it against the CPU emulation.
-    #[allow(clippy::too_many_arguments)]
-    pub fn cast_for_test(
-        &mut self,
-        x: &CudaSlice<f32>,
-        rows: usize,
-        cols: usize,
-        transpose: bool,
-        how: OperandCast,
-        fault: OperandFault,
-        level: StatsLevel,
-    ) -> Result<(Vec<u8>, CastReport), CudaError> {
-        let slot = self.alloc_slot()?;
-        let p = self.cast(x, rows, cols, transpose, how, fault, level, Some(slot), Side::P)?;
-        let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
-        let format = match p.ty {
-            OpType::Bf16 => "bf16",
-            OpType::E4M3 => Fp8Format::E4M3.name(),
-            OpType::E5M2 => Fp8Format::E5M2.name(),
-        };
-        let given = match how {
-            OperandCast::Fp8Tensor {
-                scale: ScaleSource::Given { amax_used, .. },
-                ..
-            } => Some(amax_used),
-            _ => None,
-        };
-        let op = || PendingOp {
-            slot,
-            role: Role::Activation,
-            format,
-            fp8: p.ty.is_fp8(),
-            level,
-            given_amax: given,
-            numel: (rows * cols) as u64,
-            quantized: None,
-        };
-        let gemm_slot = self.next_gemm;
-        self.next_gemm += 1;
-        let id = crate::backend::GemmId {
-            layer: 0,
-            module: fp8scope_schemas::names::Module::Qkv,
-            gemm: Gemm::Fprop,
-        };
-        self.pending.push(PendingGemm {
-            id,
-            a: op(),
-            b: op(),
-            gemm_slot,
-            shadow: None,
-        });
-        let mut reports = self.download_all()?;
-        let r = reports.pop().map(|g| g.a).unwrap_or_default();
-        Ok((bytes, r))
-    }
-
     fn alloc_slot(&mut self) -> Result<usize, CudaError> {
         if self.next_slot >= MAX_SLOTS {
             return Err(CudaError::Unsupported(format!("more than {MAX_SLOTS} operand casts in one step")));
@@ -512,7 +370,9 @@ impl CudaBackend {
     }
 
     /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
-    /// pending report when `report` is set.
+    /// pending report when `report` is set. With `share`, each operand is cast once for the two
+    /// GEMMs of its site that use it ([`cast`]); the BF16 shadow GEMMs, which cast the same
+    /// operands another way, do not share.
     #[allow(clippy::too_many_arguments)]
     fn linear(
         &mut self,
@@ -524,6 +384,7 @@ impl CudaBackend {
         dbias: Option<&mut CudaSlice<f32>>,
         accumulate: bool,
         report: bool,
+        share: bool,
     ) -> Result<(), CudaError> {
         let d = call.dims;
         let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
@@ -533,14 +394,13 @@ impl CudaBackend {
             Gemm::Dgrad => (false, true, d.n, d.k, d.m),
             Gemm::Wgrad => (true, true, d.m, d.k, d.n),
         };
-        let (slot_a, slot_b) = if report {
-            (Some(self.alloc_slot()?), Some(self.alloc_slot()?))
-        } else {
-            (None, None)
-        };
         let level = if report { call.stats } else { StatsLevel::Amax };
-        let pa = self.span("gemm.cast", |me| me.cast(a, ar, ac, ta, call.cast_a, call.fault_a, level, slot_a, Side::P))?;
-        let pb = self.span("gemm.cast", |me| me.cast(b, br, bc, tb, call.cast_b, call.fault_b, level, slot_b, Side::Q))?;
+        let [role_a, role_b] = call.id.gemm.operands();
+        let site = (call.id.layer, call.id.module);
+        let use_a = cast::CastUse { site, role: role_a, transposed: ta, share };
+        let use_b = cast::CastUse { site, role: role_b, transposed: tb, share };
+        let (pa, slot_a) = self.span("gemm.cast", |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
+        let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(b, br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
         let dptr = if accumulate {
             grow(&self.stream, &mut self.d_tmp, n_out)?;
@@ -618,17 +478,8 @@ impl CudaBackend {
         if !report {
             return Ok(());
         }
-        let [role_a, role_b] = call.id.gemm.operands();
-        let qa = if call.keep_quantized && pa.ty.is_fp8() {
-            Some(self.scratch_bytes(Side::P, ar, ac, ta)?)
-        } else {
-            None
-        };
-        let qb = if call.keep_quantized && pb.ty.is_fp8() {
-            Some(self.scratch_bytes(Side::Q, br, bc, tb)?)
-        } else {
-            None
-        };
+        let qa = if call.keep_quantized[0] && pa.ty.is_fp8() { Some(self.operand_bytes(&pa, ar, ac, ta)?) } else { None };
+        let qb = if call.keep_quantized[1] && pb.ty.is_fp8() { Some(self.operand_bytes(&pb, br, bc, tb)?) } else { None };
         let is_fp8 = pa.ty.is_fp8() || pb.ty.is_fp8();
         let shadow = if call.shadow && is_fp8 {
             // The same GEMM in BF16 on the same inputs, compared on the host (dump steps only).
@@ -640,11 +491,11 @@ impl CudaBackend {
                 fault_b: OperandFault::NONE,
                 nan_output: false,
                 shadow: false,
-                keep_quantized: false,
+                keep_quantized: [false; 2],
                 ..call.clone()
             };
             let mut reference = self.stream.alloc_zeros::<f32>(n_out)?;
-            self.linear(&bf, &mut reference, a, b, bias, None, false, false)?;
+            self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
             let want = self.stream.clone_dtoh(&reference)?;
             let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
             Some(ShadowError {
@@ -664,18 +515,13 @@ impl CudaBackend {
             } => Some(amax_used),
             _ => None,
         };
-        let name = |t: OpType| match t {
-            OpType::Bf16 => "bf16",
-            OpType::E4M3 => Fp8Format::E4M3.name(),
-            OpType::E5M2 => Fp8Format::E5M2.name(),
-        };
         let (sa, sb) = (slot_a.unwrap_or(0), slot_b.unwrap_or(0));
         self.pending.push(PendingGemm {
             id: call.id,
             a: PendingOp {
                 slot: sa,
                 role: role_a,
-                format: name(pa.ty),
+                format: pa.ty.name(),
                 fp8: pa.ty.is_fp8(),
                 level,
                 given_amax: given(call.cast_a),
@@ -685,7 +531,7 @@ impl CudaBackend {
             b: PendingOp {
                 slot: sb,
                 role: role_b,
-                format: name(pb.ty),
+                format: pb.ty.name(),
                 fp8: pb.ty.is_fp8(),
                 level,
                 given_amax: given(call.cast_b),
@@ -726,6 +572,7 @@ impl CudaBackend {
         }
         self.next_slot = 0;
         self.next_gemm = 0;
+        self.expire_kept_casts();
         let pending = std::mem::take(&mut self.pending);
         let report = |p: PendingOp| -> CastReport {
             let r = &recs[p.slot * STAT_FIELDS..(p.slot + 1) * STAT_FIELDS];
@@ -1030,8 +877,9 @@ impl CudaBackend {
 /// A BF16 GEMM call with nothing recorded (the lm_head).
 fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
     GemmCall {
+        // The lm_head: a site of its own (outside the layer stack) for the casts it keeps.
         id: crate::backend::GemmId {
-            layer: 0,
+            layer: u32::MAX,
             module: fp8scope_schemas::names::Module::Qkv,
             gemm,
         },
@@ -1042,7 +890,7 @@ fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
         fault_b: OperandFault::NONE,
         nan_output: false,
         stats: StatsLevel::Amax,
-        keep_quantized: false,
+        keep_quantized: [false; 2],
         shadow: false,
     }
 }

@@ -276,7 +276,7 @@ impl Backend for CudaBackend {
     fn matmul_bf16_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) {
         self.span("matmul_bf16_fwd", |me| {
             let call = plain_call(Gemm::Fprop, dims);
-            ok(me.linear(&call, out, inp, w, None, None, false, false))
+            ok(me.linear(&call, out, inp, w, None, None, false, false, true))
         })
     }
 
@@ -290,8 +290,8 @@ impl Backend for CudaBackend {
         dims: LinearDims,
     ) {
         self.span("matmul_bf16_bwd", |me| {
-            ok(me.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false));
-            ok(me.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false));
+            ok(me.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false, true));
+            ok(me.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false, true));
         })
     }
 
@@ -347,7 +347,7 @@ impl Backend for CudaBackend {
         bias: Option<&CudaSlice<f32>>,
         dbias: Option<&mut CudaSlice<f32>>,
     ) {
-        self.span("gemm", |me| ok(me.linear(call, out, a, b, bias, dbias, false, true)))
+        self.span("gemm", |me| ok(me.linear(call, out, a, b, bias, dbias, false, true, true)))
     }
 
     fn take_reports(&mut self) -> Vec<GemmReport> {

@@ -1,0 +1,311 @@
+//! GEMM operand casts on the GPU: picking the cast kernel of `kernels/cast.cu` and its grid, and
+//! casting each operand once per step where the model uses it twice.
+//!
+//! Every tensor a linear layer multiplies appears in two of its three GEMMs, once in its own layout
+//! and once transposed (cuBLASLt's FP8 GEMMs take only the TN layout): the activation X in fprop
+//! and (as Xᵀ) in wgrad, the weight W in fprop and (as Wᵀ) in dgrad, the gradient dY in dgrad and
+//! (as dYᵀ) in wgrad. The first use casts with the *dual* kernel, which writes both layouts from
+//! one read; the transpose is kept, with the cast's scale and statistics slot, and the second use
+//! takes it instead of casting again — when it would cast exactly the same way (same source
+//! buffer, shape, format, scale, planted fault, statistics no richer). The model guarantees what
+//! makes this sound: within a step, the operand of a given role at a given site is one tensor.
+//! Kept casts expire when the step's reports are taken.
+
+use super::kernels::{self, CastLayout};
+use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
+use crate::backend::cpu::cast::outlier_indices;
+use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use fp8scope_schemas::names::{Gemm, Module, Role};
+
+/// Blocks for a cast of `rows × cols` (`most` caps them; 0: the measured defaults). A straight
+/// cast takes one block per 4096 values (16 per thread), up to 4 blocks per SM of an H200; a
+/// transposed or dual cast one per 64 × 64 tile, all at once up to 4 per SM, else 2 per SM striding
+/// over the tiles — the fastest settings in `cuda_layers`' `cast_throughput` table.
+fn cast_grid(rows: usize, cols: usize, transpose: bool, most: usize) -> u32 {
+    let g = if transpose {
+        let tiles = rows.div_ceil(64) * cols.div_ceil(64);
+        if most > 0 { tiles.min(most) } else if tiles <= 528 { tiles } else { 264 }
+    } else {
+        (rows * cols).div_ceil(4096).min(if most > 0 { most } else { 1056 })
+    };
+    g.max(1) as u32
+}
+
+/// Where a cast is for: the GEMM site and the operand's role in it, whether the GEMM takes it
+/// transposed, and whether its cast may be shared with the site's other GEMM (not for the BF16
+/// shadow GEMMs, which cast the same operands differently).
+#[derive(Clone, Copy)]
+pub(super) struct CastUse {
+    pub site: (u32, Module),
+    pub role: Role,
+    pub transposed: bool,
+    pub share: bool,
+}
+
+/// The scale a cast multiplies by, bit for bit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ScaleKey {
+    None,
+    Given(u32),
+    Current(i32),
+}
+
+/// What decides a cast's codes and statistics: equal keys cast equal bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct CastKey {
+    src: u64,
+    rows: usize,
+    cols: usize,
+    fmt: i32,
+    scale: ScaleKey,
+    scale_mult: u32,
+    outlier_factor: u32,
+    overflow_nan: bool,
+}
+
+impl CastKey {
+    fn new(src: u64, rows: usize, cols: usize, fmt: i32, how: OperandCast, fault: OperandFault) -> CastKey {
+        let scale = match how {
+            OperandCast::Fp8Tensor { scale: ScaleSource::Given { scale, .. }, .. } => ScaleKey::Given(scale.to_bits()),
+            OperandCast::Fp8Tensor { scale: ScaleSource::Current { margin }, .. } => ScaleKey::Current(margin),
+            _ => ScaleKey::None,
+        };
+        CastKey {
+            src,
+            rows,
+            cols,
+            fmt,
+            scale,
+            scale_mult: fault.scale_mult.to_bits(),
+            outlier_factor: fault.outlier_factor.to_bits(),
+            overflow_nan: fault.overflow_nan,
+        }
+    }
+}
+
+/// A cast's transposed codes, kept from the GEMM that cast the operand for the site's other GEMM.
+pub(super) struct KeptCast {
+    key: CastKey,
+    codes: CudaSlice<u8>,
+    /// The scale (and, if `recorded`, statistics) slot of the cast.
+    slot: Option<usize>,
+    recorded: bool,
+    level: StatsLevel,
+    /// False once the step's reports are taken (the slots are reused then).
+    live: bool,
+}
+
+/// Kept casts by (layer, module, role); one entry for all gradients (see [`CudaBackend::cast`]).
+pub(super) type KeptCasts = std::collections::HashMap<(u32, Module, Role), KeptCast>;
+
+fn level_code(level: StatsLevel) -> usize {
+    match level {
+        StatsLevel::Amax => 0,
+        StatsLevel::Cheap => 1,
+        StatsLevel::Full => 2,
+    }
+}
+
+impl CudaBackend {
+    /// Casts `x` (rows × cols, row-major) for a GEMM — transposed if `at.transposed` — into the
+    /// scratch of `side`, or takes the site's kept cast of it. With `report`, the statistics land
+    /// in a slot, returned for the step's report.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Prepared, Option<usize>), CudaError> {
+        let ty = op_type(how)?;
+        let fmt = fmt_code(ty);
+        let key = CastKey::new(self.ptr(x), rows, cols, fmt, how, fault);
+        // A gradient's two GEMMs (dgrad, then wgrad) run back to back, so all sites share one kept
+        // gradient; activations and weights wait from the forward to the backward, one per site.
+        let kept_key = if at.role == Role::Gradient { (0, Module::Qkv, Role::Gradient) } else { (at.site.0, at.site.1, at.role) };
+        if at.share
+            && at.transposed
+            && let Some(k) = self.kept.get(&kept_key)
+            && k.live
+            && k.key == key
+            && (!report || (k.recorded && k.level >= level))
+        {
+            let slot_ptr = k.slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+            let p = Prepared { ty, ptr: self.ptr(&k.codes), inv: slot_ptr + (SLOT_INV * 4) as u64 };
+            return Ok((p, if report { k.slot } else { None }));
+        }
+        let layout = match (at.transposed, at.share) {
+            (true, _) => CastLayout::Transposed,
+            (false, true) => CastLayout::Both,
+            (false, false) => CastLayout::Straight,
+        };
+        let bytes = rows * cols * ty.bytes();
+        let dst = match side {
+            Side::P => {
+                grow(&self.stream, &mut self.op_p, bytes)?;
+                self.ptr(&self.op_p)
+            }
+            Side::Q => {
+                grow(&self.stream, &mut self.op_q, bytes)?;
+                self.ptr(&self.op_q)
+            }
+        };
+        // A scale slot is needed for FP8 operands even when nothing is reported.
+        let slot = if report || ty.is_fp8() { Some(self.alloc_slot()?) } else { None };
+        let kept_dst = if layout == CastLayout::Both {
+            if !self.kept.contains_key(&kept_key) {
+                let codes = self.stream.alloc_zeros(bytes)?;
+                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false });
+            }
+            let stream = self.stream.clone();
+            let k = self.kept.get_mut(&kept_key).expect("inserted above");
+            grow(&stream, &mut k.codes, bytes)?;
+            (k.key, k.slot, k.recorded, k.level, k.live) = (key, slot, report, level, true);
+            self.ptr(&self.kept[&kept_key].codes)
+        } else {
+            0
+        };
+        let (out, out_t) = match layout {
+            CastLayout::Straight => (dst, 0),
+            CastLayout::Transposed => (0, dst),
+            CastLayout::Both => (dst, kept_dst),
+        };
+        self.launch_cast(x, rows, cols, layout, how, fault, level, if report { slot } else { None }, slot, out, out_t)?;
+        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+        Ok((Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 }, if report { slot } else { None }))
+    }
+
+    /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
+    /// block writes the scale to the slot.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64) -> Result<(), CudaError> {
+        let ty = op_type(how)?;
+        let fmt = fmt_code(ty);
+        let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
+        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+        let mut o = [u64::MAX; 4];
+        if fault.outlier_factor != 1.0 {
+            for (j, i) in outlier_indices(rows * cols).enumerate() {
+                o[j] = i as u64;
+            }
+        }
+        let (xp, parts, counter) = (self.ptr(x), self.ptr(&self.partials), self.ptr(&self.cast_counter));
+        let (mut scale_arg, mut mode) = (1.0f32, 0i32);
+        if let OperandCast::Fp8Tensor { scale, .. } = how {
+            match scale {
+                ScaleSource::Given { scale, .. } => scale_arg = scale,
+                ScaleSource::Current { margin } => {
+                    let grid = cast_grid(rows, cols, false, self.cast_grid);
+                    #[rustfmt::skip]
+                    launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
+                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+                    mode = 1;
+                }
+            }
+        }
+        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, self.cast_grid);
+        #[rustfmt::skip]
+        launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
+            slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+        Ok(())
+    }
+
+    /// Ends the kept casts' life: the step's slots are about to be reused.
+    pub(super) fn expire_kept_casts(&mut self) {
+        for k in self.kept.values_mut() {
+            k.live = false;
+        }
+    }
+
+    /// The FP8 bytes of a cast operand at `p`, row-major in the operand's own layout (rows × cols)
+    /// even when `p` holds its transpose. Synchronises (dumps only).
+    pub(super) fn operand_bytes(&self, p: &Prepared, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
+        let n = rows * cols;
+        let mut bytes = vec![0u8; n];
+        self.stream.synchronize()?;
+        // SAFETY: p.ptr is a live device allocation of at least n bytes (an operand cast's codes),
+        // and the stream is idle.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut bytes, p.ptr) }?;
+        if !transposed {
+            return Ok(bytes);
+        }
+        let mut q = vec![0u8; n];
+        for i in 0..rows {
+            for j in 0..cols {
+                q[i * cols + j] = bytes[j * rows + i];
+            }
+        }
+        Ok(q)
+    }
+
+    /// Casts `x` (rows × cols) as `how` says and returns the output bytes (BF16 bits little-endian,
+    /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
+    /// exposed for the tests that hold it against the CPU emulation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
+        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
+        let (p, slot) = self.cast(x, rows, cols, at, how, fault, level, true, Side::P)?;
+        let slot = slot.expect("a reported cast has a slot");
+        let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
+        let given = match how {
+            OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
+            _ => None,
+        };
+        let op = || PendingOp {
+            slot,
+            role: Role::Activation,
+            format: p.ty.name(),
+            fp8: p.ty.is_fp8(),
+            level,
+            given_amax: given,
+            numel: (rows * cols) as u64,
+            quantized: None,
+        };
+        let gemm_slot = self.next_gemm;
+        self.next_gemm += 1;
+        let id = crate::backend::GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop };
+        self.pending.push(PendingGemm { id, a: op(), b: op(), gemm_slot, shadow: None });
+        let mut reports = self.download_all()?;
+        let r = reports.pop().map(|g| g.a).unwrap_or_default();
+        Ok((bytes, r))
+    }
+
+    /// Caps the blocks of the cast kernels at `most` (1..=`CAST_GRID_MAX`), for benchmarks; 0
+    /// restores the defaults.
+    pub fn set_cast_grid(&mut self, most: usize) {
+        self.cast_grid = most.min(CAST_GRID_MAX);
+    }
+
+    /// GPU microseconds per cast of `x` (rows × cols) as `how` says, averaged over `reps` casts
+    /// timed with CUDA events (after one warm-up cast): the cast kernels' speed on their own, for
+    /// `cuda_layers`' throughput table. `dual` casts to both layouts at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, dual: bool, how: OperandCast, level: StatsLevel, reps: usize) -> Result<f64, CudaError> {
+        let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let (a, b) = (ev()?, ev()?);
+        let at = CastUse { site: (u32::MAX, Module::Qkv), role: Role::Activation, transposed: transpose && !dual, share: dual };
+        self.cast(x, rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
+        a.record(&self.stream)?;
+        for _ in 0..reps {
+            self.cast(x, rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
+        }
+        b.record(&self.stream)?;
+        self.stream.synchronize()?;
+        self.next_slot = 0;
+        self.expire_kept_casts();
+        Ok(a.elapsed_ms(&b)? as f64 * 1e3 / reps.max(1) as f64)
+    }
+
+    /// GPU microseconds per in-place BF16 rounding of `x` (a plain read-and-write pass of 8 bytes
+    /// per value): the memory bandwidth the casts are measured against.
+    pub fn time_copy(&mut self, x: &mut CudaSlice<f32>, reps: usize) -> Result<f64, CudaError> {
+        let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let (a, b) = (ev()?, ev()?);
+        let n = x.len();
+        let xp = self.ptr(x);
+        launch!(self, "round_bf16_fwd", grid_for(n, 256), xp, n as u64)?;
+        a.record(&self.stream)?;
+        for _ in 0..reps {
+            launch!(self, "round_bf16_fwd", grid_for(n, 256), xp, n as u64)?;
+        }
+        b.record(&self.stream)?;
+        self.stream.synchronize()?;
+        Ok(a.elapsed_ms(&b)? as f64 * 1e3 / reps.max(1) as f64)
+    }
+}
