@@ -393,8 +393,6 @@ impl<B: Backend> Model<B> {
         let head = LinearDims { n: d.n, k: d.c, m: d.v };
         be.matmul_bf16_fwd(&mut s.logits, &s.lnf, &s.params[LM_HEAD], head);
         be.crossentropy(&mut s.losses, &mut s.dlogits, &s.logits, targets, d.v, 1.0 / d.n as f32);
-        let losses = be.download(&s.losses, 0, d.n, 1);
-        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / d.n as f64;
 
         // ---- backward
         {
@@ -438,6 +436,9 @@ impl<B: Backend> Model<B> {
         }
         let s = &mut self.state;
         be.embedding_bwd(&mut s.grads[WTE], &s.dres, inputs, d.c);
+        // Read only now: a download waits for the device, and the backward is queued behind it.
+        let losses = be.download(&s.losses, 0, d.n, 1);
+        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / d.n as f64;
         StepOutput { loss, dumps }
     }
 }
