@@ -1,10 +1,12 @@
 // Cross-entropy over the vocabulary, forward and backward in one pass per row:
 // losses[row] = log(sum exp(x - max)) - (x[target] - max) (the sum in f64, as on the CPU);
-// dlogits (=) = (softmax - onehot) * dloss.
+// dlogits (=) = (softmax - onehot) * dloss. A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's
+// ignore_index) marks an unsupervised position: its loss and its dlogits row are 0 (as on the CPU).
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
 #include "common.cuh"
 
 #define LOSS_THREADS 512
+#define IGNORE_TARGET 0xFFFFFFFFu
 
 __device__ float block_reduce_f(float v, bool is_max, float* sh) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -26,6 +28,13 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     const u32* __restrict__ targets, int v, float dloss) {
     __shared__ float sh[32];
     u64 row = blockIdx.x;
+    u32 tg = targets[row];
+    if (tg == IGNORE_TARGET) {  // uniform over the block: no thread reaches a barrier
+        float* d = dlogits + row * v;
+        for (int i = threadIdx.x; i < v; i += blockDim.x) d[i] = 0.0f;
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        return;
+    }
     const float* x = logits + row * v;
     float m = -INFINITY;
     for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, x[i]);
@@ -38,7 +47,6 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     if (threadIdx.x == 0) total = sd;
     __syncthreads();
     double s = total;
-    u32 tg = targets[row];
     float inv = (float)(1.0 / s);
     float* d = dlogits + row * v;
     for (int i = threadIdx.x; i < v; i += blockDim.x) {

@@ -1,9 +1,12 @@
 //! End-to-end checks of `fp8-capture --scenario`: the manifest records the scenario and the recipe
-//! it implies, and the `nan` scenario dies where it should and is cured by current scaling.
+//! it implies, the `nan` scenario dies where it should and is cured by current scaling, and the
+//! `spike` scenario's padding batch saturates the next batch's layer-0 qkv activation. (`triage`
+//! on the `drift` and `nan` scenarios: tests/triage_cpu.rs.)
 
 mod common;
 
-use common::{capture, HEAVY};
+use common::{bin, capture, HEAVY};
+use serde_json::Value;
 
 fn manifest(dir: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("run.json")).expect("run.json")).expect("manifest JSON")
@@ -43,18 +46,63 @@ fn a_scenario_sets_recipe_defaults_that_explicit_flags_override() {
     let spike = tmp.path().join("spike");
     assert!(train(&spike, &["--scenario", "spike", "--steps", "2"]).status.success());
     let m = manifest(&spike);
-    assert_eq!((m["config"]["scenario"].as_str(), m["config"]["recipe"]["amax_history"].as_u64()), (Some("spike"), Some(16)));
-    // The loud tokens are reserved: the language's floor counts 4 fewer words.
+    let r = &m["config"]["recipe"];
+    assert_eq!((m["config"]["scenario"].as_str(), r["amax_history"].as_u64(), r["amax_algo"].as_str()), (Some("spike"), Some(1), Some("most_recent")));
+    // The pad token is reserved: the language's floor counts 1 word fewer.
     let plain = tmp.path().join("plain");
     assert!(train(&plain, &["--steps", "2"]).status.success());
     let (f_spike, f_plain) = (m["data"]["entropy_floor"].as_f64().unwrap(), manifest(&plain)["data"]["entropy_floor"].as_f64().unwrap());
-    let expected = ((508.0f64 - 4.0).ln() - (512.0f64 - 4.0).ln()) / 64.0;
+    let expected = ((511.0f64 - 4.0).ln() - (512.0f64 - 4.0).ln()) / 64.0;
     assert!((f_spike - f_plain - expected).abs() < 1e-12, "floor {f_spike} vs {f_plain}");
 
+    let drift = tmp.path().join("drift");
+    assert!(train(&drift, &["--scenario", "drift", "--steps", "2"]).status.success());
+    let r = manifest(&drift)["config"]["recipe"].clone();
+    assert_eq!((r["amax_history"].as_u64(), r["margin"].as_i64(), r["amax_algo"].as_str()), (Some(1024), Some(8), Some("max")));
+
     let over = tmp.path().join("over");
-    assert!(train(&over, &["--scenario", "spike", "--steps", "2", "--amax-history", "64"]).status.success());
-    assert_eq!(manifest(&over)["config"]["recipe"]["amax_history"], 64);
+    assert!(train(&over, &["--scenario", "drift", "--steps", "2", "--amax-history", "64", "--margin", "0"]).status.success());
+    let r = manifest(&over)["config"]["recipe"].clone();
+    assert_eq!((r["amax_history"].as_u64(), r["margin"].as_i64()), (Some(64), Some(0)));
     let bad = train(&tmp.path().join("bad"), &["--scenario", "explode"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scenario 'explode'"));
+}
+
+/// Rows of `fp8-analyze query RUN --json --sql SQL`.
+fn query(run: &std::path::Path, sql: &str) -> Vec<Value> {
+    let o = std::process::Command::new(bin("fp8-analyze")).args(["query", &run.display().to_string(), "--json", "--sql", sql]).output().expect("spawn fp8-analyze");
+    assert!(o.status.success(), "query {sql}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<Value>(&o.stdout).expect("JSON rows").as_array().cloned().expect("rows")
+}
+
+#[test]
+fn the_spike_scenario_padding_batch_saturates_the_next_batch_in_layer_0_qkv_under_delayed_scaling_only() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sat = |run: &std::path::Path, step: u32| -> f64 {
+        let rows = query(run, &format!("SELECT saturated_frac FROM stats WHERE step = {step} AND layer = 0 AND module = 'qkv' AND gemm = 'fprop' AND role = 'activation'"));
+        rows[0]["saturated_frac"].as_f64().expect("saturated_frac")
+    };
+    let loss = |run: &std::path::Path, step: u32| -> f64 { query(run, &format!("SELECT loss FROM steps WHERE step = {step}"))[0]["loss"].as_f64().expect("loss") };
+    let mut at_151 = Vec::new();
+    for recipe in ["delayed", "current", "bf16"] {
+        let dir = tmp.path().join(recipe);
+        let o = train(&dir, &["--scenario", "spike", "--steps", "151", "--recipe", recipe]);
+        assert!(o.status.success(), "{recipe}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(loss(&dir, 150), 0.0, "{recipe}: the padding batch has no supervised target");
+        at_151.push(loss(&dir, 151));
+        if recipe == "bf16" {
+            continue;
+        }
+        let (before, after) = (sat(&dir, 149), sat(&dir, 151));
+        println!("{recipe}: layers.0.qkv fprop activation saturated {:.2}% at step 149, {:.2}% at step 151", 100.0 * before, 100.0 * after);
+        assert!(before < 0.01, "{recipe}: an ordinary step barely saturates ({before})");
+        if recipe == "delayed" {
+            assert!(after > 0.9, "the most-recent amax of the padding batch saturates the next batch: {after}");
+        } else {
+            assert!(after < 1e-3, "current scaling takes the batch's own amax: {after}");
+        }
+    }
+    println!("loss at step 151: delayed {:.4}, current {:.4}, bf16 {:.4}", at_151[0], at_151[1], at_151[2]);
 }

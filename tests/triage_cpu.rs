@@ -5,6 +5,7 @@
 //!   planted GEMM in every case (found / planted is printed);
 //! - clean runs of three seeds are healthy (no false alarm);
 //! - the `nan` scenario is detected as nan and current scaling cures it;
+//! - the `drift` scenario is detected as drift in the gradient GEMMs and current scaling cures it;
 //! - triage on `tiny` (300 steps) finishes in under 10 minutes on the CI's 2 cores;
 //! - regress passes on a clean run and fails with a planted fault;
 //! - bad input exits 2 with one line.
@@ -154,6 +155,36 @@ fn the_nan_scenario_is_detected_as_nan_and_current_scaling_cures_it() {
     assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(v["anomaly"], "nan");
     assert_eq!(v["current_scaling_cures"], true, "current scaling never lets a value overflow: {v}");
+}
+
+#[test]
+fn the_drift_scenario_is_detected_as_drift_in_the_gradient_gemms_and_current_scaling_cures_it() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t0 = Instant::now();
+    // The preset's 300 steps: the prompt-heavy batch at step 25 leaves the gradient scales 2^8.5
+    // too small for the rest of the run (capture/README.md has the numbers).
+    let (code, v, stderr) = triage(&tmp.path().join("drift"), &["--scenario", "drift"]);
+    check_shape(&v);
+    let run = |name: &str| v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == name)).cloned().unwrap_or(Value::Null);
+    let gap = |name: &str| run(name)["outcome"]["gap"].as_f64().unwrap_or(f64::NAN);
+    let got = culprits(&v);
+    println!(
+        "drift scenario: anomaly {}, fp8 gap {:+.2}%, current gap {:+.2}%, culprits {got:?}, current cures {}, {} runs, {:.1} s",
+        v["anomaly"],
+        100.0 * gap("fp8"),
+        100.0 * gap("current"),
+        v["current_scaling_cures"],
+        v["runs"].as_array().map_or(0, |r| r.len()),
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(v["anomaly"], "drift", "{v}");
+    assert!(gap("fp8") > 0.02, "the delayed-scaled run ends more than 2% above BF16: {}", gap("fp8"));
+    assert_eq!(v["current_scaling_cures"], true, "current scaling takes each step's own amax: {v}");
+    assert!(gap("current").abs() < 0.01, "current scaling ends within 1% of BF16: {}", gap("current"));
+    assert_eq!(run("bf16-fprop")["outcome"]["cured"], false, "the forward GEMMs are not the cause");
+    assert!(!got.is_empty() && got.iter().all(|c| c.ends_with(".dgrad") || c.ends_with(".wgrad")), "culprits are gradient GEMMs: {got:?}");
 }
 
 #[test]

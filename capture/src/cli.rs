@@ -429,8 +429,8 @@ impl TrainArgs {
             None => None,
         };
         if let Some(s) = &scen {
-            if data_kind_is_synthetic(self.data) && s.loud_tokens + self.topics + self.branching >= model.vocab {
-                bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.loud_tokens);
+            if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {
+                bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.reserved_tokens());
             }
             if !data_kind_is_synthetic(self.data) {
                 bail!("--scenario {} plants its tokens in the synthetic language; use --data synthetic", s.name);

@@ -355,7 +355,9 @@ impl<B: Backend> Model<B> {
     }
 
     /// Forward and backward over one batch; gradients end in `state.grads` (zeroed first).
-    pub fn forward_backward(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, plan: &StepPlan) -> StepOutput {
+    /// `supervised` is the number of targets that are not [`crate::layers::IGNORE_TARGET`]: the
+    /// loss is the mean over them (0, with zero gradients, when there are none).
+    pub fn forward_backward(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> StepOutput {
         let d = self.dims;
         let mut dumps = Vec::new();
         for g in self.state.grads.iter_mut() {
@@ -392,7 +394,8 @@ impl<B: Backend> Model<B> {
         be.layernorm_fwd(&mut s.lnf, &mut s.lnf_mean, &mut s.lnf_rstd, &s.res[d.l], &s.params[LNF_W], &s.params[LNF_B], d.c);
         let head = LinearDims { n: d.n, k: d.c, m: d.v };
         be.matmul_bf16_fwd(&mut s.logits, &s.lnf, &s.params[LM_HEAD], head);
-        be.crossentropy(&mut s.losses, &mut s.dlogits, &s.logits, targets, d.v, 1.0 / d.n as f32);
+        let per = supervised.max(1);
+        be.crossentropy(&mut s.losses, &mut s.dlogits, &s.logits, targets, d.v, 1.0 / per as f32);
 
         // ---- backward
         {
@@ -438,7 +441,7 @@ impl<B: Backend> Model<B> {
         be.embedding_bwd(&mut s.grads[WTE], &s.dres, inputs, d.c);
         // Read only now: a download waits for the device, and the backward is queued behind it.
         let losses = be.download(&s.losses, 0, d.n, 1);
-        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / d.n as f64;
+        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / per as f64;
         StepOutput { loss, dumps }
     }
 }

@@ -4,7 +4,8 @@
 //! Delayed scaling follows Transformer Engine's DelayedScaling: each quantized tensor
 //! (`layers.{i}.{module}.{role}`) keeps the amaxes of its last H steps; the scale used at a step is
 //! `(fp8_max / reduce(history)) / 2^margin`, reduce being `max` or `most_recent`, and 1.0 while
-//! the history is empty. The history is updated after each step with the amax the casts saw.
+//! the history is empty. The history is updated after each step with the amax the casts saw; a
+//! zero amax (an all-zero tensor) is skipped, as Transformer Engine keeps the previous scale then.
 
 use crate::backend::{GemmReport, OperandCast, ScaleSource};
 use crate::config::{block_tile, format_for, is_fp8};
@@ -84,11 +85,51 @@ impl Scaling {
             }
         }
         for (key, amax) in seen {
+            // An all-zero tensor (e.g. every gradient of a batch without a supervised target)
+            // leaves the history as it was: Transformer Engine keeps the previous scale when
+            // amax = 0, where a zero would otherwise reset the scale to 1.
+            if amax == 0.0 {
+                continue;
+            }
             let h = self.history.entry(key).or_default();
             h.push_back(amax);
             while h.len() > self.history_len {
                 h.pop_front();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{CastReport, GemmId};
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    use fp8scope_schemas::names::Module;
+
+    fn config(extra: &[&str]) -> RunConfig {
+        let mut args = vec!["fp8-capture", "train", "--preset", "tiny", "--recipe", "delayed", "--out", "/nonexistent/run"];
+        args.extend_from_slice(extra);
+        let Command::Train(t) = Cli::try_parse_from(args).expect("flags parse").command else { panic!("not train") };
+        t.validate("cpu").expect("valid flags").config
+    }
+
+    fn report(amax: f32) -> GemmReport {
+        let cast = |role| CastReport { role: Some(role), format: "e4m3", amax, ..Default::default() };
+        GemmReport { id: GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop }, a: cast(Role::Activation), b: cast(Role::Weight), shadow: None, output_nonfinite: 0 }
+    }
+
+    #[test]
+    fn an_all_zero_tensor_keeps_the_previous_scale_as_in_transformer_engine() {
+        let cfg = config(&["--amax-algo", "most-recent", "--amax-history", "1"]);
+        let mut s = Scaling::new(&cfg);
+        let site = Site::new(0, Module::Qkv);
+        s.observe(&[report(2.0)]);
+        assert_eq!(s.history_amax(site, Role::Activation), Some(2.0));
+        s.observe(&[report(0.0)]);
+        assert_eq!(s.history_amax(site, Role::Activation), Some(2.0), "a zero amax is not recorded");
+        s.observe(&[report(0.5)]);
+        assert_eq!(s.history_amax(site, Role::Activation), Some(0.5));
     }
 }

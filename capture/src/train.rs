@@ -126,7 +126,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let m = &cfg.model;
     let dims = Dims::from_model(m);
     let scenario = crate::scenario::of(cfg);
-    let reserved = scenario.as_ref().map_or(0, |s| s.loud_tokens);
+    let reserved = scenario.as_ref().map_or(0, |s| s.reserved_tokens());
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
     let mut device = be.device_info();
@@ -156,12 +156,13 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let t0 = Instant::now();
         let mut batch = data.batch(step);
         if let Some(s) = &scenario {
-            s.apply(step, dims.t, m.vocab, cfg.train.seed, &mut batch);
+            s.apply(step, dims.t, m.vocab, &mut batch);
         }
         let inputs = be.upload_tokens(&batch.inputs);
         let targets = be.upload_tokens(&batch.targets);
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
-        let out = model.forward_backward(be, &inputs, &targets, &plan);
+        let supervised = batch.targets.iter().filter(|&&t| t != crate::layers::IGNORE_TARGET).count();
+        let out = model.forward_backward(be, &inputs, &targets, supervised, &plan);
         let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
         let grad_norm = grad_sumsq.sqrt();
         let clip = cfg.train.grad_clip;

@@ -3,7 +3,9 @@
 //! - `crossentropy_fwd_bwd`: losses (N) `=` the per-token loss −log softmax(logits)[target];
 //!   dlogits (N, V) `=` (softmax(logits) − onehot(target)) · dloss, where `dloss` is the
 //!   gradient of the final scalar with respect to each token's loss (1/N for the mean over N
-//!   tokens). Nothing is saved: the logits are consumed here.
+//!   tokens). Nothing is saved: the logits are consumed here. A target of [`IGNORE_TARGET`]
+//!   marks an unsupervised position (padding, a prompt token): its loss and its dlogits row are 0,
+//!   and the caller averages over the supervised positions only.
 //! - `mean_loss`: the mean of `losses`, summed in f64 in index order.
 //!
 //! Numerically stable: the row maximum is subtracted before `exp`, and the sum of the
@@ -11,13 +13,17 @@
 //! Non-finite logits give a non-finite loss (NaN), which the training loop reports.
 //! Parallel over rows; each row is reduced serially.
 //!
-//! Panics if a target is not below V; the data loader validates targets first.
+//! Panics if a target is neither below V nor [`IGNORE_TARGET`]; the data loader validates targets first.
 
 use rayon::prelude::*;
 
 use super::{check_len, rows_of, rows_per_task};
 
-/// losses (N) = −log softmax(logits (N, V))[targets]; dlogits (N, V) = (softmax − onehot)·dloss.
+/// The target of a position that is not supervised (PyTorch's `ignore_index`): no loss, no gradient.
+pub const IGNORE_TARGET: u32 = u32::MAX;
+
+/// losses (N) = −log softmax(logits (N, V))[targets]; dlogits (N, V) = (softmax − onehot)·dloss;
+/// both 0 on rows whose target is [`IGNORE_TARGET`].
 pub fn crossentropy_fwd_bwd(
     losses: &mut [f32],
     dlogits: &mut [f32],
@@ -38,6 +44,11 @@ pub fn crossentropy_fwd_bwd(
         .enumerate()
         .with_min_len(rows_per_task(v))
         .for_each(|(i, ((loss, dl), (row, &tgt)))| {
+            if tgt == IGNORE_TARGET {
+                *loss = 0.0;
+                dl.fill(0.0);
+                return;
+            }
             let tgt = tgt as usize;
             assert!(
                 tgt < v,
@@ -133,6 +144,30 @@ mod tests {
         );
         assert!(losses[1].is_nan(), "NaN logit gave loss {}", losses[1]);
         assert!(mean_loss(&losses).is_nan());
+    }
+
+    #[test]
+    fn ignored_targets_give_zero_loss_and_zero_gradient_and_leave_other_rows_alone() {
+        let mut r = rng(51);
+        let logits = rand_vec(&mut r, N * V, -4.0, 4.0);
+        let targets = rand_tokens(&mut r, N, V);
+        let mut masked = targets.clone();
+        for i in (0..N).step_by(3) {
+            masked[i] = IGNORE_TARGET;
+        }
+        let (mut l0, mut d0) = (vec![f32::NAN; N], vec![f32::NAN; N * V]);
+        let (mut l1, mut d1) = (vec![f32::NAN; N], vec![f32::NAN; N * V]);
+        crossentropy_fwd_bwd(&mut l0, &mut d0, &logits, &targets, V, 0.25);
+        crossentropy_fwd_bwd(&mut l1, &mut d1, &logits, &masked, V, 0.25);
+        for i in 0..N {
+            let (row0, row1) = (&d0[i * V..][..V], &d1[i * V..][..V]);
+            if masked[i] == IGNORE_TARGET {
+                assert_eq!(l1[i], 0.0);
+                assert!(row1.iter().all(|&x| x == 0.0), "row {i} of an ignored target has a gradient");
+            } else {
+                assert_eq!((l1[i], row1), (l0[i], row0), "row {i} is unchanged");
+            }
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub use attention::{attention_bwd, attention_fwd};
 pub use embedding::{embedding_bwd, embedding_fwd};
 pub use gelu::{gelu_bwd, gelu_fwd};
 pub use layernorm::{LN_EPS, layernorm_bwd, layernorm_fwd};
-pub use loss::{crossentropy_fwd_bwd, mean_loss};
+pub use loss::{crossentropy_fwd_bwd, mean_loss, IGNORE_TARGET};
 pub use matmul::{matmul_dgrad, matmul_fwd, matmul_wgrad};
 pub use residual::{add_inplace, residual_fwd};
 
