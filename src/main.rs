@@ -1,8 +1,9 @@
 //! `fp8scope`: the main job in one command (`cargo run --release`): the whole debugging method on
-//! a run with a known defect. On the GPU when there is one and on the CPU otherwise, it
-//! 1. runs `fp8-analyze triage` on the `tiny` preset with a planted defect (a saturating mis-scale
-//!    in `layers.1.fc2`'s dgrad from step 100): a BF16 baseline and the FP8 run, the anomaly, each
-//!    GEMM kind sent back to BF16, the bisection to the culprit, current scaling, the verdict;
+//! a built-in failure scenario. On the GPU when there is one and on the CPU otherwise, it
+//! 1. runs `fp8-analyze triage` on the `tiny` preset with `--scenario drift` (a prompt-heavy batch
+//!    inflates delayed scaling's amax history; E4M3 gradients underflow for the rest of the run):
+//!    a BF16 baseline and the FP8 run, the anomaly, each GEMM kind sent back to BF16, the
+//!    bisection to the culprits, current scaling, the verdict;
 //! 2. writes the report of the FP8 run against its baseline;
 //! 3. prints the verdict and where the runs and the report are.
 //!
@@ -63,13 +64,32 @@ fn demo(extra: &[String]) -> anyhow::Result<()> {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let root = PathBuf::from("runs").join(format!("demo-{secs}"));
     let triage_dir = root.join("triage");
-    let planted = "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100";
-    println!("fp8scope demo: triage of an FP8 run of the tiny preset with a planted defect ({planted})");
-    let mut args: Vec<String> = ["triage", "--preset", "tiny", "--inject", planted, "--out"].iter().map(|s| s.to_string()).collect();
-    args.push(triage_dir.display().to_string());
-    if !extra.is_empty() {
+    // `--inject SPEC` and `--scenario NAME` given to the demo replace the drift scenario (they are
+    // triage's flags); every other flag goes to each capture.
+    let (mut failure, mut capture) = (Vec::new(), Vec::new());
+    let mut it = extra.iter();
+    while let Some(a) = it.next() {
+        if a == "--inject" || a == "--scenario" {
+            failure.push(a.clone());
+            failure.extend(it.next().cloned());
+        } else if a.starts_with("--inject=") || a.starts_with("--scenario=") {
+            failure.push(a.clone());
+        } else {
+            capture.push(a.clone());
+        }
+    }
+    if failure.is_empty() {
+        println!("fp8scope demo: triage of the built-in drift scenario on the tiny preset");
+        failure = vec!["--scenario".into(), "drift".into()];
+    } else {
+        println!("fp8scope demo: triage of an FP8 run of the tiny preset with {}", failure.join(" "));
+    }
+    let mut args: Vec<String> = ["triage", "--preset", "tiny"].iter().map(|s| s.to_string()).collect();
+    args.extend(failure);
+    args.extend(["--out".to_string(), triage_dir.display().to_string()]);
+    if !capture.is_empty() {
         args.push("--".into());
-        args.extend(extra.iter().cloned());
+        args.extend(capture);
     }
     analyze(&args)?;
     // The report of the FP8 run against its baseline, from the runs triage kept.
