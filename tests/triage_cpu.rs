@@ -185,6 +185,9 @@ fn the_drift_scenario_is_detected_as_drift_in_the_gradient_gemms_and_current_sca
     assert!(gap("current").abs() < 0.01, "current scaling ends within 1% of BF16: {}", gap("current"));
     assert_eq!(run("bf16-fprop")["outcome"]["cured"], false, "the forward GEMMs are not the cause");
     assert!(!got.is_empty() && got.iter().all(|c| c.ends_with(".dgrad") || c.ends_with(".wgrad")), "culprits are gradient GEMMs: {got:?}");
+    // The fault builds up after its first step: the verdict also cites the operands at the peak.
+    let text = std::fs::read_to_string(tmp.path().join("drift").join("verdict.txt")).expect("verdict.txt");
+    assert!(text.contains("at the peak, step") && text.contains("gradient underflow"), "the verdict cites the peak's evidence:\n{text}");
 }
 
 #[test]

@@ -74,7 +74,11 @@ pub struct LocatedGemm {
     /// Operand roles whose error was subtracted (empty with shadow records).
     pub inputs: Vec<String>,
     pub errors: Vec<StepError>,
+    /// The operands at the first crossing (else the peak).
     pub evidence: Vec<OperandEvidence>,
+    /// The operands at the peak step, when it is not the evidence step: a fault that builds up
+    /// (an amax history that keeps a scale stale) shows there, not at its first step.
+    pub evidence_at_peak: Vec<OperandEvidence>,
 }
 
 /// Everything `locate` found.
@@ -225,13 +229,18 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
                 inputs: inputs.get(&id).cloned().unwrap_or_default(),
                 errors: v,
                 evidence: Vec::new(),
+                evidence_at_peak: Vec::new(),
             }
         })
         .collect();
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.execution_rank.cmp(&b.execution_rank)).then(a.gemm_name.cmp(&b.gemm_name)));
     for g in &mut ranked {
         let id = (g.layer, g.module.clone(), g.gemm.clone());
-        g.evidence = evidence(run, &id, g.first_crossed.unwrap_or(g.peak_step))?;
+        let step = g.first_crossed.unwrap_or(g.peak_step);
+        g.evidence = evidence(run, &id, step)?;
+        if g.peak_step != step {
+            g.evidence_at_peak = evidence(run, &id, g.peak_step)?;
+        }
     }
     let first = ranked
         .iter()

@@ -20,7 +20,7 @@
 use crate::capture_driver::{require_usable, CaptureFlags, Driver, RunResult, RunSpec};
 use crate::cli::{DEFAULT_COSINE_THRESHOLD, DEFAULT_DRIFT_ALPHA, DEFAULT_DRIFT_STEPS, DEFAULT_DRIFT_THRESHOLD, DEFAULT_SPIKE_K, DEFAULT_SPIKE_WINDOW};
 use crate::commands::anomalies::{find_anomalies, AnomalyParams, AnomalyReport};
-use crate::commands::locate::{locate, LocateReport};
+use crate::commands::locate::{locate, LocateReport, OperandEvidence};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
@@ -569,8 +569,14 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
         for c in &v.culprits {
             let Some(l) = loc else { continue };
             let Some((i, g)) = l.ranked.iter().enumerate().find(|(_, g)| g.gemm_name == c.name()) else { continue };
+            let operands = |ev: &[OperandEvidence]| {
+                ev.iter()
+                    .map(|e| format!("{} underflow {} saturated {} (amax {}, amax used {})", e.role, e.underflow_frac.map(pct).unwrap_or("-".into()), e.saturated_frac.map(pct).unwrap_or("-".into()), e.amax.map(num).unwrap_or("-".into()), e.amax_used.map(num).unwrap_or("-".into())))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
             s += &format!(
-                "  {}: locate ranks it #{} of {} (shadow error 1 − cosine = {} at step {}, first crossed {}); operands at step {}: {}\n",
+                "  {}: locate ranks it #{} of {} (shadow error 1 − cosine = {} at step {}, first crossed {}); operands at step {}: {}",
                 c.name(),
                 i + 1,
                 l.ranked.len(),
@@ -578,12 +584,12 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
                 g.peak_step,
                 output::opt(g.first_crossed),
                 g.evidence.first().map(|e| e.step).unwrap_or(g.peak_step),
-                g.evidence
-                    .iter()
-                    .map(|e| format!("{} underflow {} saturated {} (amax {}, amax used {})", e.role, e.underflow_frac.map(pct).unwrap_or("-".into()), e.saturated_frac.map(pct).unwrap_or("-".into()), e.amax.map(num).unwrap_or("-".into()), e.amax_used.map(num).unwrap_or("-".into())))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                operands(&g.evidence)
             );
+            if !g.evidence_at_peak.is_empty() {
+                s += &format!("; at the peak, step {}: {}", g.peak_step, operands(&g.evidence_at_peak));
+            }
+            s.push('\n');
         }
     }
     s += &format!("current scaling {}.\n", if v.current_scaling_cures { "cures it" } else { "does not cure it" });
