@@ -188,6 +188,9 @@ fn the_drift_scenario_is_detected_as_drift_in_the_gradient_gemms_and_current_sca
     // The fault builds up after its first step: the verdict also cites the operands at the peak.
     let text = std::fs::read_to_string(tmp.path().join("drift").join("verdict.txt")).expect("verdict.txt");
     assert!(text.contains("at the peak, step") && text.contains("gradient underflow"), "the verdict cites the peak's evidence:\n{text}");
+    // The cause is the history's lag: a 16-step history forgets the outlier and cures the run.
+    assert_eq!(run("short-history")["outcome"]["cured"], true, "a short amax history cures a lagging scale: {v}");
+    assert!(text.contains("the scale lags"), "the verdict names the lag:\n{text}");
 }
 
 #[test]
@@ -202,6 +205,9 @@ fn triage_on_tiny_finishes_in_under_ten_minutes() {
     assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(culprits(&v), ["layers.1.fc2.dgrad"]);
     assert!(secs < 600.0, "triage on tiny took {secs:.0} s, over the 10-minute target");
+    // A mis-scaled cast is not a lagging history: a short history does not cure it.
+    let short = v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == "short-history")).expect("a short-history run");
+    assert_eq!(short["outcome"]["cured"], false, "{short}");
     let text = std::fs::read_to_string(tmp.path().join("t").join("verdict.txt")).expect("verdict.txt");
     assert!(text.contains("saturated") && text.contains("locate ranks it #1"), "the verdict cites the evidence:\n{text}");
 }

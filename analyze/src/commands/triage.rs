@@ -3,8 +3,10 @@
 //! 1. Record the BF16 baseline and the FP8 run (with tensor dumps and shadow GEMMs, so that
 //!    `locate` has direct per-GEMM evidence) in parallel.
 //! 2. [`find_anomalies`] of the FP8 run against the baseline: nothing found → healthy, stop.
-//! 3. Send each GEMM kind back to BF16 (`--bf16-gemms fprop|dgrad|wgrad`) and try current scaling,
-//!    four runs in parallel. A run *cures* when `find_anomalies` finds nothing in it.
+//! 3. Send each GEMM kind back to BF16 (`--bf16-gemms fprop|dgrad|wgrad`), try current scaling,
+//!    and (for delayed scaling) a 16-step amax history, which tells a lagging scale from a fault in
+//!    the cast itself: up to five runs in parallel. A run *cures* when `find_anomalies` finds
+//!    nothing in it.
 //! 4. Bisect the sites of the curing kind(s) (all kinds when none cures alone) with
 //!    `--bf16-sites layers.i.m:gemm,…`: candidates ordered by the first non-finite GEMM, then
 //!    [`locate`]'s ranking of the FP8 run; the top-ranked single sites first (one per job), then a
@@ -98,6 +100,9 @@ pub struct RunEntry {
     pub flags: Vec<String>,
     pub outcome: RunOutcome,
 }
+
+/// Steps of amax history of the triage run that tells a lagging delayed scale from other faults.
+pub const SHORT_HISTORY: u32 = 16;
 
 /// The verdict (`--json`).
 #[derive(Clone, Debug, Serialize)]
@@ -345,12 +350,16 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
         f.extend(c.injections());
         specs.push(RunSpec { name: "current".into(), flags: f });
     }
+    // Delayed scaling lags: the same run with a short amax history tells a stale history (the
+    // outlier's amax remembered for many steps) from a fault in the cast itself.
+    let try_short_history = a.recipe == "delayed" && !common.iter().any(|f| f.starts_with("--amax-history"));
+    if try_short_history {
+        specs.push(RunSpec { name: "short-history".into(), flags: fp8_flags(&["--amax-history".into(), SHORT_HISTORY.to_string()]) });
+    }
     let cured = t.batch("kinds", "kind", &specs)?;
     let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
-    if try_current {
-        if let Some(e) = t.runs.last_mut() {
-            e.outcome.purpose = "current".into();
-        }
+    for e in t.runs.iter_mut().filter(|e| e.name == "current" || e.name == "short-history") {
+        e.outcome.purpose = e.name.clone();
     }
     let curing: Vec<Gemm> = Gemm::ALL.iter().zip(&cured).filter(|(_, c)| **c).map(|(g, _)| *g).collect();
 
@@ -547,6 +556,16 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
     match t.entry("current") {
         Some(e) => s += &format!("{} ({}, {})\n", if v.current_scaling_cures { "cures the run" } else { "does not cure the run" }, gap_text(e), e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())),
         None => s += "not tried (the FP8 run already uses it)\n",
+    }
+    if let Some(e) = t.entry("short-history") {
+        let cures = e.outcome.cured == Some(true);
+        s += &format!(
+            "   delayed scaling with a {SHORT_HISTORY}-step amax history: {} ({}, {}){}\n",
+            if cures { "cures the run" } else { "does not cure the run" },
+            gap_text(e),
+            e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into()),
+            if cures { " — the scale lags: the history remembers an amax the tensors no longer have" } else { "" }
+        );
     }
     for n in notes {
         s += &format!("\nnote: {n}\n");
