@@ -289,7 +289,8 @@ impl<B: Backend> Model<B> {
 
     fn call(&self, plan: &StepPlan, layer: usize, module: Module, gemm: Gemm) -> GemmCall {
         let id = GemmId { layer: layer as u32, module, gemm };
-        let (cast_a, cast_b) = plan.casts.get(&id).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
+        let casts = |id: &GemmId| plan.casts.get(id).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
+        let (cast_a, cast_b) = casts(&id);
         let (fault_a, fault_b, nan_output) = plan.faults.get(&id).copied().unwrap_or_default();
         let dumped = plan.dump_sites.contains(&Site::new(layer as u32, module));
         // The operands whose FP8 bytes a dump takes: per quantized role, the first GEMM of the site
@@ -298,7 +299,7 @@ impl<B: Backend> Model<B> {
         if dumped {
             for role in [Role::Activation, Role::Weight, Role::Gradient] {
                 let is_fp8 = |&&(g, i): &&(Gemm, usize)| {
-                    let c = plan.casts.get(&GemmId { layer: layer as u32, module, gemm: g }).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
+                    let c = casts(&GemmId { layer: layer as u32, module, gemm: g });
                     !matches!(if i == 0 { c.0 } else { c.1 }, OperandCast::Bf16)
                 };
                 if let Some(&(g, i)) = crate::record::rows::byte_sources(role).iter().find(is_fp8)

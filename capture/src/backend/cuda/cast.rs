@@ -11,6 +11,7 @@
 //! makes this sound: within a step, the operand of a given role at a given site is one tensor.
 //! Kept casts expire when the step's reports are taken.
 
+use super::blas::OpType;
 use super::kernels::{self, CastLayout};
 use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
 use crate::backend::cpu::cast::outlier_indices;
@@ -126,9 +127,8 @@ impl CudaBackend {
             && k.key == key
             && (!report || (k.recorded && k.level >= level))
         {
-            let slot_ptr = k.slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
-            let p = Prepared { ty, ptr: self.ptr(&k.codes), inv: slot_ptr + (SLOT_INV * 4) as u64 };
-            return Ok((p, if report { k.slot } else { None }));
+            let p = self.prepared(ty, self.ptr(&k.codes), k.slot);
+            return Ok((p, k.slot.filter(|_| report)));
         }
         let layout = match (at.transposed, at.share) {
             (true, _) => CastLayout::Transposed,
@@ -166,19 +166,27 @@ impl CudaBackend {
             CastLayout::Transposed => (0, dst),
             CastLayout::Both => (dst, kept_dst),
         };
-        self.launch_cast(x, rows, cols, layout, how, fault, level, if report { slot } else { None }, slot, out, out_t)?;
-        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
-        Ok((Prepared { ty, ptr: dst, inv: slot_ptr + (SLOT_INV * 4) as u64 }, if report { slot } else { None }))
+        let reported = slot.filter(|_| report);
+        self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t)?;
+        Ok((self.prepared(ty, dst, slot), reported))
+    }
+
+    /// Device address of scale slot `slot` (0 for none).
+    fn slot_ptr(&self, slot: Option<usize>) -> u64 {
+        slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0)
+    }
+
+    /// A cast operand at `ptr` for cuBLASLt, dequantised through `slot`'s inverse scale.
+    fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>) -> Prepared {
+        Prepared { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64 }
     }
 
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
     /// block writes the scale to the slot.
     #[allow(clippy::too_many_arguments)]
-    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64) -> Result<(), CudaError> {
-        let ty = op_type(how)?;
-        let fmt = fmt_code(ty);
+    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64) -> Result<(), CudaError> {
         let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
-        let slot_ptr = slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0);
+        let slot_ptr = self.slot_ptr(slot);
         let mut o = [u64::MAX; 4];
         if fault.outlier_factor != 1.0 {
             for (j, i) in outlier_indices(rows * cols).enumerate() {
