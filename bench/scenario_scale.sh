@@ -22,9 +22,11 @@ def loss(run):
     return rows
 runs = {r: loss(os.path.join(out, f"{preset}-{r}")) for r in ["bf16", "delayed", "current"]}
 steps = sorted(runs["bf16"])
-print(f"== {preset}: loss per step around the planted batch, and the final mean of 20 steps")
+# The planted batch is the step whose BF16 loss is 0 (no supervised target); else around step 150.
+planted = next((s for s in steps if runs["bf16"][s] == 0.0), 150)
+print(f"== {preset}: loss per step around the planted batch (step {planted}), and the final mean of 20 steps")
 print("step " + " ".join(f"{r:>9}" for r in runs))
-for s in [s for s in steps if 145 <= s <= 165] :
+for s in [s for s in steps if planted - 5 <= s <= planted + 15]:
     print(f"{s:>4} " + " ".join(f"{runs[r].get(s, float('nan')):9.4f}" for r in runs))
 tail = {r: sum(list(v.values())[-20:]) / 20 for r, v in runs.items()}
 print("final " + " ".join(f"{tail[r]:9.4f}" for r in runs), f" (delayed {100*(tail['delayed']/tail['bf16']-1):+.2f}%)")

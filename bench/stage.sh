@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a build machine with Rust: build the workspace in release, then copy fp8-capture, the CUDA test
+# On a build machine with Rust: build the workspace in release, then copy fp8-capture, fp8-analyze, the CUDA test
 # binaries and bench/ into DEST (default: gpu-bundle/ in the repository, git-ignored), a folder to
 # copy to a GPU machine that has no Rust toolchain.
 set -euo pipefail
@@ -8,7 +8,7 @@ DEST=${1:-gpu-bundle}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fp8scope-target}"
 cargo build --release --workspace
 mkdir -p "$DEST/bin"
-cp "$CARGO_TARGET_DIR/release/fp8-capture" "$DEST/bin/"
+cp "$CARGO_TARGET_DIR/release/fp8-capture" "$CARGO_TARGET_DIR/release/fp8-analyze" "$DEST/bin/"
 for t in cuda_layers cuda_kernels; do
   f=$(cargo test --release --workspace --test $t --no-run --message-format=json 2>/dev/null | python3 -c "import json,sys
 for l in sys.stdin:

@@ -84,6 +84,7 @@ fn bad_flags_get_one_line_and_touch_no_existing_run() {
     refused(&["train", "--bf16-layers", "7", "--out", fr], "--bf16-layers");
     refused(&["train", "--inject", "site=layers.9.fc2,gemm=dgrad,kind=overflow", "--out", fr], "--inject");
     refused(&["train", "--heads", "3", "--out", fr], "--heads");
+    refused(&["train", "--zipf-exponent", "inf", "--out", fr], "number ≥ 0");
     refused(&["train", "--steps", "2", "--out", ex], "already holds a run");
     refused(&["train", "--device", "cuda", "--out", fr], "--device cuda");
     assert!(!fresh.exists(), "a refused run created its directory");

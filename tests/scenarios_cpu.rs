@@ -1,7 +1,7 @@
 //! End-to-end checks of `fp8-capture --scenario`: the manifest records the scenario and the recipe
 //! it implies, the `nan` scenario dies where it should and is cured by current scaling, and the
-//! `spike` scenario's padding batch saturates the next batch's layer-0 qkv activation. (`triage`
-//! on the `drift` and `nan` scenarios: tests/triage_cpu.rs.)
+//! `spike` scenario's padding batch saturates the next batch's layer-0 qkv activation and makes
+//! the loss jump under delayed scaling only. (`triage` on the scenarios: tests/triage_cpu.rs.)
 
 mod common;
 
@@ -48,12 +48,17 @@ fn a_scenario_sets_recipe_defaults_that_explicit_flags_override() {
     let m = manifest(&spike);
     let r = &m["config"]["recipe"];
     assert_eq!((m["config"]["scenario"].as_str(), r["amax_history"].as_u64(), r["amax_algo"].as_str()), (Some("spike"), Some(1), Some("most_recent")));
+    assert_eq!(m["config"]["data"]["zipf_exponent"].as_f64(), Some(3.0), "the spike scenario steepens the language");
     // The pad token is reserved: the language's floor counts 1 word fewer.
     let plain = tmp.path().join("plain");
-    assert!(train(&plain, &["--steps", "2"]).status.success());
+    assert!(train(&plain, &["--steps", "2", "--zipf-exponent", "3"]).status.success());
     let (f_spike, f_plain) = (m["data"]["entropy_floor"].as_f64().unwrap(), manifest(&plain)["data"]["entropy_floor"].as_f64().unwrap());
     let expected = ((511.0f64 - 4.0).ln() - (512.0f64 - 4.0).ln()) / 64.0;
     assert!((f_spike - f_plain - expected).abs() < 1e-12, "floor {f_spike} vs {f_plain}");
+    let classic = tmp.path().join("classic");
+    assert!(train(&classic, &["--scenario", "spike", "--steps", "2", "--zipf-exponent", "1"]).status.success());
+    assert_eq!(manifest(&classic)["config"]["data"]["zipf_exponent"].as_f64(), Some(1.0), "an explicit flag wins");
+    assert!(manifest(&classic)["data"]["entropy_floor"].as_f64().unwrap() > f_spike + 0.5, "steeper rows lower the floor");
 
     let drift = tmp.path().join("drift");
     assert!(train(&drift, &["--scenario", "drift", "--steps", "2"]).status.success());
@@ -77,7 +82,7 @@ fn query(run: &std::path::Path, sql: &str) -> Vec<Value> {
 }
 
 #[test]
-fn the_spike_scenario_padding_batch_saturates_the_next_batch_in_layer_0_qkv_under_delayed_scaling_only() {
+fn the_spike_scenario_padding_batch_saturates_layer_0_qkv_and_the_loss_jumps_under_delayed_scaling_only() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tempdir");
     let sat = |run: &std::path::Path, step: u32| -> f64 {
@@ -85,18 +90,19 @@ fn the_spike_scenario_padding_batch_saturates_the_next_batch_in_layer_0_qkv_unde
         rows[0]["saturated_frac"].as_f64().expect("saturated_frac")
     };
     let loss = |run: &std::path::Path, step: u32| -> f64 { query(run, &format!("SELECT loss FROM steps WHERE step = {step}"))[0]["loss"].as_f64().expect("loss") };
-    let mut at_151 = Vec::new();
+    // The padding batch is step 250; step 251 is the first ordinary batch after it.
+    let mut at_251 = Vec::new();
     for recipe in ["delayed", "current", "bf16"] {
         let dir = tmp.path().join(recipe);
-        let o = train(&dir, &["--scenario", "spike", "--steps", "151", "--recipe", recipe]);
+        let o = train(&dir, &["--scenario", "spike", "--steps", "251", "--recipe", recipe]);
         assert!(o.status.success(), "{recipe}: {}", String::from_utf8_lossy(&o.stderr));
-        assert_eq!(loss(&dir, 150), 0.0, "{recipe}: the padding batch has no supervised target");
-        at_151.push(loss(&dir, 151));
+        assert_eq!(loss(&dir, 250), 0.0, "{recipe}: the padding batch has no supervised target");
+        at_251.push(loss(&dir, 251));
         if recipe == "bf16" {
             continue;
         }
-        let (before, after) = (sat(&dir, 149), sat(&dir, 151));
-        println!("{recipe}: layers.0.qkv fprop activation saturated {:.2}% at step 149, {:.2}% at step 151", 100.0 * before, 100.0 * after);
+        let (before, after) = (sat(&dir, 249), sat(&dir, 251));
+        println!("{recipe}: layers.0.qkv fprop activation saturated {:.2}% at step 249, {:.2}% at step 251", 100.0 * before, 100.0 * after);
         assert!(before < 0.01, "{recipe}: an ordinary step barely saturates ({before})");
         if recipe == "delayed" {
             assert!(after > 0.9, "the most-recent amax of the padding batch saturates the next batch: {after}");
@@ -104,5 +110,8 @@ fn the_spike_scenario_padding_batch_saturates_the_next_batch_in_layer_0_qkv_unde
             assert!(after < 1e-3, "current scaling takes the batch's own amax: {after}");
         }
     }
-    println!("loss at step 151: delayed {:.4}, current {:.4}, bf16 {:.4}", at_151[0], at_151[1], at_151[2]);
+    let [delayed, current, bf16] = [at_251[0], at_251[1], at_251[2]];
+    println!("loss at step 251: delayed {delayed:.4} ({:+.2}%), current {current:.4} ({:+.2}%), bf16 {bf16:.4}", 100.0 * (delayed / bf16 - 1.0), 100.0 * (current / bf16 - 1.0));
+    assert!(delayed > 1.05 * bf16, "delayed scaling loses layer 0's attention for a step: the loss jumps (+14% measured)");
+    assert!((current / bf16 - 1.0).abs() < 0.01, "current scaling does not jump");
 }

@@ -6,6 +6,8 @@
 //! - clean runs of three seeds are healthy (no false alarm);
 //! - the `nan` scenario is detected as nan and current scaling cures it;
 //! - the `drift` scenario is detected as drift in the gradient GEMMs and current scaling cures it;
+//! - the `spike` scenario is detected as a spike in layer 0's forward GEMMs and current scaling
+//!   cures it;
 //! - triage on `tiny` (300 steps) finishes in under 10 minutes on the CI's 2 cores;
 //! - regress passes on a clean run and fails with a planted fault;
 //! - bad input exits 2 with one line.
@@ -191,6 +193,36 @@ fn the_drift_scenario_is_detected_as_drift_in_the_gradient_gemms_and_current_sca
     // The cause is the history's lag: a 16-step history forgets the outlier and cures the run.
     assert_eq!(run("short-history")["outcome"]["cured"], true, "a short amax history cures a lagging scale: {v}");
     assert!(text.contains("the scale lags"), "the verdict names the lag:\n{text}");
+}
+
+#[test]
+fn the_spike_scenario_is_detected_as_a_spike_in_layer_0_attention_and_current_scaling_cures_it() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let t0 = Instant::now();
+    // The preset's 300 steps: the padding batch at step 250 collapses layer 0's most-recent qkv
+    // amax, and step 251 saturates it (capture/README.md has the numbers).
+    let (code, v, stderr) = triage(&tmp.path().join("spike"), &["--scenario", "spike"]);
+    check_shape(&v);
+    let run = |name: &str| v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == name)).cloned().unwrap_or(Value::Null);
+    let got = culprits(&v);
+    println!(
+        "spike scenario: anomaly {}, culprits {got:?}, current cures {}, {} runs, {:.1} s",
+        v["anomaly"],
+        v["current_scaling_cures"],
+        v["runs"].as_array().map_or(0, |r| r.len()),
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(v["anomaly"], "spike", "{v}");
+    assert_eq!(v["current_scaling_cures"], true, "current scaling takes each step's own amax: {v}");
+    assert_eq!(run("bf16-fprop")["outcome"]["cured"], true, "the forward GEMMs are the cause: {v}");
+    assert!(got.contains(&"layers.0.qkv.fprop".to_string()), "the saturated cast is a culprit: {got:?}");
+    assert!(got.iter().all(|c| c.starts_with("layers.0.") && c.ends_with(".fprop")), "culprits are layer 0's forward GEMMs: {got:?}");
+    let text = std::fs::read_to_string(tmp.path().join("spike").join("verdict.txt")).expect("verdict.txt");
+    assert!(text.contains("a spike against the baseline from step 251"), "the verdict says where:\n{text}");
+    assert!(text.contains("layers.0.qkv.fprop: at the spike's first step, 251: activation underflow"), "the verdict cites the saturated cast:\n{text}");
+    assert_eq!(run("short-history")["outcome"]["cured"], true, "the max of a 16-step history foresees the ordinary batch: {v}");
 }
 
 #[test]

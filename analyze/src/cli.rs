@@ -8,6 +8,8 @@ use std::path::PathBuf;
 pub const DEFAULT_SPIKE_K: f64 = 6.0;
 /// Default length (in recorded steps) of the trailing window of the spike detector.
 pub const DEFAULT_SPIKE_WINDOW: usize = 50;
+/// Default smallest jump of the relative gap to the baseline that makes a spike against it (5%).
+pub const DEFAULT_SPIKE_MIN_GAP: f64 = 0.05;
 /// Default relative loss gap to the baseline that counts as drift (1%).
 pub const DEFAULT_DRIFT_THRESHOLD: f64 = 0.01;
 /// Default weight of the newest step in the EMA of the relative gap.
@@ -109,6 +111,10 @@ pub struct AnomaliesArgs {
     /// Trailing window (recorded steps) of the rolling median and MAD.
     #[arg(long, default_value_t = DEFAULT_SPIKE_WINDOW)]
     pub spike_window: usize,
+    /// With a baseline, a spike is a jump of the relative gap (run − baseline) / baseline by more
+    /// than --spike-k robust σ of its rolling window and by at least this much (0.05 = 5 points).
+    #[arg(long, default_value_t = DEFAULT_SPIKE_MIN_GAP)]
+    pub spike_min_gap: f64,
     /// Drift: the smoothed relative gap |run − baseline| / baseline must exceed this.
     #[arg(long, default_value_t = DEFAULT_DRIFT_THRESHOLD)]
     pub drift_threshold: f64,

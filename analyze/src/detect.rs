@@ -2,6 +2,10 @@
 //! `report` and `triage` share one definition of each (README.md states them):
 //!
 //! - **spike**: a step whose loss exceeds `median + k·σ` of the trailing window, σ = 1.4826·MAD;
+//! - **spike against a baseline**: the same test on the relative gap (run − baseline) / baseline
+//!   of two runs that saw the same batches, with a minimum jump: the batch-to-batch noise that both
+//!   runs share cancels, so an FP8-only jump of a few percent stands out, and a spike the baseline
+//!   has too (a hard batch) is not one;
 //! - **drift**: the EMA of the relative gap (run − baseline) / baseline past a threshold for N
 //!   consecutive steps;
 //! - **non-finite**: the first step with a non-finite loss, and the first tensor in execution order
@@ -17,6 +21,9 @@ pub const MIN_SPIKE_HISTORY: usize = 8;
 /// σ never falls below this fraction of the median, so that a flat curve's rounding noise is no
 /// spike.
 pub const SIGMA_FLOOR_REL: f64 = 1e-4;
+/// σ of the relative gap never falls below this (0.1%): two runs that agree to rounding are no
+/// spike source.
+pub const GAP_SIGMA_FLOOR: f64 = 1e-3;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpikeParams {
@@ -53,36 +60,46 @@ fn median(sorted: &[f64]) -> f64 {
 }
 
 /// Median and σ of a window of finite losses.
+/// Median and 1.4826·MAD of a window of finite values.
 fn robust_band(window: &[f64]) -> (f64, f64) {
     let mut v = window.to_vec();
     v.sort_by(f64::total_cmp);
     let m = median(&v);
     let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
     dev.sort_by(f64::total_cmp);
-    let sigma = (MAD_TO_SIGMA * median(&dev)).max(SIGMA_FLOOR_REL * m.abs());
-    (m, sigma)
+    (m, MAD_TO_SIGMA * median(&dev))
 }
 
-/// Spikes of the curve (`steps` ascending, `loss` aligned). Non-finite losses are skipped: they
-/// are neither tested nor part of any window.
+/// How an excursion test reads a series.
+struct Band {
+    k: f64,
+    window: usize,
+    /// σ's floor given the window's median.
+    sigma_floor: fn(f64) -> f64,
+    /// The band's upper edge is at least this far above the median.
+    min_jump: f64,
+}
+
+/// Excursions of a series of finite (step, value) points above a trailing robust band, as
+/// [`Spike`]s (whose `*_loss` fields hold the series' values).
 ///
-/// A step s is tested when the window of the up to `window` finite losses before it holds at least
-/// [`MIN_SPIKE_HISTORY`]; it starts a spike when loss(s) > median + k·σ of that window. The band is
-/// then frozen: the peak is the highest loss from s until the first later step whose loss is
-/// ≤ the band's upper edge (the recovery). Testing resumes after the recovery.
-pub fn spikes(steps: &[i64], loss: &[f64], p: SpikeParams) -> Vec<Spike> {
-    let pts: Vec<(i64, f64)> = steps.iter().zip(loss).filter(|(_, l)| l.is_finite()).map(|(&s, &l)| (s, l)).collect();
+/// A point is tested when the window of the up to `window` points before it holds at least
+/// [`MIN_SPIKE_HISTORY`]; it starts an excursion when its value > median + max(k·σ, min_jump) of
+/// that window. The band is then frozen: the peak is the highest value from there until the first
+/// later point ≤ the band's upper edge (the recovery). Testing resumes after the recovery.
+fn excursions(pts: &[(i64, f64)], b: &Band) -> Vec<Spike> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < pts.len() {
-        let lo = i.saturating_sub(p.window);
-        if i - lo < MIN_SPIKE_HISTORY.min(p.window) {
+        let lo = i.saturating_sub(b.window);
+        if i - lo < MIN_SPIKE_HISTORY.min(b.window) {
             i += 1;
             continue;
         }
         let window: Vec<f64> = pts[lo..i].iter().map(|&(_, l)| l).collect();
-        let (m, sigma) = robust_band(&window);
-        let upper = m + p.k * sigma;
+        let (m, mad_sigma) = robust_band(&window);
+        let sigma = mad_sigma.max((b.sigma_floor)(m));
+        let upper = m + (b.k * sigma).max(b.min_jump);
         let (start, start_loss) = pts[i];
         if start_loss <= upper {
             i += 1;
@@ -106,6 +123,60 @@ pub fn spikes(steps: &[i64], loss: &[f64], p: SpikeParams) -> Vec<Spike> {
         i = j + 1;
     }
     out
+}
+
+/// Spikes of the curve (`steps` ascending, `loss` aligned): see [`excursions`], with σ at least
+/// [`SIGMA_FLOOR_REL`] of the median. Non-finite losses are skipped: they are neither tested nor
+/// part of any window.
+pub fn spikes(steps: &[i64], loss: &[f64], p: SpikeParams) -> Vec<Spike> {
+    let pts: Vec<(i64, f64)> = steps.iter().zip(loss).filter(|(_, l)| l.is_finite()).map(|(&s, &l)| (s, l)).collect();
+    excursions(&pts, &Band { k: p.k, window: p.window, sigma_floor: |m| SIGMA_FLOOR_REL * m.abs(), min_jump: 0.0 })
+}
+
+/// A spike of the run against its baseline: a jump of the relative gap at steps where both runs
+/// saw the same batch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GapSpike {
+    /// First step whose gap left the band.
+    pub start: i64,
+    /// Step of the largest gap before recovery, with both losses there.
+    pub peak: i64,
+    pub peak_loss: f64,
+    pub peak_base_loss: f64,
+    /// (run − baseline) / baseline at the peak.
+    pub peak_gap: f64,
+    /// First step after `start` whose gap is back within the band; None if it never came back.
+    pub recovery: Option<i64>,
+    /// Median and σ of the trailing window of gaps at `start`, and the band's upper edge.
+    pub median_gap: f64,
+    pub sigma: f64,
+    pub upper: f64,
+    /// (peak_gap − median_gap) / σ.
+    pub peak_z: f64,
+}
+
+/// Spikes of the run against its baseline over their common steps (`steps` ascending, `run` and
+/// `base` aligned): [`excursions`] of the relative gap (steps where either loss is non-finite or
+/// the baseline's is 0 are skipped), σ at least [`GAP_SIGMA_FLOOR`], and a jump of at least
+/// `min_gap` above the window's median gap.
+pub fn gap_spikes(steps: &[i64], run: &[f64], base: &[f64], p: SpikeParams, min_gap: f64) -> Vec<GapSpike> {
+    let gaps: Vec<(i64, f64)> = smoothed_gap(steps, run, base, 1.0).into_iter().map(|(s, g, _)| (s, g)).collect();
+    let at: std::collections::HashMap<i64, (f64, f64)> = steps.iter().zip(run.iter().zip(base)).map(|(&s, (&r, &b))| (s, (r, b))).collect();
+    excursions(&gaps, &Band { k: p.k, window: p.window, sigma_floor: |_| GAP_SIGMA_FLOOR, min_jump: min_gap })
+        .into_iter()
+        .map(|x| GapSpike {
+            start: x.start,
+            peak: x.peak,
+            peak_loss: at[&x.peak].0,
+            peak_base_loss: at[&x.peak].1,
+            peak_gap: x.peak_loss,
+            recovery: x.recovery,
+            median_gap: x.median,
+            sigma: x.sigma,
+            upper: x.upper,
+            peak_z: x.peak_z,
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -305,6 +376,34 @@ mod tests {
         let (s, mut l) = curve(100);
         l[50] = f64::NAN;
         assert!(spikes(&s, &l, P).is_empty());
+    }
+
+    #[test]
+    fn a_jump_against_the_baseline_is_a_gap_spike_and_a_shared_one_is_not() {
+        let (s, base) = curve(300);
+        // The run follows the baseline within ±0.2% (deterministic), and both see a hard batch at
+        // step 100 (×1.8) whose raw spike the curve detector finds in each.
+        let mut run: Vec<f64> = s.iter().zip(&base).map(|(&st, &b)| b * (1.0 + 0.002 * ((st * 31) % 5 - 2) as f64 / 2.0)).collect();
+        let mut base = base;
+        base[99] *= 1.8;
+        run[99] *= 1.8;
+        assert_eq!(spikes(&s, &run, P).len(), 1, "the shared hard batch is a raw spike");
+        assert!(gap_spikes(&s, &run, &base, P, 0.05).is_empty(), "but not one against the baseline");
+        // An FP8-only jump: +12% at step 251, +7% at 252, back within 0.2% at 253.
+        run[250] *= 1.12;
+        run[251] *= 1.07;
+        let found = gap_spikes(&s, &run, &base, P, 0.05);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let g = &found[0];
+        assert_eq!((g.start, g.peak, g.recovery), (251, 251, Some(253)), "{g:?}");
+        assert!((g.peak_gap - (run[250] / base[250] - 1.0)).abs() < 1e-12 && g.peak_gap > 0.11);
+        assert_eq!((g.peak_loss, g.peak_base_loss), (run[250], base[250]));
+        // A jump under the minimum gap is not a spike, however many σ it is.
+        let mut small = run.clone();
+        small[250] = base[250] * 1.03;
+        small[251] = base[251];
+        assert!(gap_spikes(&s, &small, &base, P, 0.05).is_empty());
+        assert_eq!(gap_spikes(&s, &small, &base, P, 0.02).len(), 1);
     }
 
     #[test]

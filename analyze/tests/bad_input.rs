@@ -169,6 +169,7 @@ fn bad_flags_are_one_line_too() {
     let run = bf16(tmp.path());
     analyze(&["anomalies", &p(&run), "--drift-alpha", "0"]).assert_one_line_error(2, &["--drift-alpha must be in (0, 1]"]);
     analyze(&["anomalies", &p(&run), "--spike-window", "1"]).assert_one_line_error(2, &["--spike-window"]);
+    analyze(&["anomalies", &p(&run), "--spike-min-gap", "nan"]).assert_one_line_error(2, &["--spike-min-gap"]);
     analyze(&["compare", &p(&run)]).assert_one_line_error(2, &["--baseline"]);
     analyze(&["query", &p(&run), "--sql", "SELECT 1", "--format", "parquet"]).assert_one_line_error(2, &["--output"]);
     analyze(&["locate", &p(&run)]).assert_one_line_error(2, &["no shadow records", "--baseline"]);

@@ -69,9 +69,20 @@ fn anomalies_finds_the_planted_drift_from_step_120_and_nothing_else() {
     assert_eq!(j["params"]["spike_k"], 6.0);
     assert_eq!(j["params"]["drift_threshold"], 0.01);
 
-    // The definitions react to their flags: a 15% threshold sees no drift in a 12% gap.
+    // The gap jumps at step 120 and stays: a jump against the baseline that never comes back in
+    // band, which the drift covers (a step change, not a spike).
+    let g = j["gap_spikes"].as_array().unwrap();
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!((g[0]["start"].as_u64(), &g[0]["recovery"]), (Some(DRIFT_STEP as u64), &Value::Null));
+
+    // The definitions react to their flags: a 15% threshold sees no drift in a 12% gap, and the
+    // step change is then reported as a spike against the baseline that never recovers.
     let out = analyze(&["anomalies", &p(&run), "--baseline", &p(&base), "--json", "--drift-threshold", "0.15"]);
-    assert_eq!((out.code, out.json()["drift"].clone()), (0, Value::Null));
+    assert_eq!((out.code, out.json()["drift"].clone()), (1, Value::Null));
+    assert_eq!(out.json()["gap_spikes"][0]["start"].as_u64(), Some(DRIFT_STEP as u64));
+    // A 13% minimum jump leaves nothing at all.
+    let out = analyze(&["anomalies", &p(&run), "--baseline", &p(&base), "--json", "--drift-threshold", "0.15", "--spike-min-gap", "0.13"]);
+    assert_eq!((out.code, out.json()["gap_spikes"].as_array().unwrap().len()), (0, 0));
 }
 
 #[test]

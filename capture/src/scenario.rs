@@ -18,14 +18,18 @@
 //! - **a padding batch** (`spike`): every input is the pad token, whose embedding is zero (as
 //!   `nn.Embedding(padding_idx=…)` keeps it) and never trained, and every target is masked. The
 //!   first LayerNorm of a zero vector outputs its bias, so layer 0's qkv activation has an amax of
-//!   max|bias| (a few hundredths) in that step. Delayed scaling with a `most_recent` history
-//!   (Transformer Engine's original default, history 1) takes the next step's scale from it, and
-//!   the next ordinary batch saturates almost every value of that cast (96%), then the history is
-//!   ordinary again. The padding batch itself has no supervised target: loss 0 and no gradient.
-//!   **The loss does not spike on `tiny`** (step 151: −0.1% against BF16): saturation only shrinks
-//!   values, and one step of a weakened layer-0 attention is absorbed by the residual stream. The
-//!   scenario shows the mechanism in the statistics; a loss spike on `tiny` needs a planted fault
-//!   (`--inject`).
+//!   max|bias| (a few hundredths, against about 3) in that step. Delayed scaling with a
+//!   `most_recent` history (Transformer Engine's original default, history 1) takes the next
+//!   step's scale from it, and the next ordinary batch exceeds that expectation about 100×: 97% of
+//!   the cast's values saturate, layer 0's queries, keys and values shrink to sign patterns of a
+//!   few hundredths, and its attention is lost for one step. The padding batch itself has no
+//!   supervised target: loss 0 and no gradient. How far the loss jumps depends on how much the
+//!   model leans on attention: on the default language (topic worth 0.24 nats, planted at step 150)
+//!   the residual stream absorbs it (−0.1%), so the scenario steepens the language's rows (Zipf
+//!   exponent 3: the topic, which only attention can fetch, is worth 1.13 nats) and plants the
+//!   padding batch late (step 250), once attention has learned to fetch it. The step after jumps
+//!   +14% above BF16 and the next +4.5%, with a small lasting gap: the step-251 update was
+//!   computed without attention.
 
 use crate::backend::Backend;
 use crate::data::Batch;
@@ -51,7 +55,8 @@ pub struct Scenario {
     pub plant: Plant,
     /// Steps (1-based) whose batches are planted.
     pub steps: Vec<u32>,
-    /// Recipe defaults the scenario sets (flags given explicitly still win).
+    /// Data and recipe defaults the scenario sets (flags given explicitly still win).
+    pub zipf_exponent: Option<f64>,
     pub amax_history: Option<u32>,
     pub amax_algo_most_recent: Option<bool>,
     pub margin: Option<i32>,
@@ -67,9 +72,10 @@ pub fn scenario(name: &str) -> Option<Scenario> {
     let s = match name {
         "spike" => Scenario {
             name: "spike",
-            about: "a padding batch collapses the most-recent amax of layer 0's qkv activation; the next batch saturates",
+            about: "a padding batch collapses the most-recent amax of layer 0's qkv activation; the next batch saturates and loses attention",
             plant: Plant::Padding,
-            steps: vec![150],
+            steps: vec![250],
+            zipf_exponent: Some(3.0),
             amax_history: Some(1),
             amax_algo_most_recent: Some(true),
             margin: None,
@@ -81,6 +87,7 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             about: "a prompt-heavy batch inflates a long max amax history of every gradient; E4M3 gradients underflow",
             plant: Plant::PromptHeavy { supervised: 1 },
             steps: vec![25],
+            zipf_exponent: None,
             amax_history: Some(1024),
             amax_algo_most_recent: Some(false),
             margin: Some(8),
@@ -92,6 +99,7 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             about: "non-saturating casts (PyTorch-style): the first value past the delayed-scaling amax becomes NaN",
             plant: Plant::Nothing,
             steps: vec![],
+            zipf_exponent: None,
             amax_history: None,
             amax_algo_most_recent: None,
             margin: Some(0),

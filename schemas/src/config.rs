@@ -137,6 +137,14 @@ pub struct DataConfig {
     /// Topics of the synthetic language: each sequence opens with a topic marker token and follows
     /// that topic's transition table, so predicting well needs attention back to the marker.
     pub topics: u32,
+    /// Exponent s of the Zipf row, p_j ∝ 1/(j+1)^s: 1 is the classic law; a steeper row makes the
+    /// topic's rotation decide more of each prediction. Runs recorded before it existed used 1.
+    #[serde(default = "classic_zipf")]
+    pub zipf_exponent: f64,
+}
+
+fn classic_zipf() -> f64 {
+    1.0
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -214,4 +222,18 @@ pub struct RunConfig {
     pub scenario: Option<String>,
     /// `cpu` or `cuda`.
     pub device: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_config_of_a_run_recorded_before_the_zipf_exponent_reads_as_the_classic_law() {
+        let old = r#"{"kind":"synthetic","path":null,"language_seed":1234,"branching":8,"topics":4}"#;
+        let d: DataConfig = serde_json::from_str(old).expect("an older data config still reads");
+        assert_eq!(d.zipf_exponent, 1.0);
+        let back: DataConfig = serde_json::from_str(&serde_json::to_string(&DataConfig { zipf_exponent: 3.0, ..d }).unwrap()).unwrap();
+        assert_eq!(back.zipf_exponent, 3.0);
+    }
 }

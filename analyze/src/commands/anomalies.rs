@@ -3,10 +3,10 @@
 //! columns they need (steps: step and loss; stats: the non-finite counts; events: non-finite
 //! events) and renders the answer.
 
-use crate::cli::AnomaliesArgs;
+use crate::cli::{AnomaliesArgs, DEFAULT_DRIFT_ALPHA, DEFAULT_DRIFT_STEPS, DEFAULT_DRIFT_THRESHOLD, DEFAULT_SPIKE_K, DEFAULT_SPIKE_MIN_GAP, DEFAULT_SPIKE_WINDOW};
 use crate::commands::Outcome;
 use crate::compat;
-use crate::detect::{self, Drift, DriftParams, NonFiniteTensor, Spike, SpikeParams};
+use crate::detect::{self, Drift, DriftParams, GapSpike, NonFiniteTensor, Spike, SpikeParams};
 use crate::error::AnalyzeError;
 use crate::load::{f64s, i64s, strs, LoadOptions, Run};
 use crate::output::{self, num, pct};
@@ -21,18 +21,34 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct AnomalyParams {
     pub spike_k: f64,
     pub spike_window: usize,
+    pub spike_min_gap: f64,
     pub drift_threshold: f64,
     pub drift_alpha: f64,
     pub drift_steps: usize,
 }
 
 impl AnomalyParams {
+    /// The documented defaults (`report` and `triage` use them).
+    pub fn defaults() -> AnomalyParams {
+        AnomalyParams {
+            spike_k: DEFAULT_SPIKE_K,
+            spike_window: DEFAULT_SPIKE_WINDOW,
+            spike_min_gap: DEFAULT_SPIKE_MIN_GAP,
+            drift_threshold: DEFAULT_DRIFT_THRESHOLD,
+            drift_alpha: DEFAULT_DRIFT_ALPHA,
+            drift_steps: DEFAULT_DRIFT_STEPS,
+        }
+    }
+
     pub fn from_args(a: &AnomaliesArgs) -> Result<AnomalyParams, AnalyzeError> {
         if !(a.spike_k > 0.0 && a.spike_k.is_finite()) {
             return Err(AnalyzeError::usage(format!("--spike-k must be a positive number, got {}", a.spike_k)));
         }
         if a.spike_window < 2 {
             return Err(AnalyzeError::usage(format!("--spike-window must be at least 2, got {}", a.spike_window)));
+        }
+        if !(a.spike_min_gap >= 0.0 && a.spike_min_gap.is_finite()) {
+            return Err(AnalyzeError::usage(format!("--spike-min-gap must be a number ≥ 0, got {}", a.spike_min_gap)));
         }
         if !(a.drift_threshold > 0.0 && a.drift_threshold.is_finite()) {
             return Err(AnalyzeError::usage(format!("--drift-threshold must be positive, got {}", a.drift_threshold)));
@@ -46,6 +62,7 @@ impl AnomalyParams {
         Ok(AnomalyParams {
             spike_k: a.spike_k,
             spike_window: a.spike_window,
+            spike_min_gap: a.spike_min_gap,
             drift_threshold: a.drift_threshold,
             drift_alpha: a.drift_alpha,
             drift_steps: a.drift_steps,
@@ -77,7 +94,10 @@ pub struct AnomalyReport {
     pub params: AnomalyParams,
     /// Steps recorded in the run's steps table.
     pub steps: usize,
+    /// Spikes of the run's own loss curve.
     pub spikes: Vec<Spike>,
+    /// Spikes against the baseline (empty without one).
+    pub gap_spikes: Vec<GapSpike>,
     /// None without a baseline or without drift.
     pub drift: Option<Drift>,
     pub nonfinite: NonFinite,
@@ -85,8 +105,20 @@ pub struct AnomalyReport {
 }
 
 impl AnomalyReport {
+    /// Whether the run spiked: against the baseline when there is one (a spike the baseline shares
+    /// came from the data, not from FP8), else in its own curve. A jump of the gap that never comes
+    /// back in band is a step change, not a spike, when the drift detector covers it.
+    pub fn spiked(&self) -> bool {
+        if self.baseline.is_some() { !self.counted_gap_spikes().is_empty() } else { !self.spikes.is_empty() }
+    }
+
+    /// The spikes against the baseline that count (see [`AnomalyReport::spiked`]).
+    pub fn counted_gap_spikes(&self) -> Vec<&GapSpike> {
+        self.gap_spikes.iter().filter(|s| s.recovery.is_some() || self.drift.is_none()).collect()
+    }
+
     pub fn found(&self) -> bool {
-        !self.spikes.is_empty() || self.drift.is_some() || self.nonfinite.found()
+        self.spiked() || self.drift.is_some() || self.nonfinite.found()
     }
 }
 
@@ -111,6 +143,7 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, p: AnomalyParams) -> Result
     }
     let spikes = detect::spikes(&steps, &loss, SpikeParams { k: p.spike_k, window: p.spike_window });
     let mut warnings = Vec::new();
+    let mut gap_spikes = Vec::new();
     let drift = match base {
         None => None,
         Some(base) => {
@@ -125,6 +158,7 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, p: AnomalyParams) -> Result
             let cs: Vec<i64> = common.into_iter().collect();
             let r: Vec<f64> = cs.iter().map(|s| run_at[s]).collect();
             let b: Vec<f64> = cs.iter().map(|s| base_at[s]).collect();
+            gap_spikes = detect::gap_spikes(&cs, &r, &b, SpikeParams { k: p.spike_k, window: p.spike_window }, p.spike_min_gap);
             detect::drift(&cs, &r, &b, DriftParams { threshold: p.drift_threshold, alpha: p.drift_alpha, steps: p.drift_steps })
         }
     };
@@ -136,6 +170,7 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, p: AnomalyParams) -> Result
         params: p,
         steps: steps.len(),
         spikes,
+        gap_spikes,
         drift,
         nonfinite,
         warnings,
@@ -210,7 +245,42 @@ fn render(r: &AnomalyReport) -> String {
         s += &format!(" vs baseline '{b}'");
     }
     s += "\n\n";
-    s += &format!("spikes (loss > rolling median + {}·σ over {} steps): ", p.spike_k, p.spike_window);
+    if r.baseline.is_some() {
+        s += &format!(
+            "spikes against the baseline (gap to it > rolling median + max({}·σ, {}) over {} steps): ",
+            p.spike_k,
+            pct(p.spike_min_gap),
+            p.spike_window
+        );
+        if r.gap_spikes.is_empty() {
+            s += "none\n\n";
+        } else {
+            s += &format!("{}\n", r.gap_spikes.len());
+            let rows: Vec<Vec<String>> = r
+                .gap_spikes
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.start.to_string(),
+                        x.peak.to_string(),
+                        output::opt(x.recovery),
+                        num(x.peak_loss),
+                        num(x.peak_base_loss),
+                        format!("{:+.2}%", 100.0 * x.peak_gap),
+                        format!("{:+.2}%", 100.0 * x.median_gap),
+                        num(x.peak_z),
+                    ]
+                })
+                .collect();
+            s += &output::table(&["start", "peak", "recovery", "peak loss", "baseline loss", "peak gap", "median gap", "peak z"], &rows);
+            if r.drift.is_some() && r.gap_spikes.iter().any(|x| x.recovery.is_none()) {
+                s += "\n(a jump that never comes back in band is a step change: it counts as the drift below, not as a spike)";
+            }
+            s += "\n\n";
+        }
+    }
+    let own = if r.baseline.is_some() { "spikes of the run's own curve (shown; with a baseline only those against it count)" } else { "spikes" };
+    s += &format!("{own} (loss > rolling median + {}·σ over {} steps): ", p.spike_k, p.spike_window);
     if r.spikes.is_empty() {
         s += "none\n\n";
     } else {

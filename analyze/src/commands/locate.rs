@@ -95,7 +95,7 @@ pub struct LocateReport {
     pub warnings: Vec<String>,
 }
 
-type GemmId = (i64, String, String); // layer, module, gemm
+pub type GemmId = (i64, String, String); // layer, module, gemm
 
 fn rank_of(n_layers: u32, (layer, module, gemm): &GemmId) -> u64 {
     let role = Gemm::parse(gemm).map(|g| g.result().as_str()).unwrap_or("");
@@ -143,8 +143,26 @@ fn tensor_errors(run: &Run, base: &Run, threshold: f64) -> Result<(BTreeMap<Gemm
     Ok((out, inputs, report.warnings))
 }
 
+/// The GEMMs whose casts saturated at `step`, most saturated first: (`layers.0.qkv.fprop`, the
+/// largest saturated fraction of its operands). A spike's first step names its suspects this way.
+pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeError> {
+    let lf = run
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::SATURATED_FRAC])?
+        .filter(col(col::STEP).eq(lit(step)).and(col(col::SATURATED_FRAC).gt(lit(0.0))))
+        .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM)])
+        .agg([col(col::SATURATED_FRAC).max()]);
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (la, mo, ge, sa) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?);
+    let mut out: Vec<(String, f64)> = (0..df.height())
+        .filter_map(|i| Some((format!("layers.{}.{}.{}", la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?)))
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(out)
+}
+
 /// The stats of a GEMM's operands at `step`, or at the latest recorded step before it.
-fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
+pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
     let lf = run
         .scan(
             Table::Stats,

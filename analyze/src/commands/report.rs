@@ -8,7 +8,7 @@
 //! with the run's name): `<run>-cosine.png`, `<run>-underflow.png`, `<run>-saturated.png`,
 //! `<run>-sites.png`, `<run>-amax.png`, `<run>-histograms.png`.
 
-use crate::cli::{DEFAULT_COSINE_THRESHOLD, DEFAULT_DRIFT_ALPHA, DEFAULT_DRIFT_STEPS, DEFAULT_DRIFT_THRESHOLD, DEFAULT_SPIKE_K, DEFAULT_SPIKE_WINDOW};
+use crate::cli::DEFAULT_COSINE_THRESHOLD;
 use crate::commands::anomalies::{find_anomalies, loss_curve, AnomalyParams, AnomalyReport};
 use crate::commands::compare::{compare_runs, CompareReport};
 use crate::commands::locate::{locate, LocateReport};
@@ -296,7 +296,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
     };
     let curve = loss::RunCurve {
         curve: loss::Curve { name: run.name.clone(), steps, loss: loss_v },
-        spikes: anomalies.as_ref().map(|a| a.spikes.clone()).unwrap_or_default(),
+        spike_peaks: anomalies.as_ref().map(spike_peaks).unwrap_or_default(),
         drift_first: anomalies.as_ref().and_then(|a| a.drift.as_ref().map(|d| d.first_step)),
         first_nonfinite: anomalies.as_ref().and_then(|a| a.nonfinite.first_loss_step),
         gap,
@@ -551,9 +551,25 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
             100.0 * d.final_raw_gap
         ));
     }
+    for s in a.counted_gap_spikes() {
+        out.push(format!(
+            "Loss spike against the baseline from step {} peaking at step {}: {} against the baseline's {} ({:+.1}%, z = {:.1} of the gap's rolling noise){}.",
+            s.start,
+            s.peak,
+            report::short(s.peak_loss),
+            report::short(s.peak_base_loss),
+            100.0 * s.peak_gap,
+            s.peak_z,
+            match s.recovery {
+                Some(r) => format!(", back in band at step {r}"),
+                None => ", never back in band".into(),
+            }
+        ));
+    }
+    let own = if a.baseline.is_some() { " in the run's own curve (the baseline may share it: only spikes against the baseline count)" } else { "" };
     for s in &a.spikes {
         out.push(format!(
-            "Loss spike from step {} peaking at step {} ({} against a rolling median of {}, z = {:.1}){}.",
+            "Loss spike{own} from step {} peaking at step {} ({} against a rolling median of {}, z = {:.1}){}.",
             s.start,
             s.peak,
             report::short(s.peak_loss),
@@ -604,6 +620,12 @@ fn locate_sentences(l: &LocateReport) -> Vec<String> {
     vec![s]
 }
 
+/// The peaks of the spikes that count: against the baseline when there is one, else in the run's
+/// own curve.
+fn spike_peaks(a: &AnomalyReport) -> Vec<(i64, f64)> {
+    if a.baseline.is_some() { a.counted_gap_spikes().into_iter().map(|s| (s.peak, s.peak_loss)).collect() } else { a.spikes.iter().map(|s| (s.peak, s.peak_loss)).collect() }
+}
+
 /// Builds the whole report into `out`.
 pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64, top: usize) -> Result<Report, AnalyzeError> {
     let t0 = Instant::now();
@@ -611,13 +633,7 @@ pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64
         return Err(AnalyzeError::usage(format!("--threshold must be a cosine in (-1, 1], got {threshold}")));
     }
     std::fs::create_dir_all(out).map_err(|e| AnalyzeError::Output { path: out.to_path_buf(), message: e.to_string() })?;
-    let p = AnomalyParams {
-        spike_k: DEFAULT_SPIKE_K,
-        spike_window: DEFAULT_SPIKE_WINDOW,
-        drift_threshold: DEFAULT_DRIFT_THRESHOLD,
-        drift_alpha: DEFAULT_DRIFT_ALPHA,
-        drift_steps: DEFAULT_DRIFT_STEPS,
-    };
+    let p = AnomalyParams::defaults();
     let mut stems: Vec<String> = Vec::new();
     let mut works = Vec::new();
     for run in runs {

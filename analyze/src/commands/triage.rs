@@ -8,7 +8,8 @@
 //!    the cast itself: up to five runs in parallel. A run *cures* when `find_anomalies` finds
 //!    nothing in it.
 //! 4. Bisect the sites of the curing kind(s) (all kinds when none cures alone) with
-//!    `--bf16-sites layers.i.m:gemm,…`: candidates ordered by the first non-finite GEMM, then
+//!    `--bf16-sites layers.i.m:gemm,…`: candidates ordered by the first non-finite GEMM, then (for
+//!    a spike) the GEMMs whose casts saturated at the spike's first step, then
 //!    [`locate`]'s ranking of the FP8 run; the top-ranked single sites first (one per job), then a
 //!    prefix search that finds culprits one at a time (the smallest prefix of the ordered
 //!    candidates that cures ends in a culprit), until the culprits found cure the run on their own.
@@ -20,17 +21,18 @@
 //! `--out/verdict.json` and `--out/verdict.txt`. Exit status: 0 healthy, 1 anomaly, 2 bad input.
 
 use crate::capture_driver::{require_usable, CaptureFlags, Driver, RunResult, RunSpec};
-use crate::cli::{DEFAULT_COSINE_THRESHOLD, DEFAULT_DRIFT_ALPHA, DEFAULT_DRIFT_STEPS, DEFAULT_DRIFT_THRESHOLD, DEFAULT_SPIKE_K, DEFAULT_SPIKE_WINDOW};
+use crate::cli::{DEFAULT_COSINE_THRESHOLD, DEFAULT_DRIFT_STEPS, DEFAULT_DRIFT_THRESHOLD};
 use crate::commands::anomalies::{find_anomalies, AnomalyParams, AnomalyReport};
-use crate::commands::locate::{locate, LocateReport, OperandEvidence};
+use crate::commands::locate::{evidence, locate, saturated_at, LocateReport, OperandEvidence};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output::{self, num, pct};
 use clap::Args;
 use fp8scope_schemas::names::{Gemm, Module};
+use fp8scope_schemas::config::AmaxAlgo;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -101,6 +103,9 @@ pub struct RunEntry {
     pub outcome: RunOutcome,
 }
 
+/// A GEMM whose casts saturated at least this fraction at a spike's first step is bisected first.
+const SPIKE_LEAD_SATURATION: f64 = 0.01;
+
 /// Steps of amax history of the triage run that tells a lagging delayed scale from other faults.
 pub const SHORT_HISTORY: u32 = 16;
 
@@ -118,7 +123,7 @@ pub struct Verdict {
 pub fn classify(r: &AnomalyReport) -> Option<&'static str> {
     if r.nonfinite.found() {
         Some("nan")
-    } else if !r.spikes.is_empty() {
+    } else if r.spiked() {
         Some("spike")
     } else if r.drift.is_some() {
         Some("drift")
@@ -127,15 +132,6 @@ pub fn classify(r: &AnomalyReport) -> Option<&'static str> {
     }
 }
 
-fn params() -> AnomalyParams {
-    AnomalyParams {
-        spike_k: DEFAULT_SPIKE_K,
-        spike_window: DEFAULT_SPIKE_WINDOW,
-        drift_threshold: DEFAULT_DRIFT_THRESHOLD,
-        drift_alpha: DEFAULT_DRIFT_ALPHA,
-        drift_steps: DEFAULT_DRIFT_STEPS,
-    }
-}
 
 /// The state of one triage: the driver, the baseline, every run so far.
 struct Triage<'a> {
@@ -145,6 +141,10 @@ struct Triage<'a> {
     runs: Vec<RunEntry>,
     reports: BTreeMap<String, AnomalyReport>,
     out: &'a Path,
+    /// The FP8 run's delayed scaling takes the most recent amax (history ignored).
+    fp8_most_recent: bool,
+    /// For a spike: each culprit's operands at the spike's first step.
+    spike_evidence: BTreeMap<String, (i64, Vec<OperandEvidence>)>,
 }
 
 impl Triage<'_> {
@@ -165,7 +165,7 @@ impl Triage<'_> {
             }
             let (ok, anomaly, error) = if r.usable() {
                 let run = Run::open(&r.dir, LoadOptions::default())?;
-                let rep = find_anomalies(&run, Some(&self.base), params())?;
+                let rep = find_anomalies(&run, Some(&self.base), AnomalyParams::defaults())?;
                 self.save(&r.name, "anomalies", &rep);
                 let a = classify(&rep);
                 self.reports.insert(r.name.clone(), rep);
@@ -239,15 +239,15 @@ fn check_baseline(base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeError> {
 
 /// Orders the candidate GEMMs: the first non-finite one, then by locate's score, then in
 /// execution order (the order `all` is given in).
-fn order_candidates(all: &[Culprit], loc: Option<&LocateReport>, first_nonfinite: Option<&Culprit>) -> Vec<Culprit> {
+fn order_candidates(all: &[Culprit], loc: Option<&LocateReport>, leads: &[String]) -> Vec<Culprit> {
     let mut rank: BTreeMap<String, usize> = BTreeMap::new();
     if let Some(l) = loc {
         for (i, g) in l.ranked.iter().enumerate() {
-            rank.insert(g.gemm_name.clone(), i + 1);
+            rank.insert(g.gemm_name.clone(), leads.len() + i);
         }
     }
-    if let Some(c) = first_nonfinite {
-        rank.insert(c.name(), 0);
+    for (i, name) in leads.iter().enumerate().rev() {
+        rank.insert(name.clone(), i);
     }
     let mut v: Vec<(usize, usize, Culprit)> = all.iter().enumerate().map(|(i, c)| (rank.get(&c.name()).copied().unwrap_or(usize::MAX), i, c.clone())).collect();
     v.sort();
@@ -304,7 +304,7 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
     let fp8_result = results.last().cloned().ok_or_else(|| AnalyzeError::usage("no FP8 run"))?;
     require_usable(&fp8_result, out)?;
     let base_loss = base.manifest.final_loss;
-    let mut t = Triage { driver, base, base_loss, runs: Vec::new(), reports: BTreeMap::new(), out };
+    let mut t = Triage { driver, base, base_loss, runs: Vec::new(), reports: BTreeMap::new(), out, fp8_most_recent: false, spike_evidence: BTreeMap::new() };
     match base_result {
         Some(r) => t.push(&r, "baseline", None, None, None),
         None => {
@@ -329,7 +329,8 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
 
     // 2. Anomalies of the FP8 run.
     let fp8_run = Run::open(&fp8_result.dir, LoadOptions::default())?;
-    let rep = find_anomalies(&fp8_run, Some(&t.base), params())?;
+    t.fp8_most_recent = fp8_run.manifest.config.recipe.amax_algo == AmaxAlgo::MostRecent;
+    let rep = find_anomalies(&fp8_run, Some(&t.base), AnomalyParams::defaults())?;
     t.save("fp8", "anomalies", &rep);
     let anomaly = classify(&rep).map(str::to_string);
     t.reports.insert("fp8".into(), rep.clone());
@@ -350,11 +351,13 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
         f.extend(c.injections());
         specs.push(RunSpec { name: "current".into(), flags: f });
     }
-    // Delayed scaling lags: the same run with a short amax history tells a stale history (the
-    // outlier's amax remembered for many steps) from a fault in the cast itself.
-    let try_short_history = a.recipe == "delayed" && !common.iter().any(|f| f.starts_with("--amax-history"));
+    // Delayed scaling lags: the same run with the max of a short amax history tells a stale
+    // history (the outlier's amax remembered for many steps, or one quiet step's amax taken as the
+    // forecast of the next) from a fault in the cast itself.
+    let try_short_history = a.recipe == "delayed" && !common.iter().any(|f| f.starts_with("--amax-history") || f.starts_with("--amax-algo"));
     if try_short_history {
-        specs.push(RunSpec { name: "short-history".into(), flags: fp8_flags(&["--amax-history".into(), SHORT_HISTORY.to_string()]) });
+        let f = ["--amax-algo".into(), "max".into(), "--amax-history".into(), SHORT_HISTORY.to_string()];
+        specs.push(RunSpec { name: "short-history".into(), flags: fp8_flags(&f) });
     }
     let cured = t.batch("kinds", "kind", &specs)?;
     let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
@@ -378,10 +381,14 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
     if let Some(l) = &loc {
         t.save("fp8", "locate", l);
     }
-    let nonfinite = rep.nonfinite.first_tensor.as_ref().and_then(|x| {
-        Some(Culprit { layer: u32::try_from(x.layer).ok()?, module: x.module.clone(), gemm: x.gemm.clone()? })
-    });
-    let pool = order_candidates(&all, loc.as_ref(), nonfinite.as_ref());
+    // Leads, most suspect first: the first non-finite GEMM; for a spike, the GEMMs whose casts
+    // saturated at its first step, most saturated first.
+    let mut leads: Vec<String> = rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
+    let spike_start = rep.counted_gap_spikes().first().map(|s| s.start).filter(|_| anomaly == "spike");
+    if let Some(step) = spike_start {
+        leads.extend(saturated_at(&fp8_run, step)?.into_iter().filter(|(_, f)| *f >= SPIKE_LEAD_SATURATION).map(|(n, _)| n));
+    }
+    let pool = order_candidates(&all, loc.as_ref(), &leads);
     let mut notes = Vec::new();
     let mut full_cures = !curing.is_empty();
     if curing.is_empty() {
@@ -394,6 +401,11 @@ pub fn triage(a: &TriageArgs) -> Result<Verdict, AnalyzeError> {
     let culprits = if full_cures { bisect(&mut t, &fp8_flags(&[]), &pool, jobs, a.max_runs, &mut notes)? } else { Vec::new() };
     let complete = full_cures && !notes.iter().any(|n| n.contains("--max-runs") || n.contains("ran out"));
 
+    if let Some(step) = spike_start {
+        for c in &culprits {
+            t.spike_evidence.insert(c.name(), (step, evidence(&fp8_run, &(c.layer as i64, c.module.clone(), c.gemm.clone()), step)?));
+        }
+    }
     let verdict = Verdict { healthy: false, anomaly: Some(anomaly), culprits, current_scaling_cures, runs: t.runs.clone() };
     let text = render(&verdict, &t, &rep, loc.as_ref(), &kinds, &curing, &notes, complete);
     let _ = std::fs::write(out.join("verdict.txt"), &text);
@@ -494,8 +506,17 @@ fn describe_anomaly(r: &AnomalyReport) -> String {
     if let Some(x) = &r.nonfinite.first_tensor {
         parts.push(format!("first non-finite tensor {} at step {}", x.tensor, x.step));
     }
-    for s in &r.spikes {
-        parts.push(format!("a spike from step {} peaking at {} (loss {}, z = {}) {}", s.start, s.peak, num(s.peak_loss), num(s.peak_z), s.recovery.map(|r| format!("recovered at {r}")).unwrap_or("never recovered".into())));
+    for s in r.counted_gap_spikes() {
+        parts.push(format!(
+            "a spike against the baseline from step {} peaking at {} (loss {} vs {}, gap {:+.1}%, z = {}), {}",
+            s.start,
+            s.peak,
+            num(s.peak_loss),
+            num(s.peak_base_loss),
+            100.0 * s.peak_gap,
+            num(s.peak_z),
+            s.recovery.map(|r| format!("back in band at step {r}")).unwrap_or("never back in band".into())
+        ));
     }
     if let Some(d) = &r.drift {
         parts.push(format!("drift from step {} (confirmed at {}), final smoothed gap {:+.2}%", d.first_step, d.confirmed_step, 100.0 * d.final_gap));
@@ -549,7 +570,12 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
         "\n   curing kinds: {}\n",
         if curing.is_empty() { "none alone; bisecting over every kind".to_string() } else { curing.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ") }
     );
-    s += &format!("\n3. bisection over the sites of {} ({} candidates, ordered by {}):\n", kinds.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "), kinds.len() as u32 * t.base.manifest.config.model.layers * 4, if loc.is_some() { "the first non-finite GEMM, then locate's shadow-GEMM ranking" } else { "execution order" });
+    s += &format!("\n3. bisection over the sites of {} ({} candidates, ordered by {}):\n", kinds.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "), kinds.len() as u32 * t.base.manifest.config.model.layers * 4, match (fp8.spiked(), loc.is_some()) {
+        (true, true) => "the saturation of each GEMM's casts at the spike's first step, then locate's shadow-GEMM ranking",
+        (true, false) => "the saturation of each GEMM's casts at the spike's first step, then execution order",
+        (false, true) => "the first non-finite GEMM, then locate's shadow-GEMM ranking",
+        (false, false) => "the first non-finite GEMM, then execution order",
+    });
     s += &table_of(&["bisect"], "bf16 sites", &|e| flag_after(e, "--bf16-sites"));
     s.push('\n');
     s += "\n4. current scaling: ";
@@ -560,11 +586,15 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
     if let Some(e) = t.entry("short-history") {
         let cures = e.outcome.cured == Some(true);
         s += &format!(
-            "   delayed scaling with a {SHORT_HISTORY}-step amax history: {} ({}, {}){}\n",
+            "   delayed scaling with the max of a {SHORT_HISTORY}-step amax history: {} ({}, {}){}\n",
             if cures { "cures the run" } else { "does not cure the run" },
             gap_text(e),
             e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into()),
-            if cures { " — the scale lags: the history remembers an amax the tensors no longer have" } else { "" }
+            match (cures, t.fp8_most_recent) {
+                (false, _) => "",
+                (true, false) => " — the scale lags: the history remembers an amax the tensors no longer have",
+                (true, true) => " — the scale lags: the previous step's amax alone did not foresee this step's values",
+            }
         );
     }
     for n in notes {
@@ -580,20 +610,30 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
         );
     } else {
         s += &format!("caused by {}: returning {} to BF16 cures the run", v.culprits.iter().map(Culprit::name).collect::<Vec<_>>().join(", "), if v.culprits.len() == 1 { "it alone" } else { "these together" });
-        let sites: Vec<String> = v.culprits.iter().map(Culprit::site_flag).collect();
-        if let Some(e) = t.runs.iter().rev().find(|e| e.outcome.cured == Some(true) && flag_after(e, "--bf16-sites") == sites.join(",")) {
+        let set = |sites: &str| sites.split(',').map(str::to_string).collect::<BTreeSet<String>>();
+        let sites: BTreeSet<String> = v.culprits.iter().map(Culprit::site_flag).collect();
+        if let Some(e) = t.runs.iter().rev().find(|e| e.outcome.cured == Some(true) && set(&flag_after(e, "--bf16-sites")) == sites) {
             s += &format!(" ({}: gap {})", e.name, gap_text(e));
         }
         s += ".\n";
+        let operands = |ev: &[OperandEvidence]| {
+            ev.iter()
+                .map(|e| format!("{} underflow {} saturated {} (amax {}, amax used {})", e.role, e.underflow_frac.map(pct).unwrap_or("-".into()), e.saturated_frac.map(pct).unwrap_or("-".into()), e.amax.map(num).unwrap_or("-".into()), e.amax_used.map(num).unwrap_or("-".into())))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         for c in &v.culprits {
-            let Some(l) = loc else { continue };
-            let Some((i, g)) = l.ranked.iter().enumerate().find(|(_, g)| g.gemm_name == c.name()) else { continue };
-            let operands = |ev: &[OperandEvidence]| {
-                ev.iter()
-                    .map(|e| format!("{} underflow {} saturated {} (amax {}, amax used {})", e.role, e.underflow_frac.map(pct).unwrap_or("-".into()), e.saturated_frac.map(pct).unwrap_or("-".into()), e.amax.map(num).unwrap_or("-".into()), e.amax_used.map(num).unwrap_or("-".into())))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+            let at_spike = t.spike_evidence.get(&c.name()).map(|(step, ev)| format!("at the spike's first step, {step}: {}", operands(ev)));
+            let ranked = loc.and_then(|l| l.ranked.iter().enumerate().find(|(_, g)| g.gemm_name == c.name()).map(|(i, g)| (l, i, g)));
+            let Some((l, i, g)) = ranked else {
+                if let Some(a) = at_spike {
+                    s += &format!("  {}: {a}\n", c.name());
+                }
+                continue;
             };
+            if let Some(a) = at_spike {
+                s += &format!("  {}: {a}\n", c.name());
+            }
             s += &format!(
                 "  {}: locate ranks it #{} of {} (shadow error 1 − cosine = {} at step {}, first crossed {}); operands at step {}: {}",
                 c.name(),

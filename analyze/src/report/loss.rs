@@ -5,7 +5,6 @@
 //! threshold. Without a baseline the loss panel takes the whole chart.
 
 use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
-use crate::detect::Spike;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
@@ -22,7 +21,8 @@ pub struct Curve {
 #[derive(Clone, Debug)]
 pub struct RunCurve {
     pub curve: Curve,
-    pub spikes: Vec<Spike>,
+    /// (step, loss) at the peak of each spike that counts: against the baseline when there is one.
+    pub spike_peaks: Vec<(i64, f64)>,
     pub drift_first: Option<i64>,
     pub first_nonfinite: Option<i64>,
     /// (step, raw gap, smoothed gap) at the common finite steps, when there is a baseline.
@@ -115,9 +115,9 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
         let mut legend_nan = false;
         for (i, r) in c.runs.iter().enumerate() {
             let col = palette::run(i);
-            for sp in &r.spikes {
+            for &(peak, peak_loss) in &r.spike_peaks {
                 let s = chart
-                    .draw_series(std::iter::once(TriangleMarker::new((sp.peak as f64, sp.peak_loss.min(hi)), 9, col.filled())))
+                    .draw_series(std::iter::once(TriangleMarker::new((peak as f64, peak_loss.min(hi)), 9, col.filled())))
                     .map_err(draw_err)?;
                 if !legend_spike {
                     s.label("loss spike (peak)").legend(|(x, y)| TriangleMarker::new((x + 12, y), 7, palette::BLACK.filled()));
