@@ -38,6 +38,11 @@ fn triage(out: &Path, args: &[&str]) -> (Option<i32>, Value, String) {
     (o.status.code(), v, stderr)
 }
 
+/// The verdict's entry for the run called `name` (null when there is none).
+fn run_entry(v: &Value, name: &str) -> Value {
+    v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == name)).cloned().unwrap_or(Value::Null)
+}
+
 fn culprits(v: &Value) -> Vec<String> {
     v["culprits"]
         .as_array()
@@ -168,7 +173,7 @@ fn the_drift_scenario_is_detected_as_drift_in_the_gradient_gemms_and_current_sca
     // too small for the rest of the run (capture/README.md has the numbers).
     let (code, v, stderr) = triage(&tmp.path().join("drift"), &["--scenario", "drift"]);
     check_shape(&v);
-    let run = |name: &str| v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == name)).cloned().unwrap_or(Value::Null);
+    let run = |name: &str| run_entry(&v, name);
     let gap = |name: &str| run(name)["outcome"]["gap"].as_f64().unwrap_or(f64::NAN);
     let got = culprits(&v);
     println!(
@@ -204,7 +209,7 @@ fn the_spike_scenario_is_detected_as_a_spike_in_layer_0_attention_and_current_sc
     // amax, and step 251 saturates it (capture/README.md has the numbers).
     let (code, v, stderr) = triage(&tmp.path().join("spike"), &["--scenario", "spike"]);
     check_shape(&v);
-    let run = |name: &str| v["runs"].as_array().and_then(|r| r.iter().find(|e| e["name"] == name)).cloned().unwrap_or(Value::Null);
+    let run = |name: &str| run_entry(&v, name);
     let got = culprits(&v);
     println!(
         "spike scenario: anomaly {}, culprits {got:?}, current cures {}, {} runs, {:.1} s",

@@ -260,6 +260,16 @@ pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option
     None
 }
 
+/// [`drift`] without the steps of the spikes against the baseline that came back in band (start
+/// to recovery): drift is a sustained gap, and a spike's tail in the EMA is not one.
+pub fn drift_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], p: DriftParams) -> Option<Drift> {
+    let in_spike = |s: i64| spikes.iter().any(|g| g.recovery.is_some_and(|end| (g.start..end).contains(&s)));
+    let keep: Vec<usize> = (0..steps.len()).filter(|&i| !in_spike(steps[i])).collect();
+    let pick = |v: &[f64]| keep.iter().map(|&i| v[i]).collect::<Vec<f64>>();
+    let kept_steps: Vec<i64> = keep.iter().map(|&i| steps[i]).collect();
+    drift(&kept_steps, &pick(run), &pick(base), p)
+}
+
 /// A tensor seen non-finite at a step, from the stats table or from the capture's events.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NonFiniteTensor {
@@ -404,6 +414,29 @@ mod tests {
         small[251] = base[251];
         assert!(gap_spikes(&s, &small, &base, P, 0.05).is_empty());
         assert_eq!(gap_spikes(&s, &small, &base, P, 0.02).len(), 1);
+    }
+
+    #[test]
+    fn a_recovered_spike_is_not_drift_but_a_step_change_still_is() {
+        let steps: Vec<i64> = (1..=300).collect();
+        let base: Vec<f64> = steps.iter().map(|&s| 2.0 + 1.0 / s as f64).collect();
+        let mut run: Vec<f64> = base.iter().map(|b| b * 1.002).collect();
+        // +30% at step 200, +15% at 201, back to +0.2% at 202: the EMA (α = 0.1) stays past 1% for
+        // more than 10 steps, which plain drift reads as drift.
+        run[199] = base[199] * 1.3;
+        run[200] = base[200] * 1.15;
+        let p = DriftParams { threshold: 0.01, alpha: 0.1, steps: 10 };
+        assert!(drift(&steps, &run, &base, p).is_some(), "the EMA tail alone looks like drift");
+        let spikes = gap_spikes(&steps, &run, &base, P, 0.05);
+        assert_eq!((spikes.len(), spikes[0].start, spikes[0].recovery), (1, 200, Some(202)));
+        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p), None, "without the spike's steps there is none");
+        // A jump that stays (no recovery) is not left out: it is the drift.
+        for x in &mut run[249..] {
+            *x *= 1.1;
+        }
+        let spikes = gap_spikes(&steps, &run, &base, P, 0.05);
+        assert_eq!(spikes.last().map(|s| (s.start, s.recovery)), Some((250, None)));
+        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p).map(|d| d.first_step), Some(250));
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, p: AnomalyParams) -> Result
             let r: Vec<f64> = cs.iter().map(|s| run_at[s]).collect();
             let b: Vec<f64> = cs.iter().map(|s| base_at[s]).collect();
             gap_spikes = detect::gap_spikes(&cs, &r, &b, SpikeParams { k: p.spike_k, window: p.spike_window }, p.spike_min_gap);
-            detect::drift(&cs, &r, &b, DriftParams { threshold: p.drift_threshold, alpha: p.drift_alpha, steps: p.drift_steps })
+            detect::drift_outside_spikes(&cs, &r, &b, &gap_spikes, DriftParams { threshold: p.drift_threshold, alpha: p.drift_alpha, steps: p.drift_steps })
         }
     };
     let nonfinite = find_nonfinite(run, &steps, &loss)?;
@@ -238,6 +238,11 @@ pub fn run(args: &AnomaliesArgs, opts: LoadOptions, json: bool) -> Result<Outcom
     Ok(Outcome { stdout, findings: report.found() })
 }
 
+/// "none", or the count and a table of the rows; then a blank line.
+fn counted_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    if rows.is_empty() { "none\n\n".into() } else { format!("{}\n{}\n\n", rows.len(), output::table(headers, rows)) }
+}
+
 fn render(r: &AnomalyReport) -> String {
     let p = &r.params;
     let mut s = format!("anomalies: run '{}' ({}, {} steps recorded)", r.run, r.status, r.steps);
@@ -252,58 +257,46 @@ fn render(r: &AnomalyReport) -> String {
             pct(p.spike_min_gap),
             p.spike_window
         );
-        if r.gap_spikes.is_empty() {
-            s += "none\n\n";
-        } else {
-            s += &format!("{}\n", r.gap_spikes.len());
-            let rows: Vec<Vec<String>> = r
-                .gap_spikes
-                .iter()
-                .map(|x| {
-                    vec![
-                        x.start.to_string(),
-                        x.peak.to_string(),
-                        output::opt(x.recovery),
-                        num(x.peak_loss),
-                        num(x.peak_base_loss),
-                        format!("{:+.2}%", 100.0 * x.peak_gap),
-                        format!("{:+.2}%", 100.0 * x.median_gap),
-                        num(x.peak_z),
-                    ]
-                })
-                .collect();
-            s += &output::table(&["start", "peak", "recovery", "peak loss", "baseline loss", "peak gap", "median gap", "peak z"], &rows);
-            if r.drift.is_some() && r.gap_spikes.iter().any(|x| x.recovery.is_none()) {
-                s += "\n(a jump that never comes back in band is a step change: it counts as the drift below, not as a spike)";
-            }
-            s += "\n\n";
-        }
-    }
-    let own = if r.baseline.is_some() { "spikes of the run's own curve (shown; with a baseline only those against it count)" } else { "spikes" };
-    s += &format!("{own} (loss > rolling median + {}·σ over {} steps): ", p.spike_k, p.spike_window);
-    if r.spikes.is_empty() {
-        s += "none\n\n";
-    } else {
-        s += &format!("{}\n", r.spikes.len());
         let rows: Vec<Vec<String>> = r
-            .spikes
+            .gap_spikes
             .iter()
             .map(|x| {
                 vec![
                     x.start.to_string(),
                     x.peak.to_string(),
                     output::opt(x.recovery),
-                    num(x.start_loss),
                     num(x.peak_loss),
-                    num(x.median),
-                    num(x.upper),
+                    num(x.peak_base_loss),
+                    format!("{:+.2}%", 100.0 * x.peak_gap),
+                    format!("{:+.2}%", 100.0 * x.median_gap),
                     num(x.peak_z),
                 ]
             })
             .collect();
-        s += &output::table(&["start", "peak", "recovery", "start loss", "peak loss", "median", "band upper", "peak z"], &rows);
-        s += "\n\n";
+        s += &counted_table(&["start", "peak", "recovery", "peak loss", "baseline loss", "peak gap", "median gap", "peak z"], &rows);
+        if r.drift.is_some() && r.gap_spikes.iter().any(|x| x.recovery.is_none()) {
+            s += "(a jump that never comes back in band is a step change: it counts as the drift below, not as a spike)\n\n";
+        }
     }
+    let own = if r.baseline.is_some() { "spikes of the run's own curve (shown; with a baseline only those against it count)" } else { "spikes" };
+    s += &format!("{own} (loss > rolling median + {}·σ over {} steps): ", p.spike_k, p.spike_window);
+    let rows: Vec<Vec<String>> = r
+        .spikes
+        .iter()
+        .map(|x| {
+            vec![
+                x.start.to_string(),
+                x.peak.to_string(),
+                output::opt(x.recovery),
+                num(x.start_loss),
+                num(x.peak_loss),
+                num(x.median),
+                num(x.upper),
+                num(x.peak_z),
+            ]
+        })
+        .collect();
+    s += &counted_table(&["start", "peak", "recovery", "start loss", "peak loss", "median", "band upper", "peak z"], &rows);
     s += &format!("drift (EMA α={} of the relative gap beyond {} for {} steps): ", p.drift_alpha, pct(p.drift_threshold), p.drift_steps);
     match (&r.baseline, &r.drift) {
         (None, _) => s += "not checked (no --baseline)\n\n",

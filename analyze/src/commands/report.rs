@@ -540,6 +540,18 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
     } else if let Some(x) = &a.nonfinite.first_tensor {
         out.push(format!("A tensor held NaN/Inf: {} at step {}, though the loss stayed finite.", x.tensor, x.step));
     }
+    for s in a.counted_gap_spikes() {
+        out.push(format!(
+            "Loss spike against the baseline from step {} peaking at step {}: {} against the baseline's {} ({:+.1}%, z = {:.1} of the gap's rolling noise){}.",
+            s.start,
+            s.peak,
+            report::short(s.peak_loss),
+            report::short(s.peak_base_loss),
+            100.0 * s.peak_gap,
+            s.peak_z,
+            back_in_band(s.recovery)
+        ));
+    }
     if let Some(d) = &a.drift {
         out.push(format!(
             "The loss drifted {} the baseline from step {} (confirmed at {}); the smoothed gap at step {} is {:+.2}% (raw {:+.2}%).",
@@ -551,21 +563,6 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
             100.0 * d.final_raw_gap
         ));
     }
-    for s in a.counted_gap_spikes() {
-        out.push(format!(
-            "Loss spike against the baseline from step {} peaking at step {}: {} against the baseline's {} ({:+.1}%, z = {:.1} of the gap's rolling noise){}.",
-            s.start,
-            s.peak,
-            report::short(s.peak_loss),
-            report::short(s.peak_base_loss),
-            100.0 * s.peak_gap,
-            s.peak_z,
-            match s.recovery {
-                Some(r) => format!(", back in band at step {r}"),
-                None => ", never back in band".into(),
-            }
-        ));
-    }
     let own = if a.baseline.is_some() { " in the run's own curve (the baseline may share it: only spikes against the baseline count)" } else { "" };
     for s in &a.spikes {
         out.push(format!(
@@ -575,13 +572,15 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
             report::short(s.peak_loss),
             report::short(s.median),
             s.peak_z,
-            match s.recovery {
-                Some(r) => format!(", back in band at step {r}"),
-                None => ", never back in band".into(),
-            }
+            back_in_band(s.recovery)
         ));
     }
     out
+}
+
+/// ", back in band at step N" or ", never back in band".
+fn back_in_band(recovery: Option<i64>) -> String {
+    recovery.map_or(", never back in band".into(), |r| format!(", back in band at step {r}"))
 }
 
 fn locate_sentences(l: &LocateReport) -> Vec<String> {
