@@ -316,6 +316,26 @@ pub struct Batched {
     pub batch: i32,
 }
 
+impl Batched {
+    /// Attention's (T × T) products per (sequence, head), from two (T, hs) row-major operands:
+    /// `alpha · a bᵀ` in row-major terms (preatt = scale · q kᵀ with a = q, b = k passed as
+    /// (k, q); datt = dy vᵀ passed as (v, dy)).
+    pub fn attention_scores(t: usize, hs: usize, heads: usize, alpha: f32) -> Batched {
+        let (ti, hsi) = (t as i32, hs as i32);
+        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
+        Batched { ta: true, tb: false, m: ti, n: ti, k: hsi, alpha, lda: hsi, stride_a: th, ldb: hsi, stride_b: th, ldc: ti, stride_c: tt, batch: heads as i32 }
+    }
+
+    /// Attention's (T, hs) products per (sequence, head): a (T, hs) operand times a (T × T) one,
+    /// transposed when `t_square` (y = att v, dq = scale · dpre k; dv = attᵀ dy, dk = scale ·
+    /// dpreᵀ q).
+    pub fn attention_values(t: usize, hs: usize, heads: usize, t_square: bool, alpha: f32) -> Batched {
+        let (ti, hsi) = (t as i32, hs as i32);
+        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
+        Batched { ta: false, tb: t_square, m: hsi, n: ti, k: ti, alpha, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: heads as i32 }
+    }
+}
+
 impl Blas {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Blas, CudaError> {
         // SAFETY: only probes for the library.

@@ -660,24 +660,9 @@ impl CudaBackend {
         let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
         launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
         let scale = 1.0 / (hs as f32).sqrt();
-        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: true,
-                tb: false,
-                m: ti,
-                n: ti,
-                k: hsi,
-                alpha: scale,
-                lda: hsi,
-                stride_a: th,
-                ldb: hsi,
-                stride_b: th,
-                ldc: ti,
-                stride_c: tt,
-                batch: bh as i32,
-            },
+            Batched::attention_scores(t, hs, bh, scale),
             k,
             q,
             attp,
@@ -696,21 +681,7 @@ impl CudaBackend {
         )?;
         // y = att v.
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: false,
-                tb: false,
-                m: hsi,
-                n: ti,
-                k: ti,
-                alpha: 1.0,
-                lda: hsi,
-                stride_a: th,
-                ldb: ti,
-                stride_b: tt,
-                ldc: hsi,
-                stride_c: th,
-                batch: bh as i32,
-            },
+            Batched::attention_values(t, hs, bh, false, 1.0),
             v,
             a16,
             y,
@@ -749,28 +720,13 @@ impl CudaBackend {
         let (a16, dp16) = (self.ptr(&self.att16), self.ptr(&self.dpre16));
         let (dv, dq, dk) = (self.ptr(&self.y32), self.ptr(&self.dq32), self.ptr(&self.dk32));
         let (qkvp, attp, dattp, doutp, dqkvp) = (self.ptr(qkv), self.ptr(att), self.ptr(datt), self.ptr(dout), self.ptr(dqkv));
-        let (bi, ti, nhi, hsi, bhi) = (b as i32, t as i32, nh as i32, hs as i32, bh as i32);
-        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
+        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
         launch!(self, "attention_split_bwd", grid_for(nq, 256), dy, doutp, bi, ti, nhi, hsi)?;
         // datt = dy vᵀ
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: true,
-                tb: false,
-                m: ti,
-                n: ti,
-                k: hsi,
-                alpha: 1.0,
-                lda: hsi,
-                stride_a: th,
-                ldb: hsi,
-                stride_b: th,
-                ldc: ti,
-                stride_c: tt,
-                batch: bhi,
-            },
+            Batched::attention_scores(t, hs, bh, 1.0),
             v,
             dy,
             dattp,
@@ -790,63 +746,21 @@ impl CudaBackend {
         )?;
         // dv = attᵀ dy
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: false,
-                tb: true,
-                m: hsi,
-                n: ti,
-                k: ti,
-                alpha: 1.0,
-                lda: hsi,
-                stride_a: th,
-                ldb: ti,
-                stride_b: tt,
-                ldc: hsi,
-                stride_c: th,
-                batch: bhi,
-            },
+            Batched::attention_values(t, hs, bh, true, 1.0),
             dy,
             a16,
             dv,
         )?;
         // dq = scale · dpre k
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: false,
-                tb: false,
-                m: hsi,
-                n: ti,
-                k: ti,
-                alpha: scale,
-                lda: hsi,
-                stride_a: th,
-                ldb: ti,
-                stride_b: tt,
-                ldc: hsi,
-                stride_c: th,
-                batch: bhi,
-            },
+            Batched::attention_values(t, hs, bh, false, scale),
             k,
             dp16,
             dq,
         )?;
         // dk = scale · dpreᵀ q
         self.blas.gemm_bf16_f32(
-            Batched {
-                ta: false,
-                tb: true,
-                m: hsi,
-                n: ti,
-                k: ti,
-                alpha: scale,
-                lda: hsi,
-                stride_a: th,
-                ldb: ti,
-                stride_b: tt,
-                ldc: hsi,
-                stride_c: th,
-                batch: bhi,
-            },
+            Batched::attention_values(t, hs, bh, true, scale),
             q,
             dp16,
             dk,
