@@ -263,11 +263,30 @@ pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option
 /// [`drift`] without the steps of the spikes against the baseline that came back in band (start
 /// to recovery): drift is a sustained gap, and a spike's tail in the EMA is not one.
 pub fn drift_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], p: DriftParams) -> Option<Drift> {
-    let in_spike = |s: i64| spikes.iter().any(|g| g.recovery.is_some_and(|end| (g.start..end).contains(&s)));
-    let keep: Vec<usize> = (0..steps.len()).filter(|&i| !in_spike(steps[i])).collect();
+    let keep: Vec<usize> = (0..steps.len()).filter(|&i| !in_recovered_spike(spikes, steps[i])).collect();
     let pick = |v: &[f64]| keep.iter().map(|&i| v[i]).collect::<Vec<f64>>();
     let kept_steps: Vec<i64> = keep.iter().map(|&i| steps[i]).collect();
     drift(&kept_steps, &pick(run), &pick(base), p)
+}
+
+/// Whether `step` lies in a spike against the baseline that came back in band (start to recovery).
+pub fn in_recovered_spike(spikes: &[GapSpike], step: i64) -> bool {
+    spikes.iter().any(|g| g.recovery.is_some_and(|end| (g.start..end).contains(&step)))
+}
+
+/// [`smoothed_gap`] as [`drift_outside_spikes`] sees it: every step's raw gap, and an EMA that
+/// holds its value through the steps of a recovered spike.
+pub fn smoothed_gap_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], alpha: f64) -> Vec<(i64, f64, f64)> {
+    let mut e: Option<f64> = None;
+    smoothed_gap(steps, run, base, 1.0)
+        .into_iter()
+        .map(|(s, g, _)| {
+            if !in_recovered_spike(spikes, s) {
+                e = Some(e.map_or(g, |prev| alpha * g + (1.0 - alpha) * prev));
+            }
+            (s, g, e.unwrap_or(0.0))
+        })
+        .collect()
 }
 
 /// A tensor seen non-finite at a step, from the stats table or from the capture's events.
@@ -430,6 +449,9 @@ mod tests {
         let spikes = gap_spikes(&steps, &run, &base, P, 0.05);
         assert_eq!((spikes.len(), spikes[0].start, spikes[0].recovery), (1, 200, Some(202)));
         assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p), None, "without the spike's steps there is none");
+        let shown = smoothed_gap_outside_spikes(&steps, &run, &base, &spikes, 0.1);
+        assert!((shown[199].1 - 0.3).abs() < 1e-12 && shown[199].2 == shown[198].2, "the raw gap is shown, the EMA holds: {:?}", &shown[198..200]);
+        assert!(shown.iter().all(|x| x.2.abs() < 0.01), "the EMA the chart draws stays within the threshold");
         // A jump that stays (no recovery) is not left out: it is the drift.
         for x in &mut run[249..] {
             *x *= 1.1;

@@ -290,7 +290,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
             let at: BTreeMap<i64, f64> = bs.into_iter().zip(bl).collect();
             let (cs, (r, bv)): (Vec<i64>, (Vec<f64>, Vec<f64>)) =
                 steps.iter().zip(&loss_v).filter_map(|(s, l)| at.get(s).map(|b| (*s, (*l, *b)))).unzip();
-            detect::smoothed_gap(&cs, &r, &bv, p.drift_alpha)
+            detect::smoothed_gap_outside_spikes(&cs, &r, &bv, &a.gap_spikes, p.drift_alpha)
         }
         _ => Vec::new(),
     };
@@ -663,7 +663,7 @@ pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64
         height: report::LOSS_SIZE.1,
         title: "Training loss".into(),
         caption: if base.is_some() {
-            "Loss of every run (colours) over the baseline (black), with spike peaks (triangles), drift onset (dashed line) and the first non-finite loss (cross); below, the relative gap to the baseline in percent, raw (thin) and smoothed as the drift detector sees it (thick), with the ± drift threshold.".into()
+            "Loss of every run (colours) over the baseline (black), with spike peaks (triangles), drift onset (dashed line) and the first non-finite loss (cross); below, the relative gap to the baseline in percent, raw (thin) and smoothed as the drift detector sees it (thick; it holds through a spike), with the ± drift threshold.".into()
         } else {
             "Loss of every run, with spike peaks (triangles) and the first non-finite loss (cross). No baseline: no gap panel.".into()
         },

@@ -5,6 +5,7 @@
 //! threshold.
 
 use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -78,27 +79,40 @@ fn positive(steps: &[i64], v: &[f64]) -> Vec<(f64, f64)> {
     steps.iter().zip(v).filter(|(_, y)| y.is_finite() && **y > 0.0).map(|(&s, &y)| (s as f64, y)).collect()
 }
 
-fn draw_amax(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result<(), DrawError> {
-    let (lo, hi) = log_range(g.operands.iter().flat_map(|o| o.amax.iter().chain(&o.amax_used).copied()));
-    let xr = step_range(g);
+/// A chart of training steps against a log y axis over `lo..hi`, its mesh drawn.
+fn log_chart<'a, 'b>(
+    area: &'a DrawingArea<BitMapBackend<'b>, Shift>,
+    caption: &str,
+    margin_right: u32,
+    steps: std::ops::Range<f64>,
+    (lo, hi): (f64, f64),
+    y_desc: &str,
+) -> Result<ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, LogCoord<f64>>>, DrawError> {
     let mut chart = ChartBuilder::on(area)
         .margin(8)
-        .caption(format!("#{} {}: amax", g.rank, g.name), (FONT, LABEL_PX - 2))
+        .margin_right(margin_right)
+        .caption(caption, (FONT, LABEL_PX - 2))
         .x_label_area_size(40)
         .y_label_area_size(72)
-        .build_cartesian_2d(xr.clone(), (lo..hi).log_scale())
+        .build_cartesian_2d(steps, (lo..hi).log_scale())
         .map_err(draw_err)?;
     chart
         .configure_mesh()
         .light_line_style(palette::LIGHT_GREY.mix(0.5))
         .x_desc("training step")
-        .y_desc("max |x| (log)")
+        .y_desc(y_desc)
         .axis_desc_style((FONT, TICK_PX))
         .label_style((FONT, TICK_PX))
         .x_label_formatter(&|v| format!("{v:.0}"))
         .y_label_formatter(&|v| super::short(*v))
         .draw()
         .map_err(draw_err)?;
+    Ok(chart)
+}
+
+fn draw_amax(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result<(), DrawError> {
+    let (lo, hi) = log_range(g.operands.iter().flat_map(|o| o.amax.iter().chain(&o.amax_used).copied()));
+    let mut chart = log_chart(area, &format!("#{} {}: amax", g.rank, g.name), 8, step_range(g), (lo, hi), "max |x| (log)")?;
     for o in &g.operands {
         let col = palette::role(&o.role);
         chart
@@ -124,26 +138,7 @@ fn draw_amax(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result
 
 fn draw_scale(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Result<(), DrawError> {
     let (lo, hi) = log_range(g.operands.iter().flat_map(|o| o.scale.iter().copied()));
-    let xr = step_range(g);
-    let mut chart = ChartBuilder::on(area)
-        .margin(8)
-        .margin_right(16)
-        .caption("scale (multiplier before the cast)", (FONT, LABEL_PX - 2))
-        .x_label_area_size(40)
-        .y_label_area_size(72)
-        .build_cartesian_2d(xr, (lo..hi).log_scale())
-        .map_err(draw_err)?;
-    chart
-        .configure_mesh()
-        .light_line_style(palette::LIGHT_GREY.mix(0.5))
-        .x_desc("training step")
-        .y_desc("scale (log)")
-        .axis_desc_style((FONT, TICK_PX))
-        .label_style((FONT, TICK_PX))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| super::short(*v))
-        .draw()
-        .map_err(draw_err)?;
+    let mut chart = log_chart(area, "scale (multiplier before the cast)", 16, step_range(g), (lo, hi), "scale (log)")?;
     if let Some(s) = g.first_crossed {
         chart
             .draw_series(DashedLineSeries::new(vec![(s as f64, lo), (s as f64, hi)], 2, 4, palette::BLACK.stroke_width(1)))
