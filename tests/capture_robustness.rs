@@ -85,6 +85,8 @@ fn bad_flags_get_one_line_and_touch_no_existing_run() {
     refused(&["train", "--inject", "site=layers.9.fc2,gemm=dgrad,kind=overflow", "--out", fr], "--inject");
     refused(&["train", "--heads", "3", "--out", fr], "--heads");
     refused(&["train", "--zipf-exponent", "inf", "--out", fr], "number ≥ 0");
+    refused(&["train", "--scenario-step", "5", "--out", fr], "--scenario-step needs --scenario");
+    refused(&["train", "--scenario", "nan", "--scenario-step", "5", "--out", fr], "plants no batch");
     refused(&["train", "--steps", "2", "--out", ex], "already holds a run");
     refused(&["train", "--device", "cuda", "--out", fr], "--device cuda");
     assert!(!fresh.exists(), "a refused run created its directory");

@@ -72,6 +72,14 @@ fn a_scenario_sets_recipe_defaults_that_explicit_flags_override() {
     let bad = train(&tmp.path().join("bad"), &["--scenario", "explode"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scenario 'explode'"));
+
+    // --scenario-step moves the planted batch, and the manifest records it.
+    let early = tmp.path().join("early");
+    assert!(train(&early, &["--scenario", "spike", "--scenario-step", "3", "--steps", "4"]).status.success());
+    assert_eq!(manifest(&early)["config"]["scenario_step"].as_u64(), Some(3));
+    let losses: Vec<f64> = query(&early, "SELECT loss FROM steps ORDER BY step").iter().map(|r| r["loss"].as_f64().unwrap()).collect();
+    assert_eq!(losses.iter().map(|&l| l == 0.0).collect::<Vec<_>>(), [false, false, true, false], "the padding batch is step 3: {losses:?}");
+    assert_eq!(manifest(&spike)["config"]["scenario_step"], Value::Null, "absent when not given");
 }
 
 /// Rows of `fp8-analyze query RUN --json --sql SQL`.

@@ -267,6 +267,9 @@ pub struct CaptureFlags {
     /// A built-in failure scenario (spike, drift, nan), in every run including the BF16 baseline.
     #[arg(long, value_name = "NAME")]
     pub scenario: Option<String>,
+    /// The step the scenario plants its batch at, instead of its own (as fp8-capture's).
+    #[arg(long, value_name = "STEP")]
+    pub scenario_step: Option<u32>,
     /// A planted fault, as fp8-capture's --inject (repeatable); FP8 runs only.
     #[arg(long, value_name = "SPEC")]
     pub inject: Vec<String>,
@@ -290,6 +293,9 @@ impl CaptureFlags {
         }
         if let Some(s) = &self.scenario {
             f.extend(["--scenario".into(), s.clone()]);
+        }
+        if let Some(s) = self.scenario_step {
+            f.extend(["--scenario-step".into(), s.to_string()]);
         }
         f.extend(self.extra.iter().cloned());
         f

@@ -293,6 +293,10 @@ pub struct TrainArgs {
     /// format, overflow); flags given explicitly still win. Recorded in the manifest.
     #[arg(long, value_name = "NAME", help_heading = "Planted faults")]
     pub scenario: Option<String>,
+    /// Plant the scenario's batch at this step instead of its own (spike: 250, drift: 25), e.g. to
+    /// see how the spike grows as the model learns. Recorded in the manifest.
+    #[arg(long, value_name = "STEP", value_parser = positive, help_heading = "Planted faults")]
+    pub scenario_step: Option<u32>,
     /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
     /// Repeatable.
     #[arg(long, value_name = "SPEC", help_heading = "Planted faults")]
@@ -435,10 +439,17 @@ impl TrainArgs {
                 bail!("--dump-roles: '{r}' is not a role (activation, weight, gradient, output, dgrad, wgrad)");
             }
         }
-        let scen = match &self.scenario {
+        let mut scen = match &self.scenario {
             Some(n) => Some(crate::scenario::scenario(n).with_context(|| format!("unknown scenario '{n}' (choose {})", crate::scenario::NAMES.join(", ")))?),
             None => None,
         };
+        if let Some(step) = self.scenario_step {
+            match scen.as_mut() {
+                None => bail!("--scenario-step needs --scenario"),
+                Some(s) if s.steps.is_empty() => bail!("--scenario-step: the {} scenario plants no batch", s.name),
+                Some(s) => s.steps = vec![step],
+            }
+        }
         if let Some(s) = &scen {
             if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {
                 bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.reserved_tokens());
@@ -547,6 +558,7 @@ impl TrainArgs {
             },
             injections,
             scenario: scen.as_ref().map(|s| s.name.to_string()),
+            scenario_step: self.scenario_step,
             device: device.to_string(),
         };
         Ok(TrainPlan { config, out, name })

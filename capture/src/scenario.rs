@@ -164,9 +164,13 @@ impl Scenario {
     }
 }
 
-/// The scenario of a run's configuration.
+/// The scenario of a run's configuration, planted at its `scenario_step` when one is set.
 pub fn of(cfg: &RunConfig) -> Option<Scenario> {
-    cfg.scenario.as_deref().and_then(scenario)
+    let mut s = cfg.scenario.as_deref().and_then(scenario)?;
+    if let Some(step) = cfg.scenario_step {
+        s.steps = vec![step];
+    }
+    Some(s)
 }
 
 #[cfg(test)]

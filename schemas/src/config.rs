@@ -220,6 +220,10 @@ pub struct RunConfig {
     pub injections: Vec<Injection>,
     /// Built-in failure scenario, if any.
     pub scenario: Option<String>,
+    /// The step the scenario plants its batch at, when not its own (`--scenario-step`); absent in
+    /// runs recorded before it existed.
+    #[serde(default)]
+    pub scenario_step: Option<u32>,
     /// `cpu` or `cuda`.
     pub device: String,
 }

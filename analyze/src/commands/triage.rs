@@ -206,7 +206,7 @@ impl Triage<'_> {
     }
 }
 
-/// Checks that a reused baseline is a BF16 run of the same preset, seed, steps and scenario.
+/// Checks that a reused baseline is a BF16 run of the same preset, seed, steps, scenario and scenario step.
 fn check_baseline(base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeError> {
     let cfg = &base.manifest.config;
     let mut diffs = Vec::new();
@@ -226,6 +226,9 @@ fn check_baseline(base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeError> {
     }
     if cfg.scenario != c.scenario {
         diffs.push(format!("scenario {:?} vs {:?}", cfg.scenario, c.scenario));
+    }
+    if cfg.scenario_step != c.scenario_step {
+        diffs.push(format!("scenario step {:?} vs {:?}", cfg.scenario_step, c.scenario_step));
     }
     if !base.manifest.finished() || base.manifest.status.as_str() != "completed" {
         diffs.push(format!("it is {}", base.manifest.status.as_str()));

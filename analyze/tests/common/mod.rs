@@ -84,6 +84,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
         },
         injections: vec![],
         scenario: None,
+        scenario_step: None,
         device: "cpu".into(),
     }
 }
