@@ -102,7 +102,8 @@ pub struct SummaryArgs {
 pub struct AnomaliesArgs {
     /// The run directory.
     pub run: PathBuf,
-    /// A baseline run (usually BF16) for drift detection.
+    /// A baseline run (usually BF16, same seed): drift from it, and spikes against it instead of in the
+    /// run's own curve.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// A spike is a loss more than this many robust standard deviations above the rolling median.
