@@ -160,21 +160,24 @@ pub struct GapSpike {
 /// the baseline's is 0 are skipped), σ at least [`GAP_SIGMA_FLOOR`], and a jump of at least
 /// `min_gap` above the window's median gap.
 pub fn gap_spikes(steps: &[i64], run: &[f64], base: &[f64], p: SpikeParams, min_gap: f64) -> Vec<GapSpike> {
-    let gaps: Vec<(i64, f64)> = smoothed_gap(steps, run, base, 1.0).into_iter().map(|(s, g, _)| (s, g)).collect();
-    let at: std::collections::HashMap<i64, (f64, f64)> = steps.iter().zip(run.iter().zip(base)).map(|(&s, (&r, &b))| (s, (r, b))).collect();
+    let gaps: Vec<(i64, f64)> = relative_gaps(steps, run, base).collect();
     excursions(&gaps, &Band { k: p.k, window: p.window, sigma_floor: |_| GAP_SIGMA_FLOOR, min_jump: min_gap })
         .into_iter()
-        .map(|x| GapSpike {
-            start: x.start,
-            peak: x.peak,
-            peak_loss: at[&x.peak].0,
-            peak_base_loss: at[&x.peak].1,
-            peak_gap: x.peak_loss,
-            recovery: x.recovery,
-            median_gap: x.median,
-            sigma: x.sigma,
-            upper: x.upper,
-            peak_z: x.peak_z,
+        .map(|x| {
+            // The peak is one of `steps` (ascending): both losses there.
+            let at = steps.partition_point(|&s| s < x.peak);
+            GapSpike {
+                start: x.start,
+                peak: x.peak,
+                peak_loss: run[at],
+                peak_base_loss: base[at],
+                peak_gap: x.peak_loss,
+                recovery: x.recovery,
+                median_gap: x.median,
+                sigma: x.sigma,
+                upper: x.upper,
+                peak_z: x.peak_z,
+            }
         })
         .collect()
 }
@@ -212,21 +215,25 @@ pub struct Drift {
 /// The smoothed relative gap at each common step where both losses are finite:
 /// g = (run − base) / |base|, e₀ = g₀, eₜ = α·gₜ + (1 − α)·eₜ₋₁. Returns (step, raw gap, smoothed).
 pub fn smoothed_gap(steps: &[i64], run: &[f64], base: &[f64], alpha: f64) -> Vec<(i64, f64, f64)> {
-    let mut out = Vec::with_capacity(steps.len());
     let mut e: Option<f64> = None;
-    for ((&s, &r), &b) in steps.iter().zip(run).zip(base) {
-        if !(r.is_finite() && b.is_finite()) || b == 0.0 {
-            continue;
-        }
-        let g = (r - b) / b.abs();
-        let next = match e {
-            None => g,
-            Some(prev) => alpha * g + (1.0 - alpha) * prev,
-        };
-        e = Some(next);
-        out.push((s, g, next));
-    }
-    out
+    relative_gaps(steps, run, base)
+        .map(|(s, g)| {
+            let next = ema(e, g, alpha);
+            e = Some(next);
+            (s, g, next)
+        })
+        .collect()
+}
+
+/// (step, (run − base) / |base|) at each step where both losses are finite and the baseline's is
+/// not 0.
+fn relative_gaps<'a>(steps: &'a [i64], run: &'a [f64], base: &'a [f64]) -> impl Iterator<Item = (i64, f64)> + 'a {
+    steps.iter().zip(run).zip(base).filter(|&((_, r), b)| r.is_finite() && b.is_finite() && *b != 0.0).map(|((&s, &r), &b)| (s, (r - b) / b.abs()))
+}
+
+/// One step of the EMA: the first value as it is, then α·g + (1 − α)·previous.
+fn ema(prev: Option<f64>, g: f64, alpha: f64) -> f64 {
+    prev.map_or(g, |p| alpha * g + (1.0 - alpha) * p)
 }
 
 /// The first drift of the run from its baseline over their common steps (see [`smoothed_gap`]).
@@ -278,11 +285,10 @@ pub fn in_recovered_spike(spikes: &[GapSpike], step: i64) -> bool {
 /// holds its value through the steps of a recovered spike.
 pub fn smoothed_gap_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], alpha: f64) -> Vec<(i64, f64, f64)> {
     let mut e: Option<f64> = None;
-    smoothed_gap(steps, run, base, 1.0)
-        .into_iter()
-        .map(|(s, g, _)| {
+    relative_gaps(steps, run, base)
+        .map(|(s, g)| {
             if !in_recovered_spike(spikes, s) {
-                e = Some(e.map_or(g, |prev| alpha * g + (1.0 - alpha) * prev));
+                e = Some(ema(e, g, alpha));
             }
             (s, g, e.unwrap_or(0.0))
         })

@@ -69,6 +69,11 @@ pub fn opt<T: ToString>(x: Option<T>) -> String {
     x.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
 }
 
+/// Where a spike ended: "back in band at step N", or "never back in band".
+pub fn back_in_band(recovery: Option<i64>) -> String {
+    recovery.map_or("never back in band".into(), |r| format!("back in band at step {r}"))
+}
+
 /// A float as JSON: `null` when NaN or infinite (JSON has no such numbers).
 pub fn jf(x: f64) -> Value {
     serde_json::Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null)

@@ -444,11 +444,9 @@ impl TrainArgs {
             None => None,
         };
         if let Some(step) = self.scenario_step {
-            match scen.as_mut() {
-                None => bail!("--scenario-step needs --scenario"),
-                Some(s) if s.steps.is_empty() => bail!("--scenario-step: the {} scenario plants no batch", s.name),
-                Some(s) => s.steps = vec![step],
-            }
+            let Some(s) = scen.take() else { bail!("--scenario-step needs --scenario") };
+            let name = s.name;
+            scen = Some(s.planted_at(step).with_context(|| format!("--scenario-step: the {name} scenario plants no batch"))?);
         }
         if let Some(s) = &scen {
             if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {

@@ -542,14 +542,14 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
     }
     for s in a.counted_gap_spikes() {
         out.push(format!(
-            "Loss spike against the baseline from step {} peaking at step {}: {} against the baseline's {} ({:+.1}%, z = {:.1} of the gap's rolling noise){}.",
+            "Loss spike against the baseline from step {} peaking at step {}: {} against the baseline's {} ({:+.1}%, z = {:.1} of the gap's rolling noise), {}.",
             s.start,
             s.peak,
             report::short(s.peak_loss),
             report::short(s.peak_base_loss),
             100.0 * s.peak_gap,
             s.peak_z,
-            back_in_band(s.recovery)
+            output::back_in_band(s.recovery)
         ));
     }
     if let Some(d) = &a.drift {
@@ -566,21 +566,16 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
     let own = if a.baseline.is_some() { " in the run's own curve (the baseline may share it: only spikes against the baseline count)" } else { "" };
     for s in &a.spikes {
         out.push(format!(
-            "Loss spike{own} from step {} peaking at step {} ({} against a rolling median of {}, z = {:.1}){}.",
+            "Loss spike{own} from step {} peaking at step {} ({} against a rolling median of {}, z = {:.1}), {}.",
             s.start,
             s.peak,
             report::short(s.peak_loss),
             report::short(s.median),
             s.peak_z,
-            back_in_band(s.recovery)
+            output::back_in_band(s.recovery)
         ));
     }
     out
-}
-
-/// ", back in band at step N" or ", never back in band".
-fn back_in_band(recovery: Option<i64>) -> String {
-    recovery.map_or(", never back in band".into(), |r| format!(", back in band at step {r}"))
 }
 
 fn locate_sentences(l: &LocateReport) -> Vec<String> {

@@ -132,7 +132,6 @@ pub fn classify(r: &AnomalyReport) -> Option<&'static str> {
     }
 }
 
-
 /// The state of one triage: the driver, the baseline, every run so far.
 struct Triage<'a> {
     driver: Driver,
@@ -518,7 +517,7 @@ fn describe_anomaly(r: &AnomalyReport) -> String {
             num(s.peak_base_loss),
             100.0 * s.peak_gap,
             num(s.peak_z),
-            s.recovery.map(|r| format!("back in band at step {r}")).unwrap_or("never back in band".into())
+            output::back_in_band(s.recovery)
         ));
     }
     if let Some(d) = &r.drift {
@@ -573,12 +572,11 @@ fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&LocateRepor
         "\n   curing kinds: {}\n",
         if curing.is_empty() { "none alone; bisecting over every kind".to_string() } else { curing.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ") }
     );
-    s += &format!("\n3. bisection over the sites of {} ({} candidates, ordered by {}):\n", kinds.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "), kinds.len() as u32 * t.base.manifest.config.model.layers * 4, match (fp8.spiked(), loc.is_some()) {
-        (true, true) => "the saturation of each GEMM's casts at the spike's first step, then locate's shadow-GEMM ranking",
-        (true, false) => "the saturation of each GEMM's casts at the spike's first step, then execution order",
-        (false, true) => "the first non-finite GEMM, then locate's shadow-GEMM ranking",
-        (false, false) => "the first non-finite GEMM, then execution order",
-    });
+    s += &format!("\n3. bisection over the sites of {} ({} candidates, ordered by {}):\n", kinds.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", "), kinds.len() as u32 * t.base.manifest.config.model.layers * 4, format!(
+        "{}, then {}",
+        if fp8.spiked() { "the saturation of each GEMM's casts at the spike's first step" } else { "the first non-finite GEMM" },
+        if loc.is_some() { "locate's shadow-GEMM ranking" } else { "execution order" }
+    ));
     s += &table_of(&["bisect"], "bf16 sites", &|e| flag_after(e, "--bf16-sites"));
     s.push('\n');
     s += "\n4. current scaling: ";
