@@ -61,6 +61,17 @@ fn identical_flags_give_bit_identical_losses() {
     // A different seed must change them (the comparison above can fail).
     train_tiny(&dir.path().join("c"), &["--recipe", "delayed", "--steps", "40", "--quiet", "--seed", "8"]);
     assert_ne!(losses(&dir.path().join("c")), a);
+    // A replica (--init-jitter) sees the same batches from weights moved by half a BF16 ulp: its
+    // losses differ, but by far less than another seed's, and the manifest records the jitter.
+    train_tiny(&dir.path().join("j"), &["--recipe", "delayed", "--steps", "40", "--quiet", "--seed", "7", "--init-jitter", "1"]);
+    let j = losses(&dir.path().join("j"));
+    assert_ne!(j, a, "the jitter changes the run");
+    let worst = |x: &[f64]| x.iter().zip(&a).map(|(p, q)| ((p - q) / q).abs()).fold(0.0, f64::max);
+    let c = losses(&dir.path().join("c"));
+    println!("largest relative loss difference over 40 steps: replica {:.2e}, another seed {:.2e}", worst(&j), worst(&c));
+    assert!(worst(&j) < 0.01 && worst(&j) < worst(&c) / 5.0, "replica {} vs seed {}", worst(&j), worst(&c));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("j").join("run.json")).unwrap()).unwrap();
+    assert_eq!(m["config"]["train"]["init_jitter"], 1);
 }
 
 #[test]

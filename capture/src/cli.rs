@@ -257,6 +257,12 @@ pub struct TrainArgs {
     /// Seed of the weights and the batches.
     #[arg(long, default_value = "0", help_heading = "Data and training")]
     pub seed: u64,
+    /// Multiply every initial weight by 1 ± 2⁻⁹ (half a BF16 ulp; the sign drawn from this seed).
+    /// A BF16 GEMM rounds its inputs by that much at every step, so runs that differ only by the
+    /// jitter are equivalent: how far they drift apart is the run-to-run spread (noise band)
+    /// `fp8-analyze triage` and `anomalies` judge every gap against.
+    #[arg(long, value_name = "SEED", help_heading = "Data and training")]
+    pub init_jitter: Option<u64>,
 
     // ---- recording
     /// Record FP8 statistics every N steps (0: never).
@@ -539,6 +545,7 @@ impl TrainArgs {
                 eps: self.eps,
                 grad_clip: self.grad_clip,
                 seed: self.seed,
+                init_jitter: self.init_jitter,
             },
             record: RecordConfig {
                 stats_every: self.stats_every,

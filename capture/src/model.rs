@@ -10,7 +10,7 @@
 use crate::backend::{Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, StatsLevel};
 use fp8scope_schemas::config::{AttnMask, ModelDims};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use rand_pcg::Pcg64;
 use std::collections::{HashMap, HashSet};
@@ -130,6 +130,22 @@ pub fn init_params(d: &Dims, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Relative size of the `--init-jitter` perturbation: half a BF16 ulp (BF16 keeps 8 significand
+/// bits, so rounding to it moves a value by up to 2⁻⁹ of itself).
+pub const INIT_JITTER_REL: f32 = 1.0 / 512.0;
+
+/// Multiplies every value by 1 ± [`INIT_JITTER_REL`], the sign drawn from `seed` (a stream of its
+/// own, so the weights' draw is unchanged). Zeros stay zeros.
+pub fn jitter_params(params: &mut [Vec<f32>], seed: u64) {
+    let mut rng = Pcg64::seed_from_u64(seed ^ 0x0717_7E12_5EED);
+    for p in params.iter_mut() {
+        for x in p.iter_mut() {
+            let up: bool = rng.random();
+            *x *= if up { 1.0 + INIT_JITTER_REL } else { 1.0 - INIT_JITTER_REL };
+        }
+    }
+}
+
 /// Activations of one layer saved for backward. Shapes in comments; N = B·T.
 pub struct LayerActs<T> {
     pub ln1: T,      // (N, C)
@@ -234,8 +250,12 @@ fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
 }
 
 impl<B: Backend> Model<B> {
-    pub fn new(be: &mut B, dims: Dims, seed: u64) -> Model<B> {
-        let host = init_params(&dims, seed);
+    /// A model with [`init_params`] of `seed`, jittered by [`jitter_params`] when `jitter` is set.
+    pub fn new(be: &mut B, dims: Dims, seed: u64, jitter: Option<u64>) -> Model<B> {
+        let mut host = init_params(&dims, seed);
+        if let Some(j) = jitter {
+            jitter_params(&mut host, j);
+        }
         let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
         let sizes = param_sizes(&dims);
         let mut zeros = |n: usize| be.zeros(n);
@@ -458,6 +478,30 @@ mod tests {
         let per_layer = 4 * d.c + 3 * d.c * d.c + 3 * d.c + d.c * d.c + d.c + 2 * d.f * d.c + d.f + d.c;
         assert_eq!(total, 2 * d.v * d.c + 2 * d.c + d.l * per_layer);
         assert_eq!(param_names(&d).len(), param_sizes(&d).len());
+    }
+
+    #[test]
+    fn the_init_jitter_moves_every_weight_by_half_a_bf16_ulp_and_keeps_zeros() {
+        let d = Dims { v: 512, c: 64, f: 256, nh: 4, l: 2, b: 8, t: 64, n: 512, causal: true };
+        let base = init_params(&d, 7);
+        let mut j1 = base.clone();
+        jitter_params(&mut j1, 1);
+        let mut j2 = base.clone();
+        jitter_params(&mut j2, 2);
+        let (mut up, mut down, mut differ) = (0usize, 0usize, 0usize);
+        for ((b, a), c) in base.iter().flatten().zip(j1.iter().flatten()).zip(j2.iter().flatten()) {
+            if *b == 0.0 {
+                assert_eq!(*a, 0.0, "zeros stay zeros");
+                continue;
+            }
+            let r = (*a as f64 - *b as f64) / *b as f64;
+            assert!((r.abs() - 1.0 / 512.0).abs() < 1e-6, "relative change {r}");
+            if r > 0.0 { up += 1 } else { down += 1 }
+            differ += (a != c) as usize;
+        }
+        let n = up + down;
+        assert!(up.abs_diff(down) < n / 50, "signs balanced: {up} up, {down} down");
+        assert!(differ > n / 3, "another seed draws other signs: {differ} of {n}");
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };
     let manifest = Manifest::new_running(name, cfg.clone(), device, info);
     let mut writer = Writer::start(run, manifest)?;
-    let mut model: Model<B> = Model::new(be, dims, cfg.train.seed);
+    let mut model: Model<B> = Model::new(be, dims, cfg.train.seed, cfg.train.init_jitter);
     if let Some(s) = &scenario {
         s.init_embedding(be, &mut model.state.params[crate::model::WTE], dims.v, dims.c);
     }

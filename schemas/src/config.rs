@@ -159,6 +159,11 @@ pub struct TrainConfig {
     /// Global gradient-norm clip; 0 disables it.
     pub grad_clip: f64,
     pub seed: u64,
+    /// Seed of a jitter of the initial weights by ±2⁻⁹ relative (half a BF16 ulp), or none: runs
+    /// that differ only by it measure the run-to-run spread (the noise band of `fp8-analyze`).
+    /// Absent in runs recorded before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_jitter: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
