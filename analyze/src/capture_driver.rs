@@ -287,7 +287,11 @@ pub struct CaptureFlags {
 impl CaptureFlags {
     /// Flags shared by every run (model, data, seed, steps, device, scenario, extras).
     pub fn common(&self) -> Vec<String> {
-        let mut f = vec!["--preset".into(), self.preset.clone(), "--seed".into(), self.seed.to_string(), "--device".into(), self.device.clone()];
+        self.common_with_seed(self.seed)
+    }
+    /// [`CaptureFlags::common`] with another seed (a confirmation on a second seed).
+    pub fn common_with_seed(&self, seed: u64) -> Vec<String> {
+        let mut f = vec!["--preset".into(), self.preset.clone(), "--seed".into(), seed.to_string(), "--device".into(), self.device.clone()];
         if let Some(s) = self.steps {
             f.extend(["--steps".into(), s.to_string()]);
         }

@@ -1,21 +1,20 @@
 //! fp8-analyze: loads recorded fp8scope runs and answers why an FP8 run went wrong.
 //!
 //! - [`load`] opens runs (manifest and part footers checked) and scans their tables with polars;
-//! - [`tensors`] streams dumped tensors row group by row group for [`commands::compare`];
-//! - [`metrics`] holds the tensor error metrics, [`detect`] the spike / drift / non-finite
-//!   detectors, [`compat`] the checks that two runs can be compared;
-//! - [`commands`] holds one file per command; [`output`] renders tables, CSV and JSON.
+//! - [`tensors`] streams dumped tensors row group by row group for [`analysis::compare`];
+//! - [`analysis`] computes every answer (detectors, noise band, comparisons, ranking, bisection
+//!   planning) as typed values, with no flags and no rendering;
+//! - [`commands`] holds one file per command: its flags, its call into [`analysis`], its
+//!   rendering; [`report`] draws the charts and the page; [`output`] renders tables, CSV and JSON.
 //!
 //! `main` only parses the command line and calls [`run`].
 
+pub mod analysis;
 pub mod capture_driver;
 pub mod cli;
 pub mod commands;
-pub mod compat;
-pub mod detect;
 pub mod error;
 pub mod load;
-pub mod metrics;
 pub mod output;
 pub mod report;
 pub mod tensors;

@@ -74,6 +74,42 @@ pub fn back_in_band(recovery: Option<i64>) -> String {
     recovery.map_or("never back in band".into(), |r| format!("back in band at step {r}"))
 }
 
+/// A signed relative gap as a percentage with two decimals, `-` when absent.
+pub fn signed_pct(x: Option<f64>) -> String {
+    x.filter(|v| v.is_finite()).map(|v| format!("{:+.2}%", 100.0 * v)).unwrap_or_else(|| "-".into())
+}
+
+/// A gap's size relative to its noise band: `0.3× band`, `∞× band` (a band of 0), `-` without one.
+pub fn band_ratio(ratio: Option<f64>) -> String {
+    match ratio {
+        Some(r) if r.is_finite() => format!("{r:.1}× band"),
+        Some(_) => "∞× band".into(),
+        None => "-".into(),
+    }
+}
+
+/// The gap at the end in one sentence: vertical and horizontal, each beside its band when there
+/// is one.
+pub fn end_gap_text(e: &crate::analysis::anomalies::EndGap) -> String {
+    let mut s = format!("gap at the end: {} in loss (mean of the last 20 steps)", signed_pct(e.gap));
+    if let Some(b) = e.band {
+        s += &format!(", {} of {}", band_ratio(e.ratio), pct(b));
+    }
+    if let Some(h) = e.horizontal.as_ref().and_then(|h| Some((h.steps?, h.frac?, h.at_step))) {
+        let (steps, frac, at) = h;
+        s += &format!(
+            "; {} to reach the same loss ({:+.1} steps, {:+.1}% of {at})",
+            if steps >= 0.0 { "the run needs more steps" } else { "the run needs fewer steps" },
+            steps,
+            100.0 * frac
+        );
+        if let Some(hb) = e.horizontal_band {
+            s += &format!(", {} of {hb:.1} steps", band_ratio(e.horizontal_ratio));
+        }
+    }
+    s
+}
+
 /// A float as JSON: `null` when NaN or infinite (JSON has no such numbers).
 pub fn jf(x: f64) -> Value {
     serde_json::Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null)

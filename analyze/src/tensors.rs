@@ -4,7 +4,7 @@
 //! over a bounded channel, so the memory held stays a few batches whatever the dump's size.
 //!
 //! Polars does the planning elsewhere (which steps, which tables); here the values stay flat f32
-//! buffers that [`crate::metrics::Accum`] reads in place.
+//! buffers that [`crate::analysis::metrics::Accum`] reads in place.
 
 use crate::error::AnalyzeError;
 use crate::load::Run;

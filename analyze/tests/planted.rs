@@ -201,21 +201,39 @@ fn locate_names_the_planted_gemm_from_the_dumped_tensors() {
 }
 
 #[test]
-fn locate_uses_shadow_records_as_the_direct_error_when_the_run_has_them() {
+fn locate_ranks_shadowed_gemms_by_harm_after_the_warm_up() {
     let tmp = tempfile::tempdir().unwrap();
     let run = shadowed(tmp.path());
     let out = analyze(&["locate", &p(&run), "--json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = out.json();
-    assert_eq!((j["method"].as_str(), j["first"].as_str()), (Some("shadow"), Some("layers.0.fc2.dgrad")));
+    assert_eq!((j["method"].as_str(), j["ranked_by"].as_str(), j["first"].as_str()), (Some("shadow"), Some("harm"), Some("layers.0.fc2.dgrad")));
     let top = &j["ranked"][0];
+    assert_eq!(top["gemm_name"], "layers.0.fc2.dgrad");
     assert_eq!((top["first_crossed"].as_i64(), top["peak_step"].as_i64()), (Some(100), Some(100)));
-    assert!((f(&top["score"]) - 0.1).abs() < 1e-12);
+    assert!((f(&top["peak_error"]) - 0.1).abs() < 1e-12);
+    // harm = ‖δ‖·‖dual‖: √(mse·numel) · √(numel·(std² + mean²)) of the activation (std 0.5).
+    let want = (SHADOW_BAD_MSE * 32768.0).sqrt() * (32768.0f64 * 0.25).sqrt();
+    assert!((f(&top["score"]) - want).abs() < 1e-9 * want, "{} vs {want}", top["score"]);
     let grad = top["evidence"].as_array().unwrap().iter().find(|e| e["role"] == "gradient").cloned().unwrap();
     assert_eq!(f(&grad["underflow_frac"]), 0.42);
-    // All other GEMMs tie at 5e-4: execution order breaks the tie (layers.0.qkv.fprop first).
+    // The GEMMs of equal harm tie: execution order breaks the tie (layers.0.qkv.fprop first).
     assert_eq!(j["ranked"][1]["gemm_name"], "layers.0.qkv.fprop");
     assert_eq!(j["ranked"][2]["gemm_name"], "layers.0.proj.fprop");
+    let ranked = j["ranked"].as_array().unwrap();
+    let find = |name: &str| ranked.iter().position(|g| g["gemm_name"] == name).unwrap();
+    // The largest local error on a tiny result does the least harm: ranked last.
+    let harmless = find("layers.1.proj.dgrad");
+    assert_eq!(harmless, ranked.len() - 1, "ranked last by harm");
+    assert!((f(&ranked[harmless]["peak_error"]) - 0.2).abs() < 1e-12 && f(&ranked[harmless]["peak_error"]) > f(&top["peak_error"]));
+    // The warm-up's error (step 1, every amax_used 0) neither scores nor crosses.
+    let warm = &ranked[find("layers.1.qkv.wgrad")];
+    assert_eq!(warm["warmup_until"], 1);
+    assert_eq!((warm["errors"][0]["step"].as_i64(), warm["errors"][0]["warmup"].as_bool()), (Some(1), Some(true)));
+    assert_eq!(warm["first_crossed"], Value::Null, "{warm}");
+    assert!(f(&warm["peak_error"]) < 0.01, "the warm-up's error of 1 is left out: {}", warm["peak_error"]);
+    let text = analyze(&["locate", &p(&run)]);
+    assert!(text.stdout.contains("ranked by harm") && text.stdout.contains("warm-up"), "{}", text.stdout);
 }
 
 #[test]

@@ -153,6 +153,10 @@ pub struct GapSpike {
     pub upper: f64,
     /// (peak_gap − median_gap) / σ.
     pub peak_z: f64,
+    /// The noise band of the raw gap at the peak, when replicas measured one.
+    pub noise_band: Option<f64>,
+    /// Whether the peak gap is within the noise band's margin: such a spike does not count.
+    pub within_noise: bool,
 }
 
 /// Spikes of the run against its baseline over their common steps (`steps` ascending, `run` and
@@ -177,6 +181,8 @@ pub fn gap_spikes(steps: &[i64], run: &[f64], base: &[f64], p: SpikeParams, min_
                 sigma: x.sigma,
                 upper: x.upper,
                 peak_z: x.peak_z,
+                noise_band: None,
+                within_noise: false,
             }
         })
         .collect()
@@ -210,6 +216,11 @@ pub struct Drift {
     pub final_gap: f64,
     /// Raw gap at the last common step (signed).
     pub final_raw_gap: f64,
+    /// The bound |e| had to pass at the last common step (the threshold, or the noise band's).
+    pub final_bound: f64,
+    /// Whether the gap is still past the bound, with the same sign, at the last common step: drift
+    /// is what persists; a gap that closed before the end is transient.
+    pub persists: bool,
 }
 
 /// The smoothed relative gap at each common step where both losses are finite:
@@ -236,13 +247,20 @@ fn ema(prev: Option<f64>, g: f64, alpha: f64) -> f64 {
     prev.map_or(g, |p| alpha * g + (1.0 - alpha) * p)
 }
 
-/// The first drift of the run from its baseline over their common steps (see [`smoothed_gap`]).
+/// The first drift of the run from its baseline over their common steps (see [`smoothed_gap`]),
+/// with the threshold as the bound at every step.
 pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option<Drift> {
+    drift_past(steps, run, base, p, &|_| p.threshold)
+}
+
+/// The first streak of `p.steps` consecutive common steps whose smoothed gap is past `bound(step)`
+/// with one sign (`p.threshold` is not used: put it in the bound).
+pub fn drift_past(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams, bound: &dyn Fn(i64) -> f64) -> Option<Drift> {
     let gaps = smoothed_gap(steps, run, base, p.alpha);
     let &(final_step, final_raw_gap, final_gap) = gaps.last()?;
     let mut streak_start: Option<usize> = None;
-    for (i, &(_, _, e)) in gaps.iter().enumerate() {
-        let past = e.abs() > p.threshold;
+    for (i, &(s, _, e)) in gaps.iter().enumerate() {
+        let past = e.abs() > bound(s);
         let same_sign = streak_start.is_some_and(|s| gaps[s].2.signum() == e.signum());
         streak_start = match (past, same_sign) {
             (false, _) => None,
@@ -252,6 +270,7 @@ pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option
         if let Some(s) = streak_start {
             if i + 1 - s >= p.steps.max(1) {
                 let (first_step, _, first_gap) = gaps[s];
+                let final_bound = bound(final_step);
                 return Some(Drift {
                     first_step,
                     confirmed_step: gaps[i].0,
@@ -260,6 +279,8 @@ pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option
                     final_step,
                     final_gap,
                     final_raw_gap,
+                    final_bound,
+                    persists: final_gap.abs() > final_bound && final_gap.signum() == first_gap.signum(),
                 });
             }
         }
@@ -269,11 +290,11 @@ pub fn drift(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams) -> Option
 
 /// [`drift`] without the steps of the spikes against the baseline that came back in band (start
 /// to recovery): drift is a sustained gap, and a spike's tail in the EMA is not one.
-pub fn drift_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], p: DriftParams) -> Option<Drift> {
+pub fn drift_outside_spikes(steps: &[i64], run: &[f64], base: &[f64], spikes: &[GapSpike], p: DriftParams, bound: &dyn Fn(i64) -> f64) -> Option<Drift> {
     let keep: Vec<usize> = (0..steps.len()).filter(|&i| !in_recovered_spike(spikes, steps[i])).collect();
     let pick = |v: &[f64]| keep.iter().map(|&i| v[i]).collect::<Vec<f64>>();
     let kept_steps: Vec<i64> = keep.iter().map(|&i| steps[i]).collect();
-    drift(&kept_steps, &pick(run), &pick(base), p)
+    drift_past(&kept_steps, &pick(run), &pick(base), p, bound)
 }
 
 /// Whether `step` lies in a spike against the baseline that came back in band (start to recovery).
@@ -454,7 +475,7 @@ mod tests {
         assert!(drift(&steps, &run, &base, p).is_some(), "the EMA tail alone looks like drift");
         let spikes = gap_spikes(&steps, &run, &base, P, 0.05);
         assert_eq!((spikes.len(), spikes[0].start, spikes[0].recovery), (1, 200, Some(202)));
-        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p), None, "without the spike's steps there is none");
+        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p, &|_| 0.01), None, "without the spike's steps there is none");
         let shown = smoothed_gap_outside_spikes(&steps, &run, &base, &spikes, 0.1);
         assert!((shown[199].1 - 0.3).abs() < 1e-12 && shown[199].2 == shown[198].2, "the raw gap is shown, the EMA holds: {:?}", &shown[198..200]);
         assert!(shown.iter().all(|x| x.2.abs() < 0.01), "the EMA the chart draws stays within the threshold");
@@ -464,7 +485,7 @@ mod tests {
         }
         let spikes = gap_spikes(&steps, &run, &base, P, 0.05);
         assert_eq!(spikes.last().map(|s| (s.start, s.recovery)), Some((250, None)));
-        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p).map(|d| d.first_step), Some(250));
+        assert_eq!(drift_outside_spikes(&steps, &run, &base, &spikes, p, &|_| 0.01).map(|d| d.first_step), Some(250));
     }
 
     #[test]
@@ -477,6 +498,20 @@ mod tests {
         assert_eq!((d.first_step, d.confirmed_step, d.sign), (120, 129, "above"));
         assert!((d.final_raw_gap - 0.2).abs() < 1e-12);
         assert!((d.final_gap - 0.2).abs() < 1e-6);
+        assert!(d.persists);
+    }
+
+    #[test]
+    fn a_gap_that_closes_before_the_end_does_not_persist_and_a_band_raises_the_bound() {
+        let steps: Vec<i64> = (1..=300).collect();
+        let base = vec![3.0; 300];
+        let run: Vec<f64> = steps.iter().map(|&s| if (100..200).contains(&s) { 3.1 } else { 3.0 }).collect();
+        let p = DriftParams { threshold: 0.01, alpha: 0.1, steps: 10 };
+        let d = drift(&steps, &run, &base, p).expect("a streak");
+        assert_eq!(d.first_step, 103, "the EMA passes 1% on the fourth step of a 3.3% gap");
+        assert!(!d.persists, "closed by step 300: {d:?}");
+        // A bound of 5% from a noise band hides a 3.3% gap entirely.
+        assert_eq!(drift_past(&steps, &run, &base, p, &|_| 0.05), None);
     }
 
     #[test]

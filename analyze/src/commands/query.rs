@@ -3,7 +3,8 @@
 //! `run` (the run's name) so that one query compares runs. Out as an aligned table, CSV, JSON or
 //! Parquet, on stdout or in `--output FILE`.
 
-use crate::cli::{Format, QueryArgs};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{scan_union, LoadOptions, Run};
@@ -11,6 +12,30 @@ use crate::output;
 use fp8scope_schemas::layout::Table;
 use polars::prelude::*;
 use polars::sql::SQLContext;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+    Parquet,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// One or more run directories.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// The SQL (polars dialect) over the tables steps, stats, tensors, events and shadow.
+    #[arg(long)]
+    pub sql: String,
+    /// Output format (--json is the same as --format json).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the result to this file instead of stdout (required for parquet).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
 
 /// A SQL context with every table of `runs` registered under its name.
 pub fn context(runs: &[Run]) -> Result<SQLContext, AnalyzeError> {

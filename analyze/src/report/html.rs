@@ -2,7 +2,7 @@
 //! findings in words, each chart with its caption, the worst sites as a table, and what could not
 //! be drawn and why. Images are referenced by relative file name, so the directory can be moved.
 
-use crate::commands::report::{Report, RunFindings};
+use crate::report::build::{Report, RunFindings};
 use crate::report::{percent, short, Chart};
 
 /// Escapes text for HTML content and attribute values.
@@ -47,7 +47,7 @@ fn sites_table(f: &RunFindings) -> String {
         return String::new();
     }
     let mut o = String::from(
-        "<table><tr><th>#</th><th class=l>GEMM</th><th>error added</th><th>peak step</th><th>first crossed</th><th class=l>operand</th><th>format</th><th>saturated</th><th>underflow</th><th>amax</th><th>amax used</th><th>scale</th></tr>\n",
+        "<table><tr><th>#</th><th class=l>GEMM</th><th>error added (1 − cos)</th><th>at step</th><th>first crossed</th><th class=l>operand</th><th>format</th><th>saturated</th><th>underflow</th><th>amax</th><th>amax used</th><th>scale</th></tr>\n",
     );
     for (i, g) in l.ranked.iter().take(10).enumerate() {
         let span = g.evidence.len().max(1);
@@ -55,8 +55,8 @@ fn sites_table(f: &RunFindings) -> String {
             "<td rowspan={span}>{}</td><td class=l rowspan={span}><code>{}</code></td><td rowspan={span}>{}</td><td rowspan={span}>{}</td><td rowspan={span}>{}</td>",
             i + 1,
             esc(&g.gemm_name),
-            short(g.score),
-            g.peak_step,
+            short(g.peak_error),
+            g.peak_error_step,
             g.first_crossed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
         );
         if g.evidence.is_empty() {
@@ -83,7 +83,7 @@ fn sites_table(f: &RunFindings) -> String {
 
 fn health_table(f: &RunFindings) -> String {
     let s = &f.summary;
-    let mut rows: Vec<&crate::commands::summary::TensorHealth> = s.worst_saturation.iter().chain(&s.worst_underflow).collect();
+    let mut rows: Vec<&crate::analysis::summary::TensorHealth> = s.worst_saturation.iter().chain(&s.worst_underflow).collect();
     rows.dedup_by(|a, b| a.tensor == b.tensor && a.gemm == b.gemm);
     if rows.is_empty() {
         return String::new();

@@ -1,7 +1,6 @@
 //! Drawing the charts of `report` (PNG, with plotters and fonts bundled in the binary) and its
-//! `index.html`. The data comes ready-made from the other commands' library functions
-//! (`find_anomalies`, `compare_runs`, `locate`, `summarize`) and a few stats/tensors scans in
-//! [`crate::commands::report`]; the files here only draw.
+//! `index.html`. [`build`] gathers the data from [`crate::analysis`] (`find_anomalies`,
+//! `compare_runs`, `locate`, `summarize`) and a few stats/tensors scans; the other files only draw.
 //!
 //! One file per chart family: [`loss`] (loss overlay and relative-gap panel), [`heatmap`]
 //! (layer × step maps with a colour bar), [`amax`] (amax against the amax the scale came from, and
@@ -12,6 +11,7 @@
 //! palette for lines (safe for the common colour-vision deficiencies), and viridis / cividis for
 //! colour scales.
 
+pub mod build;
 pub mod amax;
 pub mod heatmap;
 pub mod histogram;

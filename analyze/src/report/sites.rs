@@ -20,7 +20,7 @@ pub struct Bar {
 /// Draws up to 10 bars at `path` ([`super::SITES_SIZE`]).
 pub fn draw(path: &Path, run: &str, method: &str, threshold: f64, bars: &[Bar]) -> Result<(), DrawError> {
     png(path, super::SITES_SIZE, |root| {
-        let title = format!("{run}: error each GEMM adds ({method})");
+        let title = format!("{run}: error each GEMM adds after warm-up, in order of harm ({method})");
         let root = root.titled(&title, (FONT, TITLE_PX - 2, FontStyle::Bold)).map_err(draw_err)?;
         let bars: Vec<&Bar> = bars.iter().take(10).collect();
         let limit = 1.0 - threshold;

@@ -70,7 +70,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
         recipe: RecipeConfig { kind, format: FormatPolicy::Hybrid, amax_history: 16, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Default::default() },
         routing: RoutingConfig::default(),
         data: DataConfig { kind: DataKind::Synthetic, path: None, language_seed: 7, branching: 4, topics: 1, zipf_exponent: 1.0 },
-        train: TrainConfig { steps: STEPS, lr: 1e-3, warmup_steps: 10, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0, seed: 1234 },
+        train: TrainConfig { steps: STEPS, lr: 1e-3, warmup_steps: 10, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0, seed: 1234, init_jitter: None },
         record: RecordConfig {
             stats_every: 1,
             quant_error_every: 10,
@@ -371,8 +371,20 @@ pub fn nan(parent: &Path) -> PathBuf {
     write_run(parent, &p)
 }
 
-/// A run recorded with shadow GEMMs: every GEMM's error is 5e-4, except layers.0.fc2's dgrad at
-/// 0.1 (cosine 0.9) from step 100. No tensors dumped.
+/// Shadow error (mse) of the harmful GEMM, layers.0.fc2.dgrad, from step 100.
+pub const SHADOW_BAD_MSE: f64 = 2e-2;
+/// Shadow error (mse) of every other GEMM.
+pub const SHADOW_MSE: f64 = 1e-4;
+
+/// A run recorded with shadow GEMMs, delayed scaling. Every GEMM's error is 5e-4 (mse 1e-4),
+/// except:
+/// - layers.0.fc2's dgrad: cosine 0.9 (error 0.1), mse 2e-2 from step 100 — the harmful one;
+/// - layers.1.proj's dgrad: cosine 0.8 (error 0.2) from step 150, but on a tiny result (mse 1e-8):
+///   the largest local error and the least harm;
+/// - layers.1.qkv's wgrad: cosine 0 (error 1) at step 1, delayed scaling's warm-up (every
+///   operand's amax_used is 0 at step 1).
+///
+/// No tensors dumped.
 pub fn shadowed(parent: &Path) -> PathBuf {
     let mut p = Plan::new("shadowed", RecipeKind::Delayed);
     p.config.record.shadow = true;
@@ -382,9 +394,17 @@ pub fn shadowed(parent: &Path) -> PathBuf {
         for layer in 0..LAYERS {
             for module in Module::ALL {
                 for gemm in Gemm::ALL {
-                    let bad = (layer, module, gemm) == (0, Module::Fc2, Gemm::Dgrad) && s >= 100;
-                    let cosine = if bad { 0.9 } else { 0.9995 };
-                    rows.push(ShadowRow { step: s, layer, module, gemm, numel: 32768, cosine, mse: 1e-4, rel_l2: 0.03, max_abs_diff: 0.01 });
+                    let id = (layer, module, gemm);
+                    let (cosine, mse) = if id == (0, Module::Fc2, Gemm::Dgrad) && s >= 100 {
+                        (0.9, SHADOW_BAD_MSE)
+                    } else if id == (1, Module::Proj, Gemm::Dgrad) && s >= 150 {
+                        (0.8, 1e-8)
+                    } else if id == (1, Module::Qkv, Gemm::Wgrad) && s == 1 {
+                        (0.0, 1.0)
+                    } else {
+                        (0.9995, SHADOW_MSE)
+                    };
+                    rows.push(ShadowRow { step: s, layer, module, gemm, numel: 32768, cosine, mse, rel_l2: 0.03, max_abs_diff: 0.01 });
                 }
             }
         }
@@ -394,7 +414,26 @@ pub fn shadowed(parent: &Path) -> PathBuf {
         if (r.layer, r.module, r.gemm, r.role) == (0, Module::Fc2, Gemm::Dgrad, Role::Gradient) && r.step >= 100 {
             r.underflow_frac = 0.42;
         }
+        if r.step == 1 {
+            r.amax_used = 0.0;
+            r.scale = 1.0;
+        }
     });
+    write_run(parent, &p)
+}
+
+/// A BF16 replica of the baseline whose loss is `gap(step)` (relative) off the baseline's, with the
+/// same batch noise.
+pub fn replica(parent: &Path, name: &str, gap: fn(u32) -> f64) -> PathBuf {
+    let mut p = Plan::new(name, RecipeKind::Bf16);
+    p.loss = Box::new(move |s| base_loss(s) * (1.0 + gap(s)));
+    write_run(parent, &p)
+}
+
+/// An FP8 run `gap` above the baseline from DRIFT_STEP (and within 0.1% before).
+pub fn gapped(parent: &Path, name: &str, gap: f64) -> PathBuf {
+    let mut p = Plan::new(name, RecipeKind::Delayed);
+    p.loss = Box::new(move |s| base_loss(s) * (1.0 + if s >= DRIFT_STEP { gap } else { 0.0 }) * (1.0 + 0.001 * unit(&[s as u64, 2])));
     write_run(parent, &p)
 }
 

@@ -1,0 +1,419 @@
+//! Which GEMM does the harm: the ranking beneath `locate`, `report` and `triage`.
+//!
+//! Each GEMM (`layers.1.fc2.dgrad`) gets, at each dump step, the **error** it adds:
+//! - with shadow records (the run was recorded with `--shadow`): its own error directly,
+//!   1 − cosine of the FP8 result against a BF16 GEMM on the same inputs;
+//! - otherwise, from `compare` against the baseline: error(result) − max(error(operands)), where
+//!   error = 1 − cosine (2 when non-finite) and the operands are the dumped ones among the GEMM's
+//!   inputs (fprop: activation, weight → output; dgrad: gradient, weight → dgrad; wgrad: gradient,
+//!   activation → wgrad).
+//!
+//! A local error says how wrong a GEMM's result is, not how much that matters to training: a
+//! gradient GEMM far upstream may be 100% wrong on values that move nothing. With shadow records,
+//! GEMMs are ranked by **harm**, the error measured in loss units:
+//!
+//! harm = ‖δ‖ · ‖dual‖, δ = FP8 result − BF16 result on the same inputs (‖δ‖² = mse · numel),
+//!
+//! where the dual of a result is the tensor it pairs with in the loss's first-order expansion:
+//! for fprop (Y = X·Wᵀ) the loss gradient dY, so harm bounds |⟨δY, dY⟩|, the change of the loss
+//! the error makes; for dgrad (dX) the activation X, so harm bounds |⟨X, δdX⟩|, the error in the
+//! loss's predicted response to X; for wgrad (dW) the weight W, likewise for the update of W. Each
+//! is in loss units, so GEMMs of every kind and layer compare. The duals' norms come from the stats
+//! table (‖t‖² = numel · (std² + mean²) of the operand cast at that step).
+//!
+//! **Warm-up**: under delayed scaling, until a GEMM's operands' amax histories hold a real value
+//! (`amax_used` > 0 for every operand), their scales are the initial 1 and small values underflow
+//! in every run: those steps are labelled `warmup` and never score, cross or give evidence.
+//!
+//! GEMMs are ranked by their largest harm after warm-up (the **score**; by the largest added error
+//! without shadow records or stats), ties first in execution order (forward in layer order, backward
+//! in reverse). A GEMM *crosses* the threshold at the first step after warm-up where it adds more
+//! than 1 − threshold error; the verdict is the GEMM that crossed first (earliest step, then
+//! execution order). Evidence: the underflow and saturation fractions (with amax and scale) of its
+//! operands in the stats table at that step (or the latest recorded before it).
+
+use crate::analysis::compare::compare_runs;
+use crate::analysis::detect::tensor_rank;
+use crate::analysis::metrics::error_of_cosine;
+use crate::error::AnalyzeError;
+use crate::load::{f64s, i64s, strs, Run};
+use fp8scope_schemas::config::RecipeKind;
+use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::names::{Gemm, Role};
+use fp8scope_schemas::tables::col;
+use polars::prelude::*;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One GEMM's error at one step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepError {
+    pub step: i64,
+    /// Error of the GEMM's result (1 − cosine).
+    pub output_error: f64,
+    /// Largest error among its dumped operands (0 with shadow records: same inputs).
+    pub input_error: f64,
+    /// output_error − input_error.
+    pub added: f64,
+    /// ‖δ‖ · ‖dual‖ (shadow records and stats only).
+    pub harm: Option<f64>,
+    /// A step of delayed scaling's warm-up (scales not yet from a real amax): never scored.
+    pub warmup: bool,
+}
+
+/// FP8 statistics of one operand at the evidence step.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OperandEvidence {
+    pub role: String,
+    pub step: i64,
+    pub format: Option<String>,
+    pub underflow_frac: Option<f64>,
+    pub saturated_frac: Option<f64>,
+    pub amax: Option<f64>,
+    pub amax_used: Option<f64>,
+    pub scale: Option<f64>,
+}
+
+/// One ranked GEMM.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LocatedGemm {
+    /// `layers.1.fc2.dgrad`
+    pub gemm_name: String,
+    pub site: String,
+    pub layer: i64,
+    pub module: String,
+    pub gemm: String,
+    /// Position in execution order (smaller runs earlier).
+    pub execution_rank: u64,
+    /// What the ranking sorts on: the largest harm after warm-up (`ranked_by` = harm), or the
+    /// largest added error after warm-up.
+    pub score: f64,
+    /// The step of the score.
+    pub peak_step: i64,
+    /// The largest added error (1 − cosine) after warm-up, and its step.
+    pub peak_error: f64,
+    pub peak_error_step: i64,
+    /// First step after warm-up whose added error exceeded 1 − threshold.
+    pub first_crossed: Option<i64>,
+    /// The last step of delayed scaling's warm-up for this GEMM (None: no warm-up).
+    pub warmup_until: Option<i64>,
+    /// Operand roles whose error was subtracted (empty with shadow records).
+    pub inputs: Vec<String>,
+    pub errors: Vec<StepError>,
+    /// The operands at the first crossing (else the peak).
+    pub evidence: Vec<OperandEvidence>,
+    /// The operands at the peak step, when it is not the evidence step: a fault that builds up
+    /// (an amax history that keeps a scale stale) shows there, not at its first step.
+    pub evidence_at_peak: Vec<OperandEvidence>,
+}
+
+/// Everything `locate` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct LocateReport {
+    pub run: String,
+    pub baseline: Option<String>,
+    /// `shadow` or `tensors`.
+    pub method: &'static str,
+    /// `harm` (shadow records and stats) or `added error`.
+    pub ranked_by: &'static str,
+    pub threshold: f64,
+    /// The GEMM that crossed the threshold first, if any did.
+    pub first: Option<String>,
+    pub ranked: Vec<LocatedGemm>,
+    pub warnings: Vec<String>,
+}
+
+impl LocateReport {
+    /// The 1-based rank of `gemm_name`, if ranked.
+    pub fn rank_of(&self, gemm_name: &str) -> Option<usize> {
+        self.ranked.iter().position(|g| g.gemm_name == gemm_name).map(|i| i + 1)
+    }
+}
+
+pub type GemmId = (i64, String, String); // layer, module, gemm
+
+fn rank_of(n_layers: u32, (layer, module, gemm): &GemmId) -> u64 {
+    let role = Gemm::parse(gemm).map(|g| g.result().as_str()).unwrap_or("");
+    tensor_rank(n_layers, *layer, module, role)
+}
+
+/// The role whose tensor pairs with a GEMM's result in the loss's first-order expansion: fprop's
+/// Y with dY (gradient), dgrad's dX with X (activation), wgrad's dW with W (weight).
+pub fn dual_role(g: Gemm) -> Role {
+    match g {
+        Gemm::Fprop => Role::Gradient,
+        Gemm::Dgrad => Role::Activation,
+        Gemm::Wgrad => Role::Weight,
+    }
+}
+
+/// Per GEMM, per step errors from the shadow table, with ‖δ‖ (None when mse or numel is missing).
+fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f64>)>>, AnalyzeError> {
+    let lf = run.scan(Table::Shadow, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::COSINE, col::MSE, col::NUMEL])?;
+    let df = run.collect(Table::Shadow, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "shadow", e);
+    let (st, la, mo, ge, co) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::COSINE).map_err(e)?);
+    let (ms, nu) = (f64s(&df, col::MSE).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?);
+    let mut out: BTreeMap<GemmId, Vec<(StepError, Option<f64>)>> = BTreeMap::new();
+    for i in 0..df.height() {
+        let (Some(step), Some(layer), Some(module), Some(gemm)) = (st[i], la[i], mo[i].clone(), ge[i].clone()) else { continue };
+        let err = error_of_cosine(co[i].unwrap_or(f64::NAN));
+        let delta = match (ms[i], nu[i]) {
+            (Some(m), Some(n)) if m.is_finite() => Some((m.max(0.0) * n as f64).sqrt()),
+            (Some(_), Some(_)) => Some(f64::INFINITY),
+            _ => None,
+        };
+        out.entry((layer, module, gemm)).or_default().push((StepError { step, output_error: err, input_error: 0.0, added: err, harm: None, warmup: false }, delta));
+    }
+    Ok(out)
+}
+
+/// ‖t‖ of every quantized operand at the given steps: (step, layer, module, role) → norm, from
+/// numel · (std² + mean²) of the stats table.
+fn operand_norms(run: &Run, steps: &[i64]) -> Result<BTreeMap<(i64, i64, String, String), f64>, AnalyzeError> {
+    if steps.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let wanted = Series::new("s".into(), steps.to_vec());
+    let lf = run
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::NUMEL, col::MEAN, col::STD])?
+        .filter(col(col::STEP).is_in(lit(wanted).implode(false), false))
+        .group_by([col(col::STEP), col(col::LAYER), col(col::MODULE), col(col::ROLE)])
+        .agg([col(col::NUMEL).first(), col(col::MEAN).first(), col(col::STD).first()]);
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (st, la, mo, ro) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
+    let (nu, me, sd) = (i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::MEAN).map_err(e)?, f64s(&df, col::STD).map_err(e)?);
+    let mut out = BTreeMap::new();
+    for i in 0..df.height() {
+        if let (Some(s), Some(l), Some(m), Some(r), Some(n), Some(mean), Some(std)) = (st[i], la[i], mo[i].clone(), ro[i].clone(), nu[i], me[i], sd[i]) {
+            out.insert((s, l, m, r), (n as f64 * (std * std + mean * mean)).sqrt());
+        }
+    }
+    Ok(out)
+}
+
+/// Under delayed scaling, per GEMM, the last step of its warm-up: the last step before the first
+/// one at which every operand's scale came from a real amax (`amax_used` > 0). Empty for other
+/// recipes (their scales come from the tensor itself).
+pub fn warmup_until(run: &Run) -> Result<BTreeMap<GemmId, i64>, AnalyzeError> {
+    if run.manifest.config.recipe.kind != RecipeKind::Delayed || !run.has(Table::Stats)? {
+        return Ok(BTreeMap::new());
+    }
+    let lf = run
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::AMAX_USED])?
+        .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM), col(col::STEP)])
+        .agg([col(col::AMAX_USED).min().alias("least")])
+        .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM)])
+        .agg([
+            col(col::STEP).filter(col("least").gt(lit(0.0))).min().alias("ready"),
+            col(col::STEP).min().alias("first"),
+        ]);
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (la, mo, ge) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?);
+    let (ready, first) = (i64s(&df, "ready").map_err(e)?, i64s(&df, "first").map_err(e)?);
+    let mut out = BTreeMap::new();
+    for i in 0..df.height() {
+        let (Some(l), Some(m), Some(g), Some(r), Some(f)) = (la[i], mo[i].clone(), ge[i].clone(), ready[i], first[i]) else { continue };
+        if r > f {
+            out.insert((l, m, g), r - 1);
+        }
+    }
+    Ok(out)
+}
+
+/// Per GEMM, per step added errors from comparing the dumped tensors with the baseline's.
+fn tensor_errors(run: &Run, base: &Run, threshold: f64) -> Result<(BTreeMap<GemmId, Vec<StepError>>, BTreeMap<GemmId, Vec<String>>, Vec<String>), AnalyzeError> {
+    let report = compare_runs(run, base, threshold)?;
+    // error of each (step, layer, module, role)
+    let mut err: BTreeMap<(i64, i64, String, String), f64> = BTreeMap::new();
+    for t in &report.tensors {
+        err.insert((t.step, t.layer, t.module.clone(), t.role.clone()), error_of_cosine(t.metrics.cosine));
+    }
+    let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
+    let mut inputs: BTreeMap<GemmId, Vec<String>> = BTreeMap::new();
+    let mut sites: Vec<(i64, i64, String)> = err.keys().map(|(s, l, m, _)| (*s, *l, m.clone())).collect();
+    sites.dedup();
+    for (step, layer, module) in sites {
+        for g in Gemm::ALL {
+            let get = |r: Role| err.get(&(step, layer, module.clone(), r.as_str().to_string())).copied();
+            let Some(output_error) = get(g.result()) else { continue };
+            let ops: Vec<(Role, f64)> = g.operands().into_iter().filter_map(|r| get(r).map(|e| (r, e))).collect();
+            let input_error = ops.iter().map(|o| o.1).fold(0.0, f64::max);
+            let id = (layer, module.clone(), g.as_str().to_string());
+            inputs.entry(id.clone()).or_insert_with(|| ops.iter().map(|o| o.0.as_str().to_string()).collect());
+            out.entry(id).or_default().push(StepError { step, output_error, input_error, added: output_error - input_error, harm: None, warmup: false });
+        }
+    }
+    Ok((out, inputs, report.warnings))
+}
+
+/// The GEMMs whose casts saturated at `step`, most saturated first: (`layers.0.qkv.fprop`, the
+/// largest saturated fraction of its operands). A spike's first step names its suspects this way.
+pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeError> {
+    let lf = run
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::SATURATED_FRAC])?
+        .filter(col(col::STEP).eq(lit(step)).and(col(col::SATURATED_FRAC).gt(lit(0.0))))
+        .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM)])
+        .agg([col(col::SATURATED_FRAC).max()]);
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (la, mo, ge, sa) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?);
+    let mut out: Vec<(String, f64)> = (0..df.height())
+        .filter_map(|i| Some((format!("layers.{}.{}.{}", la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?)))
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(out)
+}
+
+/// The stats of a GEMM's operands at `step`, or at the latest recorded step before it.
+pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
+    let lf = run
+        .scan(
+            Table::Stats,
+            &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FORMAT, col::UNDERFLOW_FRAC, col::SATURATED_FRAC, col::AMAX, col::AMAX_USED, col::SCALE],
+        )?
+        .filter(
+            col(col::LAYER)
+                .cast(DataType::Int64)
+                .eq(lit(*layer))
+                .and(col(col::MODULE).eq(lit(module.clone())))
+                .and(col(col::GEMM).eq(lit(gemm.clone())))
+                .and(col(col::STEP).lt_eq(lit(step))),
+        )
+        .filter(col(col::STEP).eq(col(col::STEP).max()))
+        .sort([col::ROLE], Default::default());
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (st, ro, fo) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
+    let (un, sa, am, au, sc) = (
+        f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?,
+        f64s(&df, col::SATURATED_FRAC).map_err(e)?,
+        f64s(&df, col::AMAX).map_err(e)?,
+        f64s(&df, col::AMAX_USED).map_err(e)?,
+        f64s(&df, col::SCALE).map_err(e)?,
+    );
+    Ok((0..df.height())
+        .map(|i| OperandEvidence {
+            role: ro[i].clone().unwrap_or_default(),
+            step: st[i].unwrap_or(step),
+            format: fo[i].clone(),
+            underflow_frac: un[i],
+            saturated_frac: sa[i],
+            amax: am[i],
+            amax_used: au[i],
+            scale: sc[i],
+        })
+        .collect())
+}
+
+/// Ranks the GEMMs of `run` by the harm (or error) each adds.
+pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateReport, AnalyzeError> {
+    if !(threshold > -1.0 && threshold <= 1.0) {
+        return Err(AnalyzeError::usage(format!("--threshold must be a cosine in (-1, 1], got {threshold}")));
+    }
+    let mut warnings = Vec::new();
+    let (method, mut errors, inputs) = if run.has(Table::Shadow)? {
+        if let Some(b) = base {
+            warnings.push(format!("run '{}' has shadow GEMM records: they measure each GEMM directly, baseline '{}' is not used", run.name, b.name));
+        }
+        let shadow = shadow_errors(run)?;
+        let mut steps: Vec<i64> = shadow.values().flatten().map(|(e, _)| e.step).collect();
+        steps.sort_unstable();
+        steps.dedup();
+        let norms = if run.has(Table::Stats)? { operand_norms(run, &steps)? } else { BTreeMap::new() };
+        let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
+        for ((layer, module, gemm), v) in shadow {
+            let dual = Gemm::parse(&gemm).map(dual_role);
+            let list = v
+                .into_iter()
+                .map(|(mut e, delta)| {
+                    let d = dual.and_then(|r| norms.get(&(e.step, layer, module.clone(), r.as_str().to_string())).copied());
+                    e.harm = match (delta, d) {
+                        (Some(x), Some(y)) if x.is_infinite() => Some(if y > 0.0 { f64::INFINITY } else { 0.0 }),
+                        (Some(x), Some(y)) => Some(x * y),
+                        _ => None,
+                    };
+                    e
+                })
+                .collect();
+            out.insert((layer, module, gemm), list);
+        }
+        ("shadow", out, BTreeMap::new())
+    } else {
+        let Some(base) = base else {
+            return Err(AnalyzeError::Missing {
+                run: run.name.clone(),
+                message: "has no shadow records; give --baseline B, or record the run with --shadow".into(),
+            });
+        };
+        let (e, i, w) = tensor_errors(run, base, threshold)?;
+        warnings.extend(w);
+        ("tensors", e, i)
+    };
+    let warm = warmup_until(run)?;
+    for (id, v) in errors.iter_mut() {
+        if let Some(&until) = warm.get(id) {
+            for e in v.iter_mut() {
+                e.warmup = e.step <= until;
+            }
+        }
+    }
+    let by_harm = errors.values().flatten().any(|e| e.harm.is_some());
+    let n_layers = run.n_layers();
+    let limit = 1.0 - threshold;
+    let mut ranked: Vec<LocatedGemm> = errors
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(id, mut v)| {
+            v.sort_by_key(|e| e.step);
+            // Scored steps: after warm-up (every step if the run never left it).
+            let scored: Vec<&StepError> = if v.iter().all(|e| e.warmup) { v.iter().collect() } else { v.iter().filter(|e| !e.warmup).collect() };
+            let best = |key: &dyn Fn(&StepError) -> f64| scored.iter().fold(scored[0], |b, e| if key(e) > key(b) { e } else { b });
+            let by_error = best(&|e: &StepError| e.added);
+            let (score, peak_step) = if by_harm {
+                let h = best(&|e: &StepError| e.harm.unwrap_or(0.0));
+                (h.harm.unwrap_or(0.0), h.step)
+            } else {
+                (by_error.added, by_error.step)
+            };
+            let first_crossed = scored.iter().find(|e| e.added > limit).map(|e| e.step);
+            let (peak_error, peak_error_step) = (by_error.added, by_error.step);
+            let (layer, module, gemm) = id.clone();
+            LocatedGemm {
+                gemm_name: format!("layers.{layer}.{module}.{gemm}"),
+                site: format!("layers.{layer}.{module}"),
+                execution_rank: rank_of(n_layers, &id),
+                warmup_until: warm.get(&id).copied(),
+                layer,
+                module,
+                gemm,
+                score,
+                peak_step,
+                peak_error,
+                peak_error_step,
+                first_crossed,
+                inputs: inputs.get(&id).cloned().unwrap_or_default(),
+                errors: v,
+                evidence: Vec::new(),
+                evidence_at_peak: Vec::new(),
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.execution_rank.cmp(&b.execution_rank)).then(a.gemm_name.cmp(&b.gemm_name)));
+    for g in &mut ranked {
+        let id = (g.layer, g.module.clone(), g.gemm.clone());
+        let step = g.first_crossed.unwrap_or(g.peak_step);
+        g.evidence = evidence(run, &id, step)?;
+        if g.peak_step != step {
+            g.evidence_at_peak = evidence(run, &id, g.peak_step)?;
+        }
+    }
+    let first = ranked
+        .iter()
+        .filter_map(|g| g.first_crossed.map(|s| (s, g.execution_rank, &g.gemm_name)))
+        .min()
+        .map(|(_, _, n)| n.clone());
+    Ok(LocateReport { run: run.name.clone(), baseline: base.map(|b| b.name.clone()), method, ranked_by: if by_harm { "harm" } else { "added error" }, threshold, first, ranked, warnings })
+}

@@ -1,0 +1,25 @@
+//! The analysis beneath every command: what `anomalies`, `compare`, `locate`, `summary`, `report`
+//! and `triage` compute, as typed values, with no argument parsing and no rendering.
+//!
+//! - [`detect`]: the spike, drift and non-finite detectors as pure functions over loss curves;
+//! - [`noise`]: the noise band, the spread of runs that should be equivalent, that every gap and
+//!   cure is judged against; [`dynamics`]: the horizontal gap (how many more steps a run needs to
+//!   reach the baseline's loss);
+//! - [`anomalies`]: the detectors applied to recorded runs;
+//! - [`compare`] and [`metrics`]: tensors against the baseline's; [`compat`]: whether two runs
+//!   can be compared;
+//! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence;
+//! - [`bisect`]: the order of candidate GEMMs and the search for a minimal curing set;
+//! - [`summary`]: what was run and the worst tensors; [`params`]: the documented defaults.
+
+pub mod anomalies;
+pub mod bisect;
+pub mod compare;
+pub mod compat;
+pub mod detect;
+pub mod dynamics;
+pub mod locate;
+pub mod metrics;
+pub mod noise;
+pub mod params;
+pub mod summary;

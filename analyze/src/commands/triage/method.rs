@@ -1,0 +1,466 @@
+//! The triage itself: which runs are recorded in which batch, how each is judged against the
+//! baseline and the noise band, and how the verdict is assembled (see the module above for the
+//! steps). Rendering is in `render.rs`.
+
+use super::render::render;
+use super::{Confirmation, Culprit, NoiseSummary, RunEntry, RunOutcome, TriageArgs, Verdict};
+use crate::analysis::anomalies::{find_anomalies, noise_band, AnomalyParams, AnomalyReport};
+use crate::analysis::bisect::{bisect, order_candidates, BisectOutcome};
+use crate::analysis::locate::{evidence, locate, saturated_at, LocateReport, OperandEvidence};
+use crate::analysis::noise::NoiseBand;
+use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
+use crate::capture_driver::{require_usable, CaptureFlags, Driver, RunResult, RunSpec};
+use crate::error::AnalyzeError;
+use crate::load::{LoadOptions, Run};
+use crate::output;
+use fp8scope_schemas::config::AmaxAlgo;
+use fp8scope_schemas::names::{Gemm, Module};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A GEMM whose casts saturated at least this fraction at a spike's first step is bisected first.
+const SPIKE_LEAD_SATURATION: f64 = 0.01;
+
+/// Steps of amax history of the triage run that tells a lagging delayed scale from other faults.
+pub const SHORT_HISTORY: u32 = 16;
+
+/// The anomaly class of a report: nan before spike before drift; None when nothing is significant.
+pub fn classify(r: &AnomalyReport) -> Option<&'static str> {
+    if r.nonfinite.found() {
+        Some("nan")
+    } else if r.spiked() {
+        Some("spike")
+    } else if r.drift.is_some() {
+        Some("drift")
+    } else {
+        None
+    }
+}
+
+/// The state of one triage: the driver, the baseline and its band, every run so far.
+pub(super) struct Triage<'a> {
+    driver: Driver,
+    base: Run,
+    pub(super) base_loss: Option<f64>,
+    pub(super) noise: Option<NoiseBand>,
+    pub(super) runs: Vec<RunEntry>,
+    pub(super) reports: BTreeMap<String, AnomalyReport>,
+    pub(super) out: &'a Path,
+    pub(super) n_layers: u32,
+    /// The FP8 run's delayed scaling takes the most recent amax (history ignored).
+    pub(super) fp8_most_recent: bool,
+    /// For a spike: each culprit's operands at the spike's first step.
+    pub(super) spike_evidence: BTreeMap<String, (i64, Vec<OperandEvidence>)>,
+}
+
+impl Triage<'_> {
+    fn save(&self, name: &str, what: &str, value: &impl Serialize) {
+        let dir = self.out.join("reports");
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(dir.join(format!("{name}.{what}.json")), output::json_text(value));
+    }
+
+    /// Judges a recorded run against `base` (the triage's baseline unless given) and the band.
+    fn judge(&mut self, r: &RunResult, base: Option<&Run>) -> Result<AnomalyReport, AnalyzeError> {
+        let run = Run::open(&r.dir, LoadOptions::default())?;
+        let rep = find_anomalies(&run, Some(base.unwrap_or(&self.base)), self.noise.as_ref(), AnomalyParams::defaults())?;
+        self.save(&r.name, "anomalies", &rep);
+        self.reports.insert(r.name.clone(), rep.clone());
+        Ok(rep)
+    }
+
+    /// Runs `specs` in parallel, judges each against the baseline, records them; returns whether
+    /// each cured (nothing significant).
+    fn batch(&mut self, label: &str, purpose: &str, specs: &[RunSpec]) -> Result<Vec<bool>, AnalyzeError> {
+        let results = self.driver.run_all(label, specs);
+        let mut cured = Vec::new();
+        for r in results {
+            if r.bad_flags() {
+                return Err(AnalyzeError::Usage(r.error.clone().unwrap_or_default()));
+            }
+            let (ok, rep, error) = if r.usable() {
+                let rep = self.judge(&r, None)?;
+                (classify(&rep).is_none(), Some(rep), None)
+            } else {
+                (false, None, r.error.clone())
+            };
+            cured.push(ok);
+            self.push(&r, purpose, rep.as_ref(), Some(ok), error);
+        }
+        Ok(cured)
+    }
+
+    pub(super) fn push(&mut self, r: &RunResult, purpose: &str, rep: Option<&AnomalyReport>, cured: Option<bool>, error: Option<String>) {
+        let gap = match (r.final_loss, self.base_loss) {
+            (Some(l), Some(b)) if b != 0.0 => Some((l - b) / b.abs()),
+            _ => None,
+        };
+        let end = rep.and_then(|x| x.end_gap.as_ref());
+        self.runs.push(RunEntry {
+            name: r.name.clone(),
+            dir: r.dir.clone(),
+            flags: r.flags.clone(),
+            outcome: RunOutcome {
+                purpose: purpose.into(),
+                status: r.status.clone(),
+                steps_completed: r.steps_completed,
+                final_loss: r.final_loss,
+                gap,
+                gap_band_ratio: self.noise.as_ref().and_then(|n| gap.map(|g| NoiseBand::ratio(g, n.final_gap))),
+                horizontal_steps: end.and_then(|e| e.horizontal.as_ref()?.steps),
+                anomaly: rep.and_then(classify).map(str::to_string),
+                within_noise: rep.map(|x| x.within_noise.clone()).unwrap_or_default(),
+                cured,
+                error,
+            },
+        });
+    }
+
+    pub(super) fn entry(&self, name: &str) -> Option<&RunEntry> {
+        self.runs.iter().find(|e| e.name == name)
+    }
+
+    /// A reused run (`--baseline-run`, `--noise-run`) as a run entry.
+    fn push_reused(&mut self, run: &Run, purpose: &str) {
+        let m = &run.manifest;
+        let gap = match (m.final_loss, self.base_loss) {
+            (Some(l), Some(b)) if b != 0.0 => Some((l - b) / b.abs()),
+            _ => None,
+        };
+        self.runs.push(RunEntry {
+            name: m.name.clone(),
+            dir: run.dir.clone(),
+            flags: m.command.iter().skip(2).cloned().collect(),
+            outcome: RunOutcome {
+                purpose: purpose.into(),
+                status: "reused".into(),
+                steps_completed: m.steps_completed,
+                final_loss: m.final_loss,
+                gap,
+                gap_band_ratio: None,
+                horizontal_steps: None,
+                anomaly: None,
+                within_noise: Vec::new(),
+                cured: None,
+                error: None,
+            },
+        });
+    }
+}
+
+/// Checks that a reused baseline or replica is a completed BF16 run of the same preset, seed,
+/// steps, scenario and scenario step.
+fn check_reused(flag: &str, base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeError> {
+    let cfg = &base.manifest.config;
+    let mut diffs = Vec::new();
+    if cfg.recipe.kind.as_str() != "bf16" {
+        diffs.push(format!("its recipe is {}, not bf16", cfg.recipe.kind.as_str()));
+    }
+    if cfg.preset != c.preset {
+        diffs.push(format!("preset {} vs {}", cfg.preset, c.preset));
+    }
+    if cfg.train.seed != c.seed {
+        diffs.push(format!("seed {} vs {}", cfg.train.seed, c.seed));
+    }
+    if let Some(s) = c.steps
+        && cfg.train.steps != s
+    {
+        diffs.push(format!("steps {} vs {s}", cfg.train.steps));
+    }
+    if cfg.scenario != c.scenario {
+        diffs.push(format!("scenario {:?} vs {:?}", cfg.scenario, c.scenario));
+    }
+    if cfg.scenario_step != c.scenario_step {
+        diffs.push(format!("scenario step {:?} vs {:?}", cfg.scenario_step, c.scenario_step));
+    }
+    if !base.manifest.finished() || base.manifest.status.as_str() != "completed" {
+        diffs.push(format!("it is {}", base.manifest.status.as_str()));
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(AnalyzeError::Usage(format!("{flag} {}: {}", base.dir.display(), diffs.join("; "))))
+    }
+}
+
+/// Every GEMM of `kinds`, in execution order of the layers and modules.
+fn all_gemms(kinds: &[Gemm], n_layers: u32) -> Vec<Culprit> {
+    let mut all = Vec::new();
+    for g in kinds {
+        for l in 0..n_layers {
+            for m in Module::ALL {
+                all.push(Culprit { layer: l, module: m.as_str().into(), gemm: g.as_str().into() });
+            }
+        }
+    }
+    all
+}
+
+/// What the bisection found, for the verdict.
+pub(super) struct Found {
+    pub kinds: Vec<Gemm>,
+    pub curing: Vec<Gemm>,
+    pub bisect: Option<BisectOutcome>,
+    pub notes: Vec<String>,
+}
+
+/// Runs the triage; returns the verdict and its text.
+pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
+    if !matches!(a.recipe.as_str(), "delayed" | "current" | "block") {
+        return Err(AnalyzeError::Usage(format!("--recipe {}: triage needs an FP8 recipe (delayed, current or block)", a.recipe)));
+    }
+    let c = &a.capture;
+    let out = a.out.as_path();
+    let driver = c.driver(out)?;
+    let jobs = driver.jobs;
+    let fp8_flags_seed = |seed: u64, extra: &[String]| -> Vec<String> {
+        let mut f = c.common_with_seed(seed);
+        f.extend(["--recipe".into(), a.recipe.clone()]);
+        f.extend(c.injections());
+        f.extend(extra.iter().cloned());
+        f
+    };
+    let fp8_flags = |extra: &[String]| fp8_flags_seed(c.seed, extra);
+    let bf16_flags = |seed: u64, extra: &[String]| -> Vec<String> {
+        let mut f = c.common_with_seed(seed);
+        f.extend(["--recipe".into(), "bf16".into()]);
+        f.extend(extra.iter().cloned());
+        f
+    };
+
+    // 1. Baseline, replicas and the FP8 run, in one batch.
+    let dump: Vec<String> = if a.dump_every > 0 { vec!["--dump-every".into(), a.dump_every.to_string(), "--shadow".into()] } else { Vec::new() };
+    let mut first = Vec::new();
+    if a.baseline_run.is_none() {
+        // The baseline dumps the same tensors, so that the FP8 run can be compared with it
+        // tensor by tensor (compare, the report's cosine heatmap).
+        first.push(RunSpec { name: "baseline".into(), flags: bf16_flags(c.seed, &dump[..dump.len().min(2)]) });
+    }
+    let n_replicas = if a.noise_run.is_empty() { a.noise_runs } else { 0 };
+    for k in 1..=n_replicas {
+        first.push(RunSpec { name: format!("replica-{k}"), flags: bf16_flags(c.seed, &["--init-jitter".into(), k.to_string()]) });
+    }
+    first.push(RunSpec { name: "fp8".into(), flags: fp8_flags(&dump) });
+    let results = driver.run_all("record", &first);
+    for r in &results {
+        if r.bad_flags() {
+            return Err(AnalyzeError::Usage(r.error.clone().unwrap_or_default()));
+        }
+    }
+    let base_result = a.baseline_run.is_none().then(|| results[0].clone());
+    let base_dir = a.baseline_run.clone().unwrap_or_else(|| results[0].dir.clone());
+    if let Some(r) = &base_result {
+        require_usable(r, out)?;
+    }
+    let base = Run::open(&base_dir, LoadOptions::default())?;
+    if a.baseline_run.is_some() {
+        check_reused("--baseline-run", &base, c)?;
+    }
+    let replica_results: Vec<RunResult> = results.iter().filter(|r| r.name.starts_with("replica-")).cloned().collect();
+    for r in &replica_results {
+        require_usable(r, out)?;
+    }
+    let mut replicas = Vec::new();
+    for d in a.noise_run.iter().cloned().chain(replica_results.iter().map(|r| r.dir.clone())) {
+        let r = Run::open(&d, LoadOptions::default())?;
+        if a.noise_run.contains(&d) {
+            check_reused("--noise-run", &r, c)?;
+        }
+        replicas.push(r);
+    }
+    let params = AnomalyParams::defaults();
+    let noise = if replicas.is_empty() { None } else { Some(noise_band(&base, &replicas, params)?) };
+    let fp8_result = results.last().cloned().ok_or_else(|| AnalyzeError::usage("no FP8 run"))?;
+    require_usable(&fp8_result, out)?;
+    let base_loss = base.manifest.final_loss;
+    let mut t = Triage {
+        driver,
+        n_layers: base.manifest.config.model.layers,
+        base,
+        base_loss,
+        noise,
+        runs: Vec::new(),
+        reports: BTreeMap::new(),
+        out,
+        fp8_most_recent: false,
+        spike_evidence: BTreeMap::new(),
+    };
+    match &base_result {
+        Some(r) => t.push(r, "baseline", None, None, None),
+        None => {
+            let b = Run::open(&base_dir, LoadOptions::default())?;
+            t.push_reused(&b, "baseline");
+        }
+    }
+    for r in &replica_results {
+        let rep = t.judge(r, None)?;
+        t.push(r, "replica", Some(&rep), None, None);
+    }
+    for r in replicas.iter().filter(|r| a.noise_run.contains(&r.dir)) {
+        t.push_reused(r, "replica");
+    }
+    if let Some(n) = &t.noise {
+        t.save("noise", "band", n);
+    }
+
+    // 2. Anomalies of the FP8 run, judged against the band.
+    let fp8_run = Run::open(&fp8_result.dir, LoadOptions::default())?;
+    t.fp8_most_recent = fp8_run.manifest.config.recipe.amax_algo == AmaxAlgo::MostRecent;
+    let rep = t.judge(&fp8_result, None)?;
+    let anomaly = classify(&rep).map(str::to_string);
+    t.push(&fp8_result, "fp8", Some(&rep), Some(anomaly.is_none()), None);
+    let noise_summary = t.noise.as_ref().map(NoiseSummary::of);
+    let Some(anomaly) = anomaly else {
+        let v = Verdict {
+            healthy: !rep.inconclusive(),
+            inconclusive: rep.inconclusive(),
+            anomaly: None,
+            culprits: Vec::new(),
+            current_scaling_cures: false,
+            noise: noise_summary,
+            confirmation: None,
+            runs: t.runs.clone(),
+        };
+        let text = render(&v, &t, &rep, None, None, None);
+        return Ok((v, text));
+    };
+
+    // 3. Each GEMM kind back to BF16, current scaling and a short history, in one batch.
+    let mut specs: Vec<RunSpec> = Gemm::ALL
+        .iter()
+        .map(|g| RunSpec { name: format!("bf16-{}", g.as_str()), flags: fp8_flags(&["--bf16-gemms".into(), g.as_str().into()]) })
+        .collect();
+    let try_current = a.recipe != "current";
+    if try_current {
+        let mut f = c.common();
+        f.extend(["--recipe".into(), "current".into()]);
+        f.extend(c.injections());
+        specs.push(RunSpec { name: "current".into(), flags: f });
+    }
+    // Delayed scaling lags: the same run with the max of a short amax history tells a stale
+    // history (the outlier's amax remembered for many steps, or one quiet step's amax taken as the
+    // forecast of the next) from a fault in the cast itself.
+    let common = c.common();
+    let try_short_history = a.recipe == "delayed" && !common.iter().any(|f| f.starts_with("--amax-history") || f.starts_with("--amax-algo"));
+    if try_short_history {
+        let f = ["--amax-algo".into(), "max".into(), "--amax-history".into(), SHORT_HISTORY.to_string()];
+        specs.push(RunSpec { name: "short-history".into(), flags: fp8_flags(&f) });
+    }
+    let cured = t.batch("kinds", "kind", &specs)?;
+    let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
+    for e in t.runs.iter_mut().filter(|e| e.name == "current" || e.name == "short-history") {
+        e.outcome.purpose = e.name.clone();
+    }
+    let curing: Vec<Gemm> = Gemm::ALL.iter().zip(&cured).filter(|(_, c)| **c).map(|(g, _)| *g).collect();
+
+    // 4. Bisect the sites of the curing kinds (all kinds when none cures alone).
+    let kinds: Vec<Gemm> = if curing.is_empty() { Gemm::ALL.to_vec() } else { curing.clone() };
+    let all = all_gemms(&kinds, t.n_layers);
+    let loc = if a.dump_every > 0 { locate(&fp8_run, None, DEFAULT_COSINE_THRESHOLD).ok() } else { None };
+    if let Some(l) = &loc {
+        t.save("fp8", "locate", l);
+    }
+    // Leads, most suspect first: the first non-finite GEMM; for a spike, the GEMMs whose casts
+    // saturated at its first step, most saturated first.
+    let mut leads: Vec<String> = rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
+    let spike_start = rep.counted_gap_spikes().first().map(|s| s.start).filter(|_| anomaly == "spike");
+    if let Some(step) = spike_start {
+        leads.extend(saturated_at(&fp8_run, step)?.into_iter().filter(|(_, f)| *f >= SPIKE_LEAD_SATURATION).map(|(n, _)| n));
+    }
+    let ranking: Vec<String> = loc.as_ref().map(|l| l.ranked.iter().map(|g| g.gemm_name.clone()).collect()).unwrap_or_default();
+    let pool = order_candidates(&all, Culprit::name, &leads, &ranking);
+    let mut notes = Vec::new();
+    let mut full_cures = !curing.is_empty();
+    if curing.is_empty() {
+        let spec = RunSpec { name: "bf16-all-gemms".into(), flags: fp8_flags(&["--bf16-gemms".into(), "fprop,dgrad,wgrad".into()]) };
+        full_cures = t.batch("all-gemms", "all-gemms", &[spec])?[0];
+        if !full_cures {
+            notes.push("the anomaly persists with every FP8 GEMM in BF16: it does not come from the FP8 GEMMs".to_string());
+        }
+    }
+    let outcome = if full_cures {
+        let mut n_runs = 0usize;
+        let mut probe = |sets: &[Vec<usize>]| -> Result<Vec<bool>, AnalyzeError> {
+            let specs: Vec<RunSpec> = sets
+                .iter()
+                .map(|s| {
+                    n_runs += 1;
+                    let sites: Vec<String> = s.iter().map(|&j| pool[j].site_flag()).collect();
+                    RunSpec { name: format!("bisect-{n_runs:02}"), flags: fp8_flags(&["--bf16-sites".into(), sites.join(",")]) }
+                })
+                .collect();
+            t.batch("bisect", "bisect", &specs)
+        };
+        let o = bisect(pool.len(), jobs, a.max_runs, &mut probe)?;
+        if o.stopped_at_max {
+            notes.push(format!("the bisection stopped at --max-runs {}; the culprits listed are only part of a curing set", a.max_runs));
+        }
+        if o.ran_out {
+            notes.push("the bisection ran out of candidates before the run was cured (the faults interact)".into());
+        }
+        Some(o)
+    } else {
+        None
+    };
+    let mut found: Vec<Culprit> = outcome.as_ref().map(|o| o.culprits.iter().map(|&i| pool[i].clone()).collect()).unwrap_or_default();
+    found.sort();
+    let complete = outcome.as_ref().is_some_and(BisectOutcome::complete);
+
+    if let Some(step) = spike_start {
+        for cu in &found {
+            t.spike_evidence.insert(cu.name(), (step, evidence(&fp8_run, &(cu.layer as i64, cu.module.clone(), cu.gemm.clone()), step)?));
+        }
+    }
+
+    // 5. Confirmation on a second seed: the anomaly must reproduce, and the culprits cure it.
+    let confirmation = if complete && !found.is_empty() && !a.no_confirm {
+        let seed = c.seed + 1;
+        let sites: Vec<String> = found.iter().map(Culprit::site_flag).collect();
+        let specs = vec![
+            RunSpec { name: format!("confirm-baseline-s{seed}"), flags: bf16_flags(seed, &[]) },
+            RunSpec { name: format!("confirm-fp8-s{seed}"), flags: fp8_flags_seed(seed, &[]) },
+            RunSpec { name: format!("confirm-culprits-s{seed}"), flags: fp8_flags_seed(seed, &["--bf16-sites".into(), sites.join(",")]) },
+        ];
+        let results = t.driver.run_all("confirm", &specs);
+        require_usable(&results[0], out)?;
+        let b2 = Run::open(&results[0].dir, LoadOptions::default())?;
+        t.push(&results[0], "confirm-baseline", None, None, None);
+        let mut judged = Vec::new();
+        for (r, purpose) in results[1..].iter().zip(["confirm-fp8", "confirm-culprits"]) {
+            let rep = if r.usable() { Some(t.judge(r, Some(&b2))?) } else { None };
+            let class = rep.as_ref().and_then(classify).map(str::to_string);
+            // The gap columns of these runs are to their own seed's baseline.
+            let saved_base = t.base_loss;
+            t.base_loss = b2.manifest.final_loss;
+            t.push(r, purpose, rep.as_ref(), Some(rep.is_some() && class.is_none()), r.error.clone());
+            t.base_loss = saved_base;
+            judged.push((rep.is_some(), class));
+        }
+        let anomaly2 = judged[0].1.clone();
+        let cured2 = judged[1].0 && judged[1].1.is_none();
+        Some(Confirmation { seed, culprits: found.clone(), held: anomaly2.is_some() && cured2, anomaly: anomaly2, cured: cured2 })
+    } else {
+        None
+    };
+    let confirmed = confirmation.as_ref().is_none_or(|c| c.held);
+    let verdict = Verdict {
+        healthy: false,
+        inconclusive: false,
+        anomaly: Some(anomaly),
+        culprits: if confirmed { found } else { Vec::new() },
+        current_scaling_cures,
+        noise: noise_summary,
+        confirmation,
+        runs: t.runs.clone(),
+    };
+    let f = Found { kinds, curing, bisect: outcome, notes };
+    let text = render(&verdict, &t, &rep, loc.as_ref(), Some(&f), Some(&pool));
+    Ok((verdict, text))
+}
+
+/// The locate rank (1-based) of a culprit, if ranked.
+pub(super) fn locate_rank(loc: Option<&LocateReport>, c: &Culprit) -> Option<(usize, usize)> {
+    let l = loc?;
+    Some((l.rank_of(&c.name())?, l.ranked.len()))
+}

@@ -1,0 +1,185 @@
+//! `triage --out DIR [capture flags]`: the whole debugging method, automated, with every verdict
+//! judged against the run-to-run spread.
+//!
+//! 1. Record the BF16 baseline, `--noise-runs` BF16 replicas (`--init-jitter k`: runs that should
+//!    be equivalent to it; their spread is the noise band) and the FP8 run (with tensor dumps and
+//!    shadow GEMMs, so that `locate` ranks GEMMs by harm), in parallel.
+//! 2. Anomalies of the FP8 run against the baseline, judged against the band: nothing → healthy;
+//!    something the band explains (a gap within its spread, a time shift) → **inconclusive**, and
+//!    no culprit is named. Either way, stop.
+//! 3. Send each GEMM kind back to BF16, try current scaling and (delayed scaling) a 16-step amax
+//!    history. A run *cures* when it shows nothing significant against the band.
+//! 4. Bisect the sites of the curing kind(s) ([`crate::analysis::bisect`]), the top of the
+//!    ranking first: leads (first non-finite GEMM; for a spike, the casts that saturated at its
+//!    first step), then `locate`'s ranking by harm, then execution order.
+//! 5. **Confirm** the culprits on a second seed (seed + 1): its baseline, its FP8 run, and its FP8
+//!    run with the culprits in BF16. The verdict names culprits only when the anomaly reproduces
+//!    there and the culprits cure it; otherwise it says they were not confirmed.
+//!
+//! Every run stays under `--out/<name>/`, its log under `--out/logs/`, its anomaly report under
+//! `--out/reports/<name>.anomalies.json` (and `fp8.locate.json`), the verdict in
+//! `--out/verdict.json` and `--out/verdict.txt`. Exit status: 0 healthy or inconclusive, 1 anomaly,
+//! 2 bad input.
+
+mod method;
+mod render;
+
+use crate::analysis::noise::NoiseBand;
+use crate::capture_driver::CaptureFlags;
+use crate::commands::Outcome;
+use crate::error::AnalyzeError;
+use crate::output;
+use clap::Args;
+use serde::Serialize;
+use std::path::PathBuf;
+
+pub use method::{triage, SHORT_HISTORY};
+
+/// Replicas recorded for the noise band unless `--noise-runs` says otherwise.
+pub const DEFAULT_NOISE_RUNS: usize = 2;
+
+#[derive(Debug, Args)]
+pub struct TriageArgs {
+    /// Directory of the runs and the verdict (must be new or empty).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Scaling recipe of the FP8 run: delayed, current or block.
+    #[arg(long, default_value = "delayed")]
+    pub recipe: String,
+    #[command(flatten)]
+    pub capture: CaptureFlags,
+    /// Reuse this BF16 run as the baseline instead of recording one (same preset, seed, steps and
+    /// scenario).
+    #[arg(long, value_name = "DIR")]
+    pub baseline_run: Option<PathBuf>,
+    /// BF16 replicas of the baseline recorded for the noise band (`fp8-capture --init-jitter k`,
+    /// k = 1…N): the spread of runs that should be equivalent, which every gap and cure is judged
+    /// against. 0: no band (gaps are judged against the drift threshold alone).
+    #[arg(long, default_value_t = DEFAULT_NOISE_RUNS, value_name = "N")]
+    pub noise_runs: usize,
+    /// Reuse this run as a replica instead of recording one (repeatable; replaces --noise-runs).
+    #[arg(long, value_name = "DIR")]
+    pub noise_run: Vec<PathBuf>,
+    /// Do not confirm the culprits on a second seed (the verdict then says it rests on one seed).
+    #[arg(long)]
+    pub no_confirm: bool,
+    /// Dump tensors and record shadow GEMMs in the FP8 run every N steps (0: no dumps; candidates
+    /// are then tried in execution order).
+    #[arg(long, default_value_t = 25)]
+    pub dump_every: u32,
+    /// Most runs the site bisection may record.
+    #[arg(long, default_value_t = 40)]
+    pub max_runs: usize,
+}
+
+/// A GEMM named in the verdict.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Culprit {
+    pub layer: u32,
+    pub module: String,
+    pub gemm: String,
+}
+
+impl Culprit {
+    fn site_flag(&self) -> String {
+        format!("layers.{}.{}:{}", self.layer, self.module, self.gemm)
+    }
+    pub fn name(&self) -> String {
+        format!("layers.{}.{}.{}", self.layer, self.module, self.gemm)
+    }
+}
+
+/// How one run ended and what the analyzer found in it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOutcome {
+    /// What the run is for: baseline, replica, fp8, kind, current, short-history, all-gemms,
+    /// bisect, confirm-baseline, confirm-fp8, confirm-culprits.
+    pub purpose: String,
+    /// completed, diverged, crashed, failed, or reused (a `--baseline-run` / `--noise-run`).
+    pub status: String,
+    pub steps_completed: u32,
+    /// Mean loss of the last 20 steps.
+    pub final_loss: Option<f64>,
+    /// (final_loss − baseline's) / baseline's.
+    pub gap: Option<f64>,
+    /// |gap| / the noise band's final gap (None without a band).
+    pub gap_band_ratio: Option<f64>,
+    /// How many more steps the run needs to reach the baseline's final loss (negative: fewer).
+    pub horizontal_steps: Option<f64>,
+    /// spike, drift or nan; None when healthy, inconclusive or not analysed.
+    pub anomaly: Option<String>,
+    /// What the band explains in this run (a gap within the spread), when nothing is significant.
+    pub within_noise: Vec<String>,
+    /// Whether the run shows no significant anomaly against the baseline (None for baselines).
+    pub cured: Option<bool>,
+    pub error: Option<String>,
+}
+
+/// One run of the triage.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunEntry {
+    pub name: String,
+    pub dir: PathBuf,
+    pub flags: Vec<String>,
+    pub outcome: RunOutcome,
+}
+
+/// The noise band in the verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct NoiseSummary {
+    /// The replicas' names.
+    pub replicas: Vec<String>,
+    /// Largest |final gap| of a replica to the baseline.
+    pub final_gap: f64,
+    /// Largest |horizontal gap| of a replica, in steps.
+    pub horizontal_steps: Option<f64>,
+    /// A gap counts past this many bands.
+    pub margin: f64,
+}
+
+impl NoiseSummary {
+    fn of(n: &NoiseBand) -> NoiseSummary {
+        NoiseSummary { replicas: n.replicas.iter().map(|r| r.name.clone()).collect(), final_gap: n.final_gap, horizontal_steps: n.horizontal_steps, margin: n.margin }
+    }
+}
+
+/// The culprits tried on a second seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Confirmation {
+    pub seed: u64,
+    /// The culprits found on the first seed (sent back to BF16 on this one).
+    pub culprits: Vec<Culprit>,
+    /// The FP8 run of this seed shows a significant anomaly (its class).
+    pub anomaly: Option<String>,
+    /// The culprits in BF16 leave nothing significant on this seed.
+    pub cured: bool,
+    /// Both: the verdict's culprits are confirmed.
+    pub held: bool,
+}
+
+/// The verdict (`--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub healthy: bool,
+    /// Nothing significant, but a gap the noise band explains: no culprit can be named.
+    pub inconclusive: bool,
+    pub anomaly: Option<String>,
+    /// The culprits, only when the bisection found a curing set and (unless --no-confirm) the
+    /// second seed confirmed it.
+    pub culprits: Vec<Culprit>,
+    pub current_scaling_cures: bool,
+    /// The noise band the verdict was judged against (None with --noise-runs 0).
+    pub noise: Option<NoiseSummary>,
+    /// The second seed's test of the culprits (None when there were none or --no-confirm).
+    pub confirmation: Option<Confirmation>,
+    pub runs: Vec<RunEntry>,
+}
+
+/// The command. Findings (exit 1) when the FP8 run shows a significant anomaly.
+pub fn run(a: &TriageArgs, json: bool) -> Result<Outcome, AnalyzeError> {
+    let (v, text) = triage(a)?;
+    let _ = std::fs::write(a.out.join("verdict.json"), output::json_text(&v));
+    let _ = std::fs::write(a.out.join("verdict.txt"), &text);
+    let stdout = if json { output::json_text(&v) } else { text };
+    Ok(Outcome { stdout, findings: !v.healthy && !v.inconclusive })
+}
