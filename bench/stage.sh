@@ -5,12 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${1:-gpu-bundle}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/fp8scope-target}"
-cargo build --release --workspace
+# The target directory of `cargo run --release` and .ci/run (.ci/target-dir.sh holds the rule).
+source .ci/target-dir.sh
+cargo build --release --workspace --locked
 mkdir -p "$DEST/bin"
-cp "$CARGO_TARGET_DIR/release/fp8-capture" "$CARGO_TARGET_DIR/release/fp8-analyze" "$DEST/bin/"
+cp "$TARGET_DIR/release/fp8-capture" "$TARGET_DIR/release/fp8-analyze" "$DEST/bin/"
 for t in cuda_layers cuda_kernels; do
-  f=$(cargo test --release --workspace --test $t --no-run --message-format=json 2>/dev/null | python3 -c "import json,sys
+  f=$(cargo test --release --workspace --locked --test $t --no-run --message-format=json 2>/dev/null | python3 -c "import json,sys
 for l in sys.stdin:
     m=json.loads(l)
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='$t': print(m['executable'])")
