@@ -425,21 +425,35 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         let results = t.driver.run_all("confirm", &specs);
         require_usable(&results[0], out)?;
         let b2 = Run::open(&results[0].dir, LoadOptions::default())?;
+        // The gaps of this seed's runs are to this seed's baseline.
+        let saved_base = t.base_loss;
+        t.base_loss = b2.manifest.final_loss;
         t.push(&results[0], "confirm-baseline", None, None, None);
-        let mut judged = Vec::new();
+        let mut judged: Vec<Option<AnomalyReport>> = Vec::new();
         for (r, purpose) in results[1..].iter().zip(["confirm-fp8", "confirm-culprits"]) {
             let rep = if r.usable() { Some(t.judge(r, Some(&b2))?) } else { None };
-            let class = rep.as_ref().and_then(classify).map(str::to_string);
-            // The gap columns of these runs are to their own seed's baseline.
-            let saved_base = t.base_loss;
-            t.base_loss = b2.manifest.final_loss;
-            t.push(r, purpose, rep.as_ref(), Some(rep.is_some() && class.is_none()), r.error.clone());
-            t.base_loss = saved_base;
-            judged.push((rep.is_some(), class));
+            let cured = rep.as_ref().is_some_and(|x| classify(x).is_none());
+            t.push(r, purpose, rep.as_ref(), Some(cured), r.error.clone());
+            judged.push(rep);
         }
-        let anomaly2 = judged[0].1.clone();
-        let cured2 = judged[1].0 && judged[1].1.is_none();
-        Some(Confirmation { seed, culprits: found.clone(), held: anomaly2.is_some() && cured2, anomaly: anomaly2, cured: cured2 })
+        t.base_loss = saved_base;
+        let end = |r: &Option<AnomalyReport>| r.as_ref().and_then(|x| x.end_gap.as_ref()?.gap);
+        let first_gap = rep.end_gap.as_ref().and_then(|e| e.gap).unwrap_or(0.0);
+        // The anomaly reproduces when the detectors find it again, or when the FP8 run ends beyond
+        // the band on the same side (its size may differ with the seed).
+        let beyond_band = match (end(&judged[0]), &t.noise) {
+            (Some(g), Some(n)) => g.signum() == first_gap.signum() && n.beyond(g, n.final_gap) && g.abs() > 0.0,
+            _ => false,
+        };
+        let class2 = judged[0].as_ref().and_then(classify).map(str::to_string);
+        let reproduced = class2.clone().or_else(|| beyond_band.then(|| format!("{anomaly} (a gap beyond the band)")));
+        // The culprits explain it when, with them in BF16, nothing is left and at most half of the gap.
+        let cured2 = judged[1].as_ref().is_some_and(|x| classify(x).is_none())
+            && match (end(&judged[0]), end(&judged[1])) {
+                (Some(f), Some(c)) if class2.is_none() => c.abs() <= 0.5 * f.abs(),
+                _ => true,
+            };
+        Some(Confirmation { seed, culprits: found.clone(), held: reproduced.is_some() && cured2, anomaly: reproduced, cured: cured2 })
     } else {
         None
     };

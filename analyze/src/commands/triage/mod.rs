@@ -149,9 +149,12 @@ pub struct Confirmation {
     pub seed: u64,
     /// The culprits found on the first seed (sent back to BF16 on this one).
     pub culprits: Vec<Culprit>,
-    /// The FP8 run of this seed shows a significant anomaly (its class).
+    /// How the anomaly reproduced on this seed: its class when the detectors find it again, or
+    /// "<class> (a gap beyond the band)" when the FP8 run ends beyond the noise band on the same
+    /// side as on the first seed; None when it did not reproduce.
     pub anomaly: Option<String>,
-    /// The culprits in BF16 leave nothing significant on this seed.
+    /// The culprits in BF16 leave no anomaly on this seed (and, when the anomaly reproduced only as
+    /// a gap beyond the band, at most half of that gap).
     pub cured: bool,
     /// Both: the verdict's culprits are confirmed.
     pub held: bool,
