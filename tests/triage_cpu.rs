@@ -142,8 +142,9 @@ fn triage_names_exactly_the_planted_gemm_in_every_case_of_the_matrix() {
         ranks.push(rank);
         let n_runs = v["runs"].as_array().map_or(0, |r| r.len());
         let bisect_runs = v["runs"].as_array().map_or(0, |r| r.iter().filter(|e| e["outcome"]["purpose"] == "bisect").count());
+        let top_cured = run_entry(&v, "top-ranked")["outcome"]["cured"] == true;
         let line = format!(
-            "{kind:>9} {planted:<22} -> {:<30} anomaly {:<6} current cures {:<5} locate #{:<2} runs {:>2} (bisect {:>2}) confirmed {held:<5} {secs:5.1} s {}",
+            "{kind:>9} {planted:<22} -> {:<30} anomaly {:<6} current cures {:<5} locate #{:<2} top-ranked cures {top_cured:<5} runs {:>2} (bisect {:>2}) confirmed {held:<5} {secs:5.1} s {}",
             got.join(","),
             v["anomaly"].as_str().unwrap_or("-"),
             v["current_scaling_cures"],

@@ -48,10 +48,11 @@ pub fn order_candidates<T: Clone>(all: &[T], name: impl Fn(&T) -> String, leads:
 
 /// Finds a minimal set of the `n` candidates (0 most suspect) whose return to BF16 cures, knowing
 /// that all `n` together cure. `probe` records the given sets (each ascending) in parallel and
-/// says whether each cured; it is never asked the same set twice.
-pub fn bisect<E>(n: usize, jobs: usize, max_runs: usize, probe: &mut dyn FnMut(&[Vec<usize>]) -> Result<Vec<bool>, E>) -> Result<BisectOutcome, E> {
+/// says whether each cured; it is never asked the same set twice, nor a set in `known` (sets
+/// already recorded, with whether each cured; they count in no run total).
+pub fn bisect<E>(n: usize, jobs: usize, max_runs: usize, known: &[(Vec<usize>, bool)], probe: &mut dyn FnMut(&[Vec<usize>]) -> Result<Vec<bool>, E>) -> Result<BisectOutcome, E> {
     let jobs = jobs.max(1);
-    let mut memo: BTreeMap<Vec<usize>, bool> = BTreeMap::new();
+    let mut memo: BTreeMap<Vec<usize>, bool> = known.iter().cloned().collect();
     let mut runs = 0usize;
     let mut test = |sets: Vec<Vec<usize>>, memo: &mut BTreeMap<Vec<usize>, bool>, runs: &mut usize| -> Result<Vec<bool>, E> {
         let sets: Vec<Vec<usize>> = sets
@@ -154,7 +155,7 @@ mod tests {
             }
             Ok(sets.iter().map(|s| culprits.iter().all(|c| s.contains(c))).collect())
         };
-        bisect(n, jobs, 40, &mut probe).unwrap()
+        bisect(n, jobs, 40, &[], &mut probe).unwrap()
     }
 
     #[test]
@@ -183,9 +184,22 @@ mod tests {
     }
 
     #[test]
+    fn a_known_set_is_not_probed_again() {
+        let mut asked = 0;
+        let mut probe = |sets: &[Vec<usize>]| -> Result<Vec<bool>, ()> {
+            assert!(!sets.contains(&vec![0]), "{{0}} is known");
+            asked += sets.len();
+            Ok(sets.iter().map(|s| s.contains(&1)).collect())
+        };
+        let o = bisect(24, 2, 40, &[(vec![0], false)], &mut probe).unwrap();
+        assert_eq!((o.culprits, o.runs), (vec![1], 2), "{{0, 1}} cures, then {{1}} alone");
+        assert_eq!(asked, 2);
+    }
+
+    #[test]
     fn the_search_stops_at_max_runs_and_says_so() {
         let mut probe = |sets: &[Vec<usize>]| -> Result<Vec<bool>, ()> { Ok(sets.iter().map(|s| s.len() == 24).collect()) };
-        let o = bisect(24, 2, 6, &mut probe).unwrap();
+        let o = bisect(24, 2, 6, &[], &mut probe).unwrap();
         assert!(o.stopped_at_max && !o.complete(), "{o:?}");
     }
 

@@ -25,6 +25,8 @@
 //! (`amax_used` > 0 for every operand), their scales are the initial 1 and small values underflow
 //! in every run: those steps are labelled `warmup` and never score, cross or give evidence.
 //!
+//! The GEMM whose operand went non-finite first (the `anomalies` definition) has infinite harm.
+//!
 //! GEMMs are ranked by their largest harm after warm-up (the **score**; by the largest added error
 //! without shadow records or stats), ties first in execution order (forward in layer order, backward
 //! in reverse). A GEMM *crosses* the threshold at the first step after warm-up where it adds more
@@ -32,6 +34,7 @@
 //! execution order). Evidence: the underflow and saturation fractions (with amax and scale) of its
 //! operands in the stats table at that step (or the latest recorded before it).
 
+use crate::analysis::anomalies::{find_nonfinite, loss_curve};
 use crate::analysis::compare::compare_runs;
 use crate::analysis::detect::tensor_rank;
 use crate::analysis::metrics::error_of_cosine;
@@ -97,6 +100,8 @@ pub struct LocatedGemm {
     pub first_crossed: Option<i64>,
     /// The last step of delayed scaling's warm-up for this GEMM (None: no warm-up).
     pub warmup_until: Option<i64>,
+    /// The step this GEMM's operand went non-finite first of all tensors (its score is then ∞).
+    pub nonfinite_at: Option<i64>,
     /// Operand roles whose error was subtracted (empty with shadow records).
     pub inputs: Vec<String>,
     pub errors: Vec<StepError>,
@@ -386,6 +391,7 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
                 site: format!("layers.{layer}.{module}"),
                 execution_rank: rank_of(n_layers, &id),
                 warmup_until: warm.get(&id).copied(),
+                nonfinite_at: None,
                 layer,
                 module,
                 gemm,
@@ -401,6 +407,16 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
             }
         })
         .collect();
+    // A GEMM whose operand went non-finite first (in execution order, at the earliest step any
+    // did) does unbounded harm: it ranks first, at that step, whether or not a dump step saw it.
+    let (steps, loss) = loss_curve(run)?;
+    if let Some(x) = find_nonfinite(run, &steps, &loss)?.first_tensor
+        && let Some(g) = ranked.iter_mut().find(|g| g.layer == x.layer && g.module == x.module && Some(&g.gemm) == x.gemm.as_ref())
+    {
+        g.score = f64::INFINITY;
+        g.peak_step = x.step;
+        g.nonfinite_at = Some(x.step);
+    }
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.execution_rank.cmp(&b.execution_rank)).then(a.gemm_name.cmp(&b.gemm_name)));
     for g in &mut ranked {
         let id = (g.layer, g.module.clone(), g.gemm.clone());

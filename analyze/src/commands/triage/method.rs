@@ -201,7 +201,13 @@ fn all_gemms(kinds: &[Gemm], n_layers: u32) -> Vec<Culprit> {
 pub(super) struct Found {
     pub kinds: Vec<Gemm>,
     pub curing: Vec<Gemm>,
+    /// The top of the ranking, tried alone in the kinds batch, and whether it cured.
+    pub top: Option<Culprit>,
+    pub top_cures: bool,
+    /// The bisection (None when the top-ranked GEMM cured alone or nothing was bisected).
     pub bisect: Option<BisectOutcome>,
+    /// Whether the culprits found cure the run together.
+    pub complete: bool,
     pub notes: Vec<String>,
 }
 
@@ -326,7 +332,23 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         return Ok((v, text));
     };
 
-    // 3. Each GEMM kind back to BF16, current scaling and a short history, in one batch.
+    // The ranking, before any further run: leads, most suspect first (the first non-finite GEMM;
+    // for a spike, the GEMMs whose casts saturated at its first step, most saturated first), then
+    // locate's ranking by harm, then execution order.
+    let loc = if a.dump_every > 0 { locate(&fp8_run, None, DEFAULT_COSINE_THRESHOLD).ok() } else { None };
+    if let Some(l) = &loc {
+        t.save("fp8", "locate", l);
+    }
+    let mut leads: Vec<String> = rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
+    let spike_start = rep.counted_gap_spikes().first().map(|s| s.start).filter(|_| anomaly == "spike");
+    if let Some(step) = spike_start {
+        leads.extend(saturated_at(&fp8_run, step)?.into_iter().filter(|(_, f)| *f >= SPIKE_LEAD_SATURATION).map(|(n, _)| n));
+    }
+    let ranking: Vec<String> = loc.as_ref().map(|l| l.ranked.iter().map(|g| g.gemm_name.clone()).collect()).unwrap_or_default();
+    let top = order_candidates(&all_gemms(&Gemm::ALL, t.n_layers), Culprit::name, &leads, &ranking).first().cloned().filter(|_| !leads.is_empty() || !ranking.is_empty());
+
+    // 3. Each GEMM kind back to BF16, current scaling, a short history and the top-ranked GEMM
+    //    alone back to BF16, in one batch.
     let mut specs: Vec<RunSpec> = Gemm::ALL
         .iter()
         .map(|g| RunSpec { name: format!("bf16-{}", g.as_str()), flags: fp8_flags(&["--bf16-gemms".into(), g.as_str().into()]) })
@@ -347,65 +369,64 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         let f = ["--amax-algo".into(), "max".into(), "--amax-history".into(), SHORT_HISTORY.to_string()];
         specs.push(RunSpec { name: "short-history".into(), flags: fp8_flags(&f) });
     }
+    // A good ranking needs no bisection: its top GEMM alone back to BF16 cures.
+    if let Some(tc) = &top {
+        specs.push(RunSpec { name: "top-ranked".into(), flags: fp8_flags(&["--bf16-sites".into(), tc.site_flag()]) });
+    }
     let cured = t.batch("kinds", "kind", &specs)?;
     let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
-    for e in t.runs.iter_mut().filter(|e| e.name == "current" || e.name == "short-history") {
+    for e in t.runs.iter_mut().filter(|e| matches!(e.name.as_str(), "current" | "short-history" | "top-ranked")) {
         e.outcome.purpose = e.name.clone();
     }
+    let top_cures = top.is_some() && cured.last().copied().unwrap_or(false);
     let curing: Vec<Gemm> = Gemm::ALL.iter().zip(&cured).filter(|(_, c)| **c).map(|(g, _)| *g).collect();
 
-    // 4. Bisect the sites of the curing kinds (all kinds when none cures alone).
+    // 4. Bisect the sites of the curing kinds (all kinds when none cures alone), unless the
+    //    top-ranked GEMM cured alone.
     let kinds: Vec<Gemm> = if curing.is_empty() { Gemm::ALL.to_vec() } else { curing.clone() };
-    let all = all_gemms(&kinds, t.n_layers);
-    let loc = if a.dump_every > 0 { locate(&fp8_run, None, DEFAULT_COSINE_THRESHOLD).ok() } else { None };
-    if let Some(l) = &loc {
-        t.save("fp8", "locate", l);
-    }
-    // Leads, most suspect first: the first non-finite GEMM; for a spike, the GEMMs whose casts
-    // saturated at its first step, most saturated first.
-    let mut leads: Vec<String> = rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
-    let spike_start = rep.counted_gap_spikes().first().map(|s| s.start).filter(|_| anomaly == "spike");
-    if let Some(step) = spike_start {
-        leads.extend(saturated_at(&fp8_run, step)?.into_iter().filter(|(_, f)| *f >= SPIKE_LEAD_SATURATION).map(|(n, _)| n));
-    }
-    let ranking: Vec<String> = loc.as_ref().map(|l| l.ranked.iter().map(|g| g.gemm_name.clone()).collect()).unwrap_or_default();
-    let pool = order_candidates(&all, Culprit::name, &leads, &ranking);
+    let pool = order_candidates(&all_gemms(&kinds, t.n_layers), Culprit::name, &leads, &ranking);
     let mut notes = Vec::new();
-    let mut full_cures = !curing.is_empty();
-    if curing.is_empty() {
-        let spec = RunSpec { name: "bf16-all-gemms".into(), flags: fp8_flags(&["--bf16-gemms".into(), "fprop,dgrad,wgrad".into()]) };
-        full_cures = t.batch("all-gemms", "all-gemms", &[spec])?[0];
-        if !full_cures {
-            notes.push("the anomaly persists with every FP8 GEMM in BF16: it does not come from the FP8 GEMMs".to_string());
-        }
-    }
-    let outcome = if full_cures {
-        let mut n_runs = 0usize;
-        let mut probe = |sets: &[Vec<usize>]| -> Result<Vec<bool>, AnalyzeError> {
-            let specs: Vec<RunSpec> = sets
-                .iter()
-                .map(|s| {
-                    n_runs += 1;
-                    let sites: Vec<String> = s.iter().map(|&j| pool[j].site_flag()).collect();
-                    RunSpec { name: format!("bisect-{n_runs:02}"), flags: fp8_flags(&["--bf16-sites".into(), sites.join(",")]) }
-                })
-                .collect();
-            t.batch("bisect", "bisect", &specs)
-        };
-        let o = bisect(pool.len(), jobs, a.max_runs, &mut probe)?;
-        if o.stopped_at_max {
-            notes.push(format!("the bisection stopped at --max-runs {}; the culprits listed are only part of a curing set", a.max_runs));
-        }
-        if o.ran_out {
-            notes.push("the bisection ran out of candidates before the run was cured (the faults interact)".into());
-        }
-        Some(o)
+    let (mut found, outcome, complete) = if let (true, Some(tc)) = (top_cures, &top) {
+        (vec![tc.clone()], None, true)
     } else {
-        None
+        let mut full_cures = !curing.is_empty();
+        if curing.is_empty() {
+            let spec = RunSpec { name: "bf16-all-gemms".into(), flags: fp8_flags(&["--bf16-gemms".into(), "fprop,dgrad,wgrad".into()]) };
+            full_cures = t.batch("all-gemms", "all-gemms", &[spec])?[0];
+            if !full_cures {
+                notes.push("the anomaly persists with every FP8 GEMM in BF16: it does not come from the FP8 GEMMs".to_string());
+            }
+        }
+        if full_cures {
+            // The top-ranked run already told whether that GEMM alone cures.
+            let known: Vec<(Vec<usize>, bool)> = top.iter().filter_map(|tc| pool.iter().position(|p| p == tc)).map(|i| (vec![i], false)).collect();
+            let mut n_runs = 0usize;
+            let mut probe = |sets: &[Vec<usize>]| -> Result<Vec<bool>, AnalyzeError> {
+                let specs: Vec<RunSpec> = sets
+                    .iter()
+                    .map(|s| {
+                        n_runs += 1;
+                        let sites: Vec<String> = s.iter().map(|&j| pool[j].site_flag()).collect();
+                        RunSpec { name: format!("bisect-{n_runs:02}"), flags: fp8_flags(&["--bf16-sites".into(), sites.join(",")]) }
+                    })
+                    .collect();
+                t.batch("bisect", "bisect", &specs)
+            };
+            let o = bisect(pool.len(), jobs, a.max_runs, &known, &mut probe)?;
+            if o.stopped_at_max {
+                notes.push(format!("the bisection stopped at --max-runs {}; the culprits listed are only part of a curing set", a.max_runs));
+            }
+            if o.ran_out {
+                notes.push("the bisection ran out of candidates before the run was cured (the faults interact)".into());
+            }
+            let found = o.culprits.iter().map(|&i| pool[i].clone()).collect();
+            let complete = o.complete();
+            (found, Some(o), complete)
+        } else {
+            (Vec::new(), None, false)
+        }
     };
-    let mut found: Vec<Culprit> = outcome.as_ref().map(|o| o.culprits.iter().map(|&i| pool[i].clone()).collect()).unwrap_or_default();
     found.sort();
-    let complete = outcome.as_ref().is_some_and(BisectOutcome::complete);
 
     if let Some(step) = spike_start {
         for cu in &found {
@@ -468,7 +489,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         confirmation,
         runs: t.runs.clone(),
     };
-    let f = Found { kinds, curing, bisect: outcome, notes };
+    let f = Found { kinds, curing, top, top_cures, bisect: outcome, complete, notes };
     let text = render(&verdict, &t, &rep, loc.as_ref(), Some(&f), Some(&pool));
     Ok((verdict, text))
 }

@@ -7,11 +7,12 @@
 //! 2. Anomalies of the FP8 run against the baseline, judged against the band: nothing → healthy;
 //!    something the band explains (a gap within its spread, a time shift) → **inconclusive**, and
 //!    no culprit is named. Either way, stop.
-//! 3. Send each GEMM kind back to BF16, try current scaling and (delayed scaling) a 16-step amax
-//!    history. A run *cures* when it shows nothing significant against the band.
-//! 4. Bisect the sites of the curing kind(s) ([`crate::analysis::bisect`]), the top of the
-//!    ranking first: leads (first non-finite GEMM; for a spike, the casts that saturated at its
-//!    first step), then `locate`'s ranking by harm, then execution order.
+//! 3. Send each GEMM kind back to BF16, try current scaling, (delayed scaling) a 16-step amax
+//!    history, and the top-ranked GEMM alone back to BF16: leads (first non-finite GEMM; for a
+//!    spike, the casts that saturated at its first step), then `locate`'s ranking by harm, then
+//!    execution order. A run *cures* when it shows nothing significant against the band.
+//! 4. Unless the top-ranked GEMM cured alone, bisect the sites of the curing kind(s)
+//!    ([`crate::analysis::bisect`]) in the same order, the top of it first.
 //! 5. **Confirm** the culprits on a second seed (seed + 1): its baseline, its FP8 run, and its FP8
 //!    run with the culprits in BF16. The verdict names culprits only when the anomaly reproduces
 //!    there and the culprits cure it; otherwise it says they were not confirmed.
@@ -92,8 +93,8 @@ impl Culprit {
 /// How one run ended and what the analyzer found in it.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOutcome {
-    /// What the run is for: baseline, replica, fp8, kind, current, short-history, all-gemms,
-    /// bisect, confirm-baseline, confirm-fp8, confirm-culprits.
+    /// What the run is for: baseline, replica, fp8, kind, current, short-history, top-ranked,
+    /// all-gemms, bisect, confirm-baseline, confirm-fp8, confirm-culprits.
     pub purpose: String,
     /// completed, diverged, crashed, failed, or reused (a `--baseline-run` / `--noise-run`).
     pub status: String,

@@ -137,6 +137,14 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     let Some(f) = found else { return s };
     s += "\n2. each GEMM kind back to BF16:\n";
     s += &table_of(&["kind", "all-gemms"], "bf16 gemms", &|e| flag_after(e, "--bf16-gemms"));
+    if let (Some(tc), Some(e)) = (&f.top, t.entry("top-ranked")) {
+        s += &format!(
+            "   the top-ranked GEMM alone back to BF16 ({}): {} ({})\n",
+            tc.name(),
+            if f.top_cures { "cures the run, so no bisection is needed" } else { "does not cure the run" },
+            gap_text(e)
+        );
+    }
     s += &format!(
         "\n   curing kinds: {}\n",
         if f.curing.is_empty() { "none alone; bisecting over every kind".to_string() } else { f.curing.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ") }
@@ -148,9 +156,13 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         if fp8.spiked() { "the saturation of each GEMM's casts at the spike's first step" } else { "the first non-finite GEMM" },
         if let Some(l) = loc { format!("locate's ranking by {}", l.ranked_by) } else { "execution order".into() }
     );
-    s += &table_of(&["bisect"], "bf16 sites", &|e| flag_after(e, "--bf16-sites"));
-    if let Some(b) = &f.bisect {
-        s += &format!("\n   {} bisection run(s)\n", b.runs);
+    if f.top_cures {
+        s += "   not needed: the top-ranked GEMM cured alone\n";
+    } else {
+        s += &table_of(&["bisect"], "bf16 sites", &|e| flag_after(e, "--bf16-sites"));
+        if let Some(b) = &f.bisect {
+            s += &format!("\n   {} bisection run(s)\n", b.runs);
+        }
     }
     s += "\n4. current scaling: ";
     match t.entry("current") {
@@ -188,7 +200,7 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!("\nnote: {n}\n");
     }
     s += &format!("\nverdict: {} ", v.anomaly.clone().unwrap_or_default());
-    let complete = f.bisect.as_ref().is_some_and(|b| b.complete());
+    let complete = f.complete;
     let tested: Vec<Culprit> = v.confirmation.as_ref().map(|c| c.culprits.clone()).unwrap_or_else(|| v.culprits.clone());
     let names = |cs: &[Culprit]| cs.iter().map(Culprit::name).collect::<Vec<_>>().join(", ");
     if tested.is_empty() {
@@ -208,7 +220,7 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!("caused by {}: returning {} to BF16 cures the run", names(&v.culprits), if v.culprits.len() == 1 { "it alone" } else { "these together" });
         let set = |sites: &str| sites.split(',').map(str::to_string).collect::<BTreeSet<String>>();
         let sites: BTreeSet<String> = v.culprits.iter().map(Culprit::site_flag).collect();
-        if let Some(e) = t.runs.iter().rev().find(|e| e.outcome.purpose == "bisect" && e.outcome.cured == Some(true) && set(&flag_after(e, "--bf16-sites")) == sites) {
+        if let Some(e) = t.runs.iter().rev().find(|e| matches!(e.outcome.purpose.as_str(), "bisect" | "top-ranked") && e.outcome.cured == Some(true) && set(&flag_after(e, "--bf16-sites")) == sites) {
             s += &format!(" ({}: gap {}, {})", e.name, gap_text(e), band_ratio(e.outcome.gap_band_ratio));
         }
         if let Some(cf) = &v.confirmation {
