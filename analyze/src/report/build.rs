@@ -206,7 +206,7 @@ struct RunWork {
 /// A chart to draw.
 enum Job {
     Heatmap { chart: Chart, bar: &'static str, scale: heatmap::Scale, panels: Vec<heatmap::Grid> },
-    Sites { chart: Chart, method: String, threshold: f64, bars: Vec<sites::Bar> },
+    Sites { chart: Chart, threshold: f64, bars: Vec<sites::Bar> },
     Amax { chart: Chart, gemms: Vec<amax::GemmSeries> },
     Histogram { chart: Chart, tensors: Vec<histogram::TensorSample> },
 }
@@ -221,7 +221,7 @@ impl Job {
         let path = dir.join(&self.chart().file);
         match self {
             Job::Heatmap { chart, bar, scale, panels } => heatmap::draw(&path, &chart.title, bar, *scale, panels),
-            Job::Sites { chart, method, threshold, bars } => sites::draw(&path, chart.run.as_deref().unwrap_or(""), method, *threshold, bars),
+            Job::Sites { chart, threshold, bars } => sites::draw(&path, chart.run.as_deref().unwrap_or(""), *threshold, bars),
             Job::Amax { chart, gemms } => amax::draw(&path, chart.run.as_deref().unwrap_or(""), gemms),
             Job::Histogram { chart, tensors } => histogram::draw(&path, chart.run.as_deref().unwrap_or(""), tensors),
         }
@@ -373,10 +373,9 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                     "sites",
                     &run.name,
                     report::SITES_SIZE,
-                    format!("{}: error each GEMM adds", run.name),
-                    format!("locate's ranking from {method}: the largest error (1 − cosine) each GEMM adds at any dump step; bars past the dashed threshold crossed it."),
+                    format!("{}: error each GEMM adds, in order of harm", run.name),
+                    format!("locate's top GEMMs in its order (by harm, the error in loss units, when shadow records and stats allow; {method}): the largest error (1 − cosine) each adds at a dump step after delayed scaling's warm-up; bars past the dashed threshold crossed it."),
                 ),
-                method,
                 threshold,
                 bars,
             });

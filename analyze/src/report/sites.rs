@@ -1,5 +1,5 @@
-//! Bars of the error each GEMM adds (`locate`'s score, 1 − cosine, at its peak step), the top
-//! GEMMs of one run from the top down, with the threshold 1 − cosine threshold as a dashed line.
+//! Bars of the error each GEMM adds (1 − cosine, at its peak step after delayed scaling's warm-up),
+//! `locate`'s top GEMMs of one run in its order (by harm) from the top down, with the threshold 1 − cosine threshold as a dashed line.
 //! GEMMs past the threshold are vermillion, the others blue.
 
 use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX};
@@ -18,9 +18,9 @@ pub struct Bar {
 }
 
 /// Draws up to 10 bars at `path` ([`super::SITES_SIZE`]).
-pub fn draw(path: &Path, run: &str, method: &str, threshold: f64, bars: &[Bar]) -> Result<(), DrawError> {
+pub fn draw(path: &Path, run: &str, threshold: f64, bars: &[Bar]) -> Result<(), DrawError> {
     png(path, super::SITES_SIZE, |root| {
-        let title = format!("{run}: error each GEMM adds after warm-up, in order of harm ({method})");
+        let title = format!("{run}: error each GEMM adds, in order of harm");
         let root = root.titled(&title, (FONT, TITLE_PX - 2, FontStyle::Bold)).map_err(draw_err)?;
         let bars: Vec<&Bar> = bars.iter().take(10).collect();
         let limit = 1.0 - threshold;
