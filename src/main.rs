@@ -2,8 +2,9 @@
 //! a built-in failure scenario. On the GPU when there is one and on the CPU otherwise, it
 //! 1. runs `fp8-analyze triage` on the `tiny` preset with `--scenario drift` (a prompt-heavy batch
 //!    inflates delayed scaling's amax history; E4M3 gradients underflow for the rest of the run):
-//!    a BF16 baseline and the FP8 run, the anomaly, each GEMM kind sent back to BF16, the
-//!    bisection to the culprits, current scaling, the verdict;
+//!    a BF16 baseline, two BF16 replicas (the noise band every gap is judged against) and the FP8
+//!    run, the anomaly, each GEMM kind sent back to BF16, the top-ranked GEMM and the bisection to
+//!    the culprits, current scaling, the confirmation on a second seed, the verdict;
 //! 2. writes the report of the FP8 run against its baseline;
 //! 3. prints the verdict and where the runs and the report are.
 //!
