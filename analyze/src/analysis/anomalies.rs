@@ -241,7 +241,8 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, noise: Option<&NoiseBand>, 
         let dp = p.drift();
         let bound = |s: i64| noise.map_or(p.drift_threshold, |n| p.drift_threshold.max(n.margin * n.smoothed_at(s)));
         let plain = detect::drift_outside_spikes(&cs, &r, &b, &counted, dp, &|_| p.drift_threshold);
-        let banded = detect::drift_outside_spikes(&cs, &r, &b, &counted, dp, &bound);
+        // Without a band the bound is the threshold: the banded streak is the plain one.
+        let banded = if noise.is_some() { detect::drift_outside_spikes(&cs, &r, &b, &counted, dp, &bound) } else { plain.clone() };
         // A significant drift persists to the end and is more than a time shift within the spread.
         // (Only where the replicas' horizontal spread is small: on a plateau it is ill-defined.)
         let time_shift = match (noise, horizontal.as_ref().and_then(|h| Some((h.steps?, h.at_step)))) {

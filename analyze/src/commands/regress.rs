@@ -10,6 +10,7 @@
 //!
 //! A run that diverges or crashes fails. Exit status 1 when any mode fails, 2 on bad input.
 
+use crate::analysis::dynamics::relative_gap;
 use crate::capture_driver::{require_usable, CaptureFlags, RunSpec};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
@@ -119,10 +120,7 @@ pub fn regress(a: &RegressArgs) -> Result<RegressReport, AnalyzeError> {
     let modes: Vec<ModeResult> = results
         .iter()
         .map(|r| {
-            let gap = match (r.final_loss, bf16) {
-                (Some(l), Some(b)) if b != 0.0 => Some((l - b) / b.abs()),
-                _ => None,
-            };
+            let gap = relative_gap(r.final_loss, bf16);
             let ok_run = r.status == "completed";
             let loss_ok = ok_run && r.final_loss.is_some_and(|l| l <= max_loss);
             let gap_ok = ok_run && gap.is_some_and(|g| g <= a.max_gap);

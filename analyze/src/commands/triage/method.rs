@@ -6,6 +6,7 @@ use super::render::render;
 use super::{Confirmation, Culprit, NoiseSummary, RunEntry, RunOutcome, TriageArgs, Verdict};
 use crate::analysis::anomalies::{find_anomalies, noise_band, AnomalyParams, AnomalyReport};
 use crate::analysis::bisect::{bisect, order_candidates, BisectOutcome};
+use crate::analysis::dynamics::relative_gap;
 use crate::analysis::locate::{evidence, locate, saturated_at, LocateReport, OperandEvidence};
 use crate::analysis::noise::NoiseBand;
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
@@ -92,10 +93,7 @@ impl Triage<'_> {
     }
 
     pub(super) fn push(&mut self, r: &RunResult, purpose: &str, rep: Option<&AnomalyReport>, cured: Option<bool>, error: Option<String>) {
-        let gap = match (r.final_loss, self.base_loss) {
-            (Some(l), Some(b)) if b != 0.0 => Some((l - b) / b.abs()),
-            _ => None,
-        };
+        let gap = relative_gap(r.final_loss, self.base_loss);
         let end = rep.and_then(|x| x.end_gap.as_ref());
         self.runs.push(RunEntry {
             name: r.name.clone(),
@@ -124,10 +122,7 @@ impl Triage<'_> {
     /// A reused run (`--baseline-run`, `--noise-run`) as a run entry.
     fn push_reused(&mut self, run: &Run, purpose: &str) {
         let m = &run.manifest;
-        let gap = match (m.final_loss, self.base_loss) {
-            (Some(l), Some(b)) if b != 0.0 => Some((l - b) / b.abs()),
-            _ => None,
-        };
+        let gap = relative_gap(m.final_loss, self.base_loss);
         self.runs.push(RunEntry {
             name: m.name.clone(),
             dir: run.dir.clone(),
