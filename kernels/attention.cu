@@ -1,28 +1,47 @@
-// Multi-head attention around cuBLAS's BF16 batched GEMMs (launched from Rust).
-// Forward: qkv (B,T,3C) -> q,k,v (B,NH,T,HS) BF16 -> preatt = scale * q k^T (f32, GEMM)
-//   -> att = softmax (f32, saved; a BF16 copy feeds the next GEMM) -> y = att v (f32, GEMM)
-//   -> out (B,T,C) rounded to BF16.
+// Attention with grouped-query heads around cuBLAS's BF16 batched GEMMs (launched from Rust), and the
+// rotary embeddings (RoPE) applied to qkv before it.
+// qkv rows are [q (C = NH*HS) | k (KVH*HS) | v (KVH*HS)]; query head h uses kv head h / (NH/KVH)
+// (KVH = NH: multi-head attention, rows [q | k | v] each C wide).
+// Forward: qkv (B,T,W) -> q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 -> preatt = scale * q k^T (f32, GEMM
+//   batched over (b, kv head), the group's NH/KVH query heads stacked as rows) -> att = softmax (f32,
+//   saved; a BF16 copy feeds the next GEMM) -> y = att v (f32, GEMM) -> out (B,T,C) rounded to BF16.
 // Backward: dout (B,T,C) -> dy (B,NH,T,HS) BF16; datt = dy v^T and dv = att^T dy (GEMMs);
 //   dpreatt = att * (datt - rowsum(att * datt)) (BF16); dq = scale * dpreatt k, dk = scale *
-//   dpreatt^T q (GEMMs); dq, dk, dv -> dqkv (B,T,3C) (=), rounded to BF16.
+//   dpreatt^T q (GEMMs); dq, dk, dv -> dqkv (B,T,W) (=), rounded to BF16. The dk and dv of a kv head
+//   sum over its query heads inside one GEMM whose reduction runs over the group's stacked query rows
+//   (a fixed order for a fixed shape: cuBLAS is deterministic on one GPU model).
+// RoPE: rope_fwd / rope_bwd rotate the (i, i + HD/2) pairs of every q and k head by the angle of the
+//   token's position, with the cos/sin table the host computes (capture/src/layers/rope.rs); each
+//   output is two products and one sum in f32 without FMA contraction (__fmul_rn, __fadd_rn,
+//   __fsub_rn), the CPU reference's operations exactly.
 #include "common.cuh"
 
-// q, k, v (B,NH,T,HS) BF16 from qkv (B,T,3C). Launch: grid-stride over B*NH*T*HS.
+// q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 from qkv (B,T,C + 2*KVH*HS). Launch: grid-stride over
+// B*(NH + KVH)*T*HS (the q elements, then the k/v pairs).
 extern "C" __global__ void attention_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
                                                __nv_bfloat16* __restrict__ v, const float* __restrict__ qkv,
-                                               int b, int t, int nh, int hs) {
-    u64 total = (u64)b * nh * t * hs;
+                                               int b, int t, int nh, int kvh, int hs) {
+    u64 nq = (u64)b * nh * t * hs;
+    u64 total = nq + (u64)b * kvh * t * hs;
     int c = nh * hs;
+    u64 w = (u64)c + 2 * (u64)kvh * hs;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        u64 r = i / hs;
+        bool is_q = i < nq;
+        u64 j = is_q ? i : i - nq;
+        int heads = is_q ? nh : kvh;
+        int d = (int)(j % hs);
+        u64 r = j / hs;
         int tt = (int)(r % t); r /= t;
-        int h = (int)(r % nh);
-        int bb = (int)(r / nh);
-        u64 src = ((u64)bb * t + tt) * 3 * c + (u64)h * hs + d;
-        q[i] = __float2bfloat16_rn(qkv[src]);
-        k[i] = __float2bfloat16_rn(qkv[src + c]);
-        v[i] = __float2bfloat16_rn(qkv[src + 2 * c]);
+        int h = (int)(r % heads);
+        int bb = (int)(r / heads);
+        u64 row = ((u64)bb * t + tt) * w;
+        if (is_q) {
+            q[j] = __float2bfloat16_rn(qkv[row + (u64)h * hs + d]);
+        } else {
+            u64 src = row + c + (u64)h * hs + d;
+            k[j] = __float2bfloat16_rn(qkv[src]);
+            v[j] = __float2bfloat16_rn(qkv[src + (u64)kvh * hs]);
+        }
     }
 }
 
@@ -102,21 +121,91 @@ extern "C" __global__ void attention_softmax_bwd(__nv_bfloat16* __restrict__ dpr
     }
 }
 
-// dqkv (B,T,3C) (=) from dq, dk, dv (B,NH,T,HS) f32, rounded to BF16. Launch: grid-stride.
+// dqkv (B,T,C + 2*KVH*HS) (=) from dq (B,NH,T,HS), dk, dv (B,KVH,T,HS) f32, rounded to BF16.
+// Launch: grid-stride over B*(NH + KVH)*T*HS (the dq elements, then the dk/dv pairs).
 extern "C" __global__ void attention_merge_bwd(float* __restrict__ dqkv, const float* __restrict__ dq,
                                                const float* __restrict__ dk, const float* __restrict__ dv,
-                                               int b, int t, int nh, int hs) {
-    u64 total = (u64)b * nh * t * hs;
+                                               int b, int t, int nh, int kvh, int hs) {
+    u64 nq = (u64)b * nh * t * hs;
+    u64 total = nq + (u64)b * kvh * t * hs;
     int c = nh * hs;
+    u64 w = (u64)c + 2 * (u64)kvh * hs;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        u64 r = i / hs;
+        bool is_q = i < nq;
+        u64 j = is_q ? i : i - nq;
+        int heads = is_q ? nh : kvh;
+        int d = (int)(j % hs);
+        u64 r = j / hs;
         int tt = (int)(r % t); r /= t;
-        int h = (int)(r % nh);
-        int bb = (int)(r / nh);
-        u64 dst = ((u64)bb * t + tt) * 3 * c + (u64)h * hs + d;
-        dqkv[dst] = round_bf16(dq[i]);
-        dqkv[dst + c] = round_bf16(dk[i]);
-        dqkv[dst + 2 * c] = round_bf16(dv[i]);
+        int h = (int)(r % heads);
+        int bb = (int)(r / heads);
+        u64 row = ((u64)bb * t + tt) * w;
+        if (is_q) {
+            dqkv[row + (u64)h * hs + d] = round_bf16(dq[j]);
+        } else {
+            u64 dst = row + c + (u64)h * hs + d;
+            dqkv[dst] = round_bf16(dk[j]);
+            dqkv[dst + (u64)kvh * hs] = round_bf16(dv[j]);
+        }
+    }
+}
+
+// RoPE forward: out (B,T,W) (=) = qkv with the (i, i + HD/2) pairs of its NH q and KVH k heads rotated
+// by position t = row % T: out[i] = x[i] cos - x[i + HD/2] sin, out[i + HD/2] = x[i + HD/2] cos + x[i] sin;
+// the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)].
+// Launch: grid-stride over rows * HD/2 (rows = B*T); thread (row, i) writes elements i and i + HD/2 of
+// every head of the row.
+extern "C" __global__ void rope_fwd(float* __restrict__ out, const float* __restrict__ qkv,
+                                    const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
+    int half = hd / 2;
+    u64 w = (u64)(nh + 2 * kvh) * hd;
+    u64 total = rows * half;
+    for (u64 idx = blockIdx.x * (u64)blockDim.x + threadIdx.x; idx < total; idx += (u64)gridDim.x * blockDim.x) {
+        int i = (int)(idx % half);
+        u64 row = idx / half;
+        const float* cs = tab + (row % t) * hd;
+        float c = cs[i], s = cs[half + i];
+        const float* x = qkv + row * w;
+        float* o = out + row * w;
+        for (int h = 0; h < nh + kvh; h++) {
+            int p = h * hd + i;
+            float x1 = x[p], x2 = x[p + half];
+            o[p] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+            o[p + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+        }
+        for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
+            int p = h * hd + i;
+            o[p] = x[p];
+            o[p + half] = x[p + half];
+        }
+    }
+}
+
+// RoPE backward: dqkv (B,T,W) (=) from dout, the inverse (transposed) rotation on q and k:
+// dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin; v copied.
+// Launch: as rope_fwd.
+extern "C" __global__ void rope_bwd(float* __restrict__ dqkv, const float* __restrict__ dout,
+                                    const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
+    int half = hd / 2;
+    u64 w = (u64)(nh + 2 * kvh) * hd;
+    u64 total = rows * half;
+    for (u64 idx = blockIdx.x * (u64)blockDim.x + threadIdx.x; idx < total; idx += (u64)gridDim.x * blockDim.x) {
+        int i = (int)(idx % half);
+        u64 row = idx / half;
+        const float* cs = tab + (row % t) * hd;
+        float c = cs[i], s = cs[half + i];
+        const float* y = dout + row * w;
+        float* d = dqkv + row * w;
+        for (int h = 0; h < nh + kvh; h++) {
+            int p = h * hd + i;
+            float y1 = y[p], y2 = y[p + half];
+            d[p] = __fadd_rn(__fmul_rn(y1, c), __fmul_rn(y2, s));
+            d[p + half] = __fsub_rn(__fmul_rn(y2, c), __fmul_rn(y1, s));
+        }
+        for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
+            int p = h * hd + i;
+            d[p] = y[p];
+            d[p + half] = y[p + half];
+        }
     }
 }

@@ -399,7 +399,7 @@ impl<B: Backend> Model<B> {
             be.layernorm_fwd(&mut a.ln1, &mut a.ln1_mean, &mut a.ln1_rstd, res_in, &p[lp(l, LN1_W)], &p[lp(l, LN1_B)], d.c);
             let (w, bi) = site_params(Module::Qkv);
             Self::linear(be, &calls[0], plan, &mut dumps, &mut a.qkv, &a.ln1, &p[lp(l, w)], Some(&p[lp(l, bi)]), None);
-            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.causal);
+            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             let (w, bi) = site_params(Module::Proj);
             Self::linear(be, &calls[1], plan, &mut dumps, &mut a.proj, &a.atty, &p[lp(l, w)], Some(&p[lp(l, bi)]), None);
             be.add(&mut a.res2, res_in, &a.proj);
@@ -449,7 +449,7 @@ impl<B: Backend> Model<B> {
             Self::linear(be, &dgrad[1], plan, &mut dumps, &mut s.datty, &s.dres, &p[lp(l, w)], None, None);
             let (gw, gb) = two_mut(&mut s.grads, lp(l, w), lp(l, bi));
             Self::linear(be, &wgrad[1], plan, &mut dumps, gw, &s.dres, &a.atty, None, Some(gb));
-            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.causal);
+            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             // qkv
             let (w, bi) = site_params(Module::Qkv);
             Self::linear(be, &dgrad[0], plan, &mut dumps, &mut s.dln, &s.dqkv, &p[lp(l, w)], None, None);

@@ -2,8 +2,10 @@
 //! - FP8 casts: the GPU's bytes equal the CPU emulation's, bit for bit, for E4M3 and E5M2, over
 //!   every code point, the ties between them, saturation, subnormals, zeros, Inf and NaN, at
 //!   several scales, transposed or not; and the cast statistics agree;
-//! - every layer's forward and backward: one test body runs on both backends, and each output is
-//!   compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`].
+//! - every layer's forward and backward (the GPT family's and the Llama family's: RMSNorm,
+//!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
+//!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
+//! - determinism: the same body run twice on the GPU gives bit-identical outputs.
 
 mod cuda_common;
 
@@ -163,10 +165,15 @@ const TOLERANCES: &[(&str, f64, &str)] = &[
     ("gelu", 1e-6, "the same sigmoid form on both; expf of CUDA's libm vs Rust's exp differ by an ulp"),
     ("layernorm_fwd", 1e-5, "f32 mean/variance, warp-tree vs sequential summation order"),
     ("layernorm_bwd", 1e-5, "f32 row and column sums in different orders"),
+    ("rmsnorm_fwd", 1e-5, "f32 mean square, warp-tree vs sequential summation order (and FMA contraction on the GPU)"),
+    ("rmsnorm_bwd", 1e-5, "f32 row and column sums in different orders"),
+    ("swiglu", 1e-6, "the same sigmoid form on both; expf of CUDA's libm vs Rust's exp differ by an ulp, and the GPU may contract σ + g·σ·(1−σ) into an FMA"),
+    ("rope", 0.0, "the CPU's own cos/sin table, uploaded, and the same f32 products and sums without FMA contraction (__fmul_rn, __fadd_rn): exact"),
     ("crossentropy", 1e-6, "f64 sum of f32 exps in tree vs sequential order; expf ulps"),
     ("adamw", 1e-7, "the same f32 operation sequence with host-computed bias corrections; only FMA contraction by the CUDA compiler can differ"),
     ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
     ("attention_fwd.att", 2e-2, "the GPU's scores q·k come from a cuBLAS BF16 GEMM (q, k rounded to BF16, 2^-9 relative each), the CPU's from f32 q, k; the softmax runs in f32 on both"),
+    ("attention_gqa", 2e-2, "as attention (BF16 operands on the GPU, f32 on the CPU); a kv head's dk and dv sum over its query heads inside the GPU's GEMM, in head-then-query order on the CPU"),
     ("attention", 2e-2, "the GPU's batched products take BF16 operands (q, k, v, att, dy, dpreatt rounded: 2^-9 relative each), the CPU's f32; both round the outputs to BF16"),
     (
         "matmul_bf16",
@@ -193,6 +200,9 @@ struct Inputs {
     c: usize,
     f: usize,
     nh: usize,
+    /// The kv heads of the grouped-query layouts (RoPE and attention_gqa{KVH}); NH = 4 of them
+    /// share 1 (multi-query) in the other attention_gqa case.
+    kvh: usize,
     b: usize,
     t: usize,
     tokens: Vec<u32>,
@@ -230,6 +240,12 @@ fn inputs() -> Inputs {
         ("w_fc1", f * c, 0.05),
         ("bias_f", f, 0.1),
         ("dy_f", n * f, 0.01),
+        // The Llama family's inputs, drawn after the others so those stay as they were.
+        ("rms_w", c, 1.0),
+        ("gate_up", n * 2 * f, 1.5),
+        ("qkv_gqa2", n * (c + 2 * 2 * (c / nh)), 1.0),
+        ("dqkv_gqa2", n * (c + 2 * 2 * (c / nh)), 0.1),
+        ("qkv_gqa1", n * (c + 2 * (c / nh)), 1.0),
     ] {
         mats.insert(name, draw(len, s));
     }
@@ -242,6 +258,7 @@ fn inputs() -> Inputs {
         c,
         f,
         nh,
+        kvh: 2,
         b,
         t,
         tokens,
@@ -287,12 +304,53 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     // attention
     let qkv = be.upload(m("qkv"));
     let (mut ao, mut att) = (be.zeros(n * c), be.zeros(b * nh * t * t));
-    be.attention_fwd(&mut ao, &mut att, &qkv, b, t, c, nh, true);
+    be.attention_fwd(&mut ao, &mut att, &qkv, b, t, c, nh, nh, true);
     get(be, "attention_fwd.out", &ao);
     get(be, "attention_fwd.att", &att);
     let (mut dqkv, mut datt) = (be.zeros(n * 3 * c), be.zeros(b * nh * t * t));
-    be.attention_bwd(&mut dqkv, &mut datt, &dout_c, &qkv, &att, b, t, c, nh, true);
+    be.attention_bwd(&mut dqkv, &mut datt, &dout_c, &qkv, &att, b, t, c, nh, nh, true);
     get(be, "attention_bwd.dqkv", &dqkv);
+    // The Llama family: RMSNorm, SwiGLU, RoPE and grouped-query attention.
+    let rw = be.upload(m("rms_w"));
+    let (mut rn, mut rrstd) = (be.zeros(n * c), be.zeros(n));
+    be.rmsnorm_fwd(&mut rn, &mut rrstd, &x, &rw, c, 1e-5);
+    get(be, "rmsnorm_fwd.out", &rn);
+    get(be, "rmsnorm_fwd.rstd", &rrstd);
+    let (mut rdinp, mut rdw) = (be.upload(m("dinp0")), be.upload(m("dw0")));
+    be.rmsnorm_bwd(&mut rdinp, &mut rdw, &dout_c, &x, &rw, &rrstd, c);
+    get(be, "rmsnorm_bwd.dinp", &rdinp);
+    get(be, "rmsnorm_bwd.dw", &rdw);
+    let gu = be.upload(m("gate_up"));
+    let mut sw = be.zeros(n * f);
+    be.swiglu_fwd(&mut sw, &gu, f);
+    get(be, "swiglu_fwd.out", &sw);
+    let dsw_out = be.upload(m("dout_f"));
+    let mut dgu = be.zeros(n * 2 * f);
+    be.swiglu_bwd(&mut dgu, &gu, &dsw_out, f);
+    get(be, "swiglu_bwd.dinp", &dgu);
+    let (kvh, hd) = (i.kvh, c / nh);
+    let qg = be.upload(m("qkv_gqa2"));
+    let mut rot = be.zeros(n * (c + 2 * kvh * hd));
+    be.rope_fwd(&mut rot, &qg, b, t, nh, kvh, hd, 10000.0);
+    get(be, "rope_fwd.out", &rot);
+    let drot = be.upload(m("dqkv_gqa2"));
+    let mut dq_rot = be.zeros(n * (c + 2 * kvh * hd));
+    be.rope_bwd(&mut dq_rot, &drot, b, t, nh, kvh, hd, 10000.0);
+    get(be, "rope_bwd.dqkv", &dq_rot);
+    // A second table (another T and theta, as Llama 3's 500000): the cached one must be replaced.
+    let mut rot2 = be.zeros(n * (c + 2 * kvh * hd));
+    be.rope_fwd(&mut rot2, &qg, 2 * b, t / 2, nh, kvh, hd, 500000.0);
+    get(be, "rope_fwd_theta5e5.out", &rot2);
+    for (kv, name) in [(kvh, "qkv_gqa2"), (1, "qkv_gqa1")] {
+        let qkv = be.upload(m(name));
+        let (mut ao, mut att) = (be.zeros(n * c), be.zeros(b * nh * t * t));
+        be.attention_fwd(&mut ao, &mut att, &qkv, b, t, c, nh, kv, true);
+        get(be, &format!("attention_gqa{kv}_fwd.out"), &ao);
+        get(be, &format!("attention_gqa{kv}_fwd.att"), &att);
+        let (mut dqkv, mut datt) = (be.zeros(n * (c + 2 * kv * hd)), be.zeros(b * nh * t * t));
+        be.attention_bwd(&mut dqkv, &mut datt, &dout_c, &qkv, &att, b, t, c, nh, kv, true);
+        get(be, &format!("attention_gqa{kv}_bwd.dqkv"), &dqkv);
+    }
     // gelu, residual, rounding
     let h = be.upload(m("h"));
     let mut g = be.zeros(n * f);
@@ -467,6 +525,25 @@ fn every_layer_matches_the_cpu_reference_within_its_tolerance() {
         }
     }
     assert!(failed.is_empty(), "outside tolerance:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn every_layer_reruns_bit_identically_on_the_gpu() {
+    let Some(mut gpu) = cuda_common::gpu("layer reruns") else { return };
+    let i = inputs();
+    let first = run_layers(&mut gpu, &i);
+    let second = run_layers(&mut gpu, &i);
+    assert_eq!(first.len(), second.len());
+    let differ: Vec<String> = first
+        .iter()
+        .zip(&second)
+        .filter_map(|((name, a), (_, b))| {
+            let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            (n > 0 || a.len() != b.len()).then(|| format!("{name}: {n} of {} values differ", a.len()))
+        })
+        .collect();
+    println!("{} outputs compared bit for bit across two runs, {} differ", first.len(), differ.len());
+    assert!(differ.is_empty(), "not bit-identical on a rerun:\n{}", differ.join("\n"));
 }
 
 /// The cast kernels' speed on their own (run it on the GPU machine with

@@ -2,7 +2,8 @@
 //!
 //! The model (`model.rs`) owns the order of operations, the tensor names, the recipes' scaling state
 //! and the routing; a backend supplies buffers and the numeric primitives: LayerNorm, attention,
-//! GELU, residual adds, embedding, cross-entropy, AdamW, reductions, and — the one that matters —
+//! GELU, and for the Llama family RMSNorm, SwiGLU and rotary embeddings, residual adds, embedding,
+//! cross-entropy, AdamW, reductions, and — the one that matters —
 //! [`Backend::gemm`], a linear-layer GEMM whose operands are cast to FP8 (or rounded to BF16) as the
 //! call says, with the cast statistics the recorder needs.
 //!
@@ -231,12 +232,33 @@ pub trait Backend {
     /// dinp, dw, db are accumulated (`+=`).
     #[allow(clippy::too_many_arguments)]
     fn layernorm_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, db: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, c: usize);
-    /// out (B,T,C), att (B,NH,T,T) saved probabilities, from qkv (B,T,3C). BF16 operands.
+    /// RMSNorm: out = inp · rstd · w with rstd = 1/√(mean(inp²) + eps) per row of c; saves rstd (N).
     #[allow(clippy::too_many_arguments)]
-    fn attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, causal: bool);
-    /// dqkv (=) from dout; datt is scratch of att's size.
+    fn rmsnorm_fwd(&mut self, out: &mut Self::Buf, rstd: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, c: usize, eps: f32);
+    /// dinp and dw are accumulated (+=).
     #[allow(clippy::too_many_arguments)]
-    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, causal: bool);
+    fn rmsnorm_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, rstd: &Self::Buf, c: usize);
+    /// SwiGLU: each row of inp (N, 2F) is [gate (F) | up (F)]; out (N, F) = silu(gate) · up.
+    fn swiglu_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf, f: usize);
+    /// dinp (N, 2F) (=) from dout (N, F).
+    fn swiglu_bwd(&mut self, dinp: &mut Self::Buf, inp: &Self::Buf, dout: &Self::Buf, f: usize);
+    /// Rotary embeddings on the q and k heads of qkv (B, T, (NH + 2·KVH)·HD), each row laid out
+    /// [q (NH·HD) | k (KVH·HD) | v (KVH·HD)]; out = rotated copy (v copied unchanged). Hugging Face's
+    /// rotate_half convention (pairs i and i + HD/2, inv_freq_i = theta^(−2i/HD)), position = t.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_fwd(&mut self, out: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32);
+    /// dqkv (=) from dout: the inverse rotation on q and k, v copied.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_bwd(&mut self, dqkv: &mut Self::Buf, dout: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32);
+    /// out (B,T,C), att (B,NH,T,T) saved probabilities, from qkv (B,T,C + 2·KVH·HD) with rows
+    /// [q (C = NH·HD) | k (KVH·HD) | v (KVH·HD)]; query head h uses kv head h / (NH/KVH)
+    /// (grouped-query attention; kvh = nh is multi-head attention). BF16 operands.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
+    /// dqkv (=) from dout; datt is scratch of att's size. The dk/dv of a shared kv head
+    /// accumulate over its query heads in a fixed order.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
     fn gelu_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf);
     /// dinp (=) = gelu'(inp) · dout.
     fn gelu_bwd(&mut self, dinp: &mut Self::Buf, inp: &Self::Buf, dout: &Self::Buf);

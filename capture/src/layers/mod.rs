@@ -3,7 +3,8 @@
 //!
 //! Conventions shared by every file here:
 //! - All tensors are `f32`, row-major, in flat slices; shapes are written in comments as
-//!   `(N, C)` with the dimension names B, T, C, NH, V, F and N = B·T (tokens).
+//!   `(N, C)` with the dimension names B, T, C, NH, KVH (kv heads), HD (head size), V, F and
+//!   N = B·T (tokens).
 //! - Every function checks its slice lengths against the dimensions it is given and panics
 //!   with the layer and tensor name on a mismatch: a mismatch is a bug in the caller, not
 //!   bad user input. Token ids are the one user-derived input; the data loader validates them
@@ -28,6 +29,9 @@ pub mod layernorm;
 pub mod loss;
 pub mod matmul;
 pub mod residual;
+pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
 
 #[cfg(test)]
 mod testutil;
@@ -40,6 +44,9 @@ pub use layernorm::{LN_EPS, layernorm_bwd, layernorm_fwd};
 pub use loss::{crossentropy_fwd_bwd, mean_loss, IGNORE_TARGET};
 pub use matmul::{matmul_dgrad, matmul_fwd, matmul_wgrad};
 pub use residual::{add_inplace, residual_fwd};
+pub use rmsnorm::{rmsnorm_bwd, rmsnorm_fwd};
+pub use rope::{rope_bwd, rope_fwd, rope_table};
+pub use swiglu::{swiglu_bwd, swiglu_fwd};
 
 /// About how many scalar operations one rayon task should own: below this the scheduling
 /// overhead (about a microsecond per task) is comparable to the work.

@@ -133,6 +133,69 @@ pub fn layernorm_fwd_ref(inp: &[f64], weight: &[f64], bias: &[f64], c: usize) ->
     out
 }
 
+/// RMSNorm of each row of `inp` (N, C): x / √(mean(x²) + eps) · weight.
+pub fn rmsnorm_fwd_ref(inp: &[f64], weight: &[f64], c: usize, eps: f64) -> Vec<f64> {
+    let mut out = vec![0.0; inp.len()];
+    for (o, x) in out.chunks_mut(c).zip(inp.chunks(c)) {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / c as f64;
+        let rstd = 1.0 / (ms + eps).sqrt();
+        for j in 0..c {
+            o[j] = x[j] * rstd * weight[j];
+        }
+    }
+    out
+}
+
+/// SwiGLU of each row of `inp` (N, 2F) = [gate | up]: silu(gate)·up, silu(g) = g / (1 + e^(−g)).
+pub fn swiglu_fwd_ref(inp: &[f64], f: usize) -> Vec<f64> {
+    inp.chunks(2 * f)
+        .flat_map(|x| (0..f).map(move |j| x[j] / (1.0 + (-x[j]).exp()) * x[f + j]))
+        .collect()
+}
+
+/// Rotary embeddings on `qkv` (B, T, (NH + 2·KVH)·HD), computed directly: each (i, i + HD/2) pair
+/// of a q or k head, read as the complex number x_i + i·x_{i+HD/2}, is multiplied by
+/// e^(i·t·θ_i), θ_i = theta^(−2i/HD), with angles in f64; v is copied.
+pub fn rope_fwd_ref(qkv: &[f64], b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f64) -> Vec<f64> {
+    let w = (nh + 2 * kvh) * hd;
+    let half = hd / 2;
+    let mut out = qkv.to_vec();
+    for row in 0..b * t {
+        let pos = (row % t) as f64;
+        for h in 0..nh + kvh {
+            for i in 0..half {
+                let ang = pos * theta.powf(-2.0 * i as f64 / hd as f64);
+                let (re, im) = (qkv[row * w + h * hd + i], qkv[row * w + h * hd + half + i]);
+                out[row * w + h * hd + i] = re * ang.cos() - im * ang.sin();
+                out[row * w + h * hd + half + i] = re * ang.sin() + im * ang.cos();
+            }
+        }
+    }
+    out
+}
+
+/// Grouped-query attention over `qkv` (B, T, (NH + 2·KVH)·HS) rows `[q (C) | k (KVH·HS) |
+/// v (KVH·HS)]`, by the definition: each kv head is repeated NH/KVH times into a multi-head qkv
+/// (B, T, 3C) (query head h takes kv head h / (NH/KVH)), which `attention_fwd_ref` attends over.
+/// Returns out (B, T, C).
+pub fn attention_gqa_fwd_ref(qkv: &[f64], b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) -> Vec<f64> {
+    let hs = c / nh;
+    let (w, rep) = (c + 2 * kvh * hs, nh / kvh);
+    let mut mha = vec![0.0; b * t * 3 * c];
+    for row in 0..b * t {
+        let (src, dst) = (&qkv[row * w..(row + 1) * w], &mut mha[row * 3 * c..(row + 1) * 3 * c]);
+        dst[..c].copy_from_slice(&src[..c]);
+        for h in 0..nh {
+            let g = h / rep;
+            for part in 1..3 {
+                let from = c + (part - 1) * kvh * hs + g * hs;
+                dst[part * c + h * hs..][..hs].copy_from_slice(&src[from..from + hs]);
+            }
+        }
+    }
+    attention_fwd_ref(&mha, b, t, c, nh, causal)
+}
+
 /// Multi-head attention over `qkv` (B, T, 3C) = [q | k | v]; returns out (B, T, C).
 pub fn attention_fwd_ref(
     qkv: &[f64],

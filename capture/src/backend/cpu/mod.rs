@@ -12,15 +12,26 @@ use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::Gemm;
 use rayon::prelude::*;
 
-/// The CPU device: holds nothing but the queue of GEMM reports.
+/// The CPU device: holds the queue of GEMM reports and the last RoPE table.
 #[derive(Default)]
 pub struct CpuBackend {
     reports: Vec<GemmReport>,
+    /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
+    rope: Option<((usize, usize, u32), Vec<f32>)>,
 }
 
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// The RoPE table for (t, hd, theta), computed on the first call with these dimensions.
+    fn rope_table(&mut self, t: usize, hd: usize, theta: f32) -> &[f32] {
+        let key = (t, hd, theta.to_bits());
+        if self.rope.as_ref().is_none_or(|(k, _)| *k != key) {
+            self.rope = Some((key, layers::rope::rope_table(t, hd, theta)));
+        }
+        self.rope.as_ref().map_or(&[], |(_, tab)| tab.as_slice())
     }
 }
 
@@ -101,12 +112,32 @@ impl Backend for CpuBackend {
     fn layernorm_bwd(&mut self, dinp: &mut Vec<f32>, dw: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, c: usize) {
         layers::layernorm::layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, c)
     }
-    fn attention_fwd(&mut self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
-        layers::attention::attention_fwd(out, att, qkv, b, t, c, nh, causal);
+    fn rmsnorm_fwd(&mut self, out: &mut Vec<f32>, rstd: &mut Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, c: usize, eps: f32) {
+        layers::rmsnorm::rmsnorm_fwd(out, rstd, inp, w, c, eps)
+    }
+    fn rmsnorm_bwd(&mut self, dinp: &mut Vec<f32>, dw: &mut Vec<f32>, dout: &Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, rstd: &Vec<f32>, c: usize) {
+        layers::rmsnorm::rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, c)
+    }
+    fn swiglu_fwd(&mut self, out: &mut Vec<f32>, inp: &Vec<f32>, f: usize) {
+        layers::swiglu::swiglu_fwd(out, inp, f)
+    }
+    fn swiglu_bwd(&mut self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>, f: usize) {
+        layers::swiglu::swiglu_bwd(dinp, inp, dout, f)
+    }
+    fn rope_fwd(&mut self, out: &mut Vec<f32>, qkv: &Vec<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+        let tab = self.rope_table(t, hd, theta);
+        layers::rope::rope_fwd(out, qkv, tab, b, t, nh, kvh, hd)
+    }
+    fn rope_bwd(&mut self, dqkv: &mut Vec<f32>, dout: &Vec<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+        let tab = self.rope_table(t, hd, theta);
+        layers::rope::rope_bwd(dqkv, dout, tab, b, t, nh, kvh, hd)
+    }
+    fn attention_fwd(&mut self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
+        layers::attention::attention_fwd(out, att, qkv, b, t, c, nh, kvh, causal);
         round_bf16_inplace(out);
     }
-    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, causal: bool) {
-        layers::attention::attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, causal);
+    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
+        layers::attention::attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal);
         round_bf16_inplace(dqkv);
     }
     fn gelu_fwd(&mut self, out: &mut Vec<f32>, inp: &Vec<f32>) {

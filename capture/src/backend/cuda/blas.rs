@@ -317,22 +317,31 @@ pub struct Batched {
 }
 
 impl Batched {
-    /// Attention's (T × T) products per (sequence, head), from two (T, hs) row-major operands:
+    /// Attention's (T × T) products per (sequence, kv head), from (T, hs) row-major operands:
     /// `alpha · a bᵀ` in row-major terms (preatt = scale · q kᵀ with a = q, b = k passed as
-    /// (k, q); datt = dy vᵀ passed as (v, dy)).
-    pub fn attention_scores(t: usize, hs: usize, heads: usize, alpha: f32) -> Batched {
-        let (ti, hsi) = (t as i32, hs as i32);
-        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
-        Batched { ta: true, tb: false, m: ti, n: ti, k: hsi, alpha, lda: hsi, stride_a: th, ldb: hsi, stride_b: th, ldc: ti, stride_c: tt, batch: heads as i32 }
+    /// (k, q); datt = dy vᵀ passed as (v, dy)). `b` holds one (T, hs) block per batch; `a` holds
+    /// `rep` of them back to back — the query heads that share the kv head (grouped-query
+    /// attention; rep = 1 for multi-head) — so each batch writes `rep` (T × T) blocks.
+    pub fn attention_scores(t: usize, hs: usize, groups: usize, rep: usize, alpha: f32) -> Batched {
+        let (ti, hsi, rt) = (t as i32, hs as i32, (rep * t) as i32);
+        let (th, rth, rtt) = ((t * hs) as i64, (rep * t * hs) as i64, (rep * t * t) as i64);
+        Batched { ta: true, tb: false, m: ti, n: rt, k: hsi, alpha, lda: hsi, stride_a: th, ldb: hsi, stride_b: rth, ldc: ti, stride_c: rtt, batch: groups as i32 }
     }
 
-    /// Attention's (T, hs) products per (sequence, head): a (T, hs) operand times a (T × T) one,
-    /// transposed when `t_square` (y = att v, dq = scale · dpre k; dv = attᵀ dy, dk = scale ·
-    /// dpreᵀ q).
-    pub fn attention_values(t: usize, hs: usize, heads: usize, t_square: bool, alpha: f32) -> Batched {
-        let (ti, hsi) = (t as i32, hs as i32);
-        let (th, tt) = ((t * hs) as i64, (t * t) as i64);
-        Batched { ta: false, tb: t_square, m: hsi, n: ti, k: ti, alpha, lda: hsi, stride_a: th, ldb: ti, stride_b: tt, ldc: hsi, stride_c: th, batch: heads as i32 }
+    /// Attention's (T, hs) products per (sequence, kv head), with the `rep` query heads of a kv
+    /// head stacked as above: a (T, hs) operand times the (rep·T × T) probabilities (y = att v,
+    /// dq = scale · dpre k: `rep` (T, hs) outputs per batch), or, when `t_square`, the stacked
+    /// (rep·T, hs) operand times their transpose (dv = attᵀ dy, dk = scale · dpreᵀ q: one (T, hs)
+    /// output per batch, summed over the group's query heads inside the GEMM's reduction).
+    pub fn attention_values(t: usize, hs: usize, groups: usize, rep: usize, t_square: bool, alpha: f32) -> Batched {
+        let (ti, hsi, rt) = (t as i32, hs as i32, (rep * t) as i32);
+        let (th, rth, rtt) = ((t * hs) as i64, (rep * t * hs) as i64, (rep * t * t) as i64);
+        let batch = groups as i32;
+        if t_square {
+            Batched { ta: false, tb: true, m: hsi, n: ti, k: rt, alpha, lda: hsi, stride_a: rth, ldb: ti, stride_b: rtt, ldc: hsi, stride_c: th, batch }
+        } else {
+            Batched { ta: false, tb: false, m: hsi, n: rt, k: ti, alpha, lda: hsi, stride_a: th, ldb: ti, stride_b: rtt, ldc: hsi, stride_c: rth, batch }
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! capability ≥ 8.9 (FP8 tensor cores), through cudarc with dynamic loading.
 //!
 //! - Kernels: `kernels/*.cu`, one file per layer family, compiled by NVRTC at start-up to a CUBIN
-//!   for the GPU found ([`kernels`]).
+//!   for the GPU found ([`kernels`]). The Llama family's launchers have a file each here
+//!   (`rmsnorm.rs`, `swiglu.rs`, `rope.rs`); the others are in `primitives.rs` and this file.
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
@@ -202,7 +203,10 @@ pub struct CudaBackend {
     y32: CudaSlice<f32>,
     dq32: CudaSlice<f32>,
     dk32: CudaSlice<f32>,
+    /// Per-chunk column sums of the LayerNorm and RMSNorm weight gradients.
     ln_partial: CudaSlice<f32>,
+    /// The RoPE cos/sin table of `layers::rope::rope_table` for (T, HD, theta's bits) ([`rope`]).
+    rope_tab: Option<((usize, usize, u32), CudaSlice<f32>)>,
 }
 
 /// Panics with the backend error: the trait's primitives cannot return errors, and a failed
@@ -310,6 +314,7 @@ impl CudaBackend {
             dq32: s.alloc_zeros(1)?,
             dk32: s.alloc_zeros(1)?,
             ln_partial: s.alloc_zeros(1)?,
+            rope_tab: None,
             next_slot: 0,
             next_gemm: 0,
             pending: Vec::new(),
@@ -634,6 +639,15 @@ impl CudaBackend {
             .collect())
     }
 
+    /// Checks attention's head counts; returns (hs, rep = NH/KVH).
+    fn attention_heads(c: usize, nh: usize, kvh: usize) -> Result<(usize, usize), CudaError> {
+        if nh == 0 || kvh == 0 || c % nh != 0 || nh % kvh != 0 {
+            return Err(CudaError::Unsupported(format!("attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)")));
+        }
+        Ok((c / nh, nh / kvh))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn attention_fwd_impl(
         &mut self,
         out: &mut CudaSlice<f32>,
@@ -643,11 +657,14 @@ impl CudaBackend {
         t: usize,
         c: usize,
         nh: usize,
+        kvh: usize,
         causal: bool,
     ) -> Result<(), CudaError> {
-        let hs = c / nh;
+        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let bh = b * nh;
+        let groups = b * kvh;
         let nq = bh * t * hs;
+        let nkv = groups * t * hs;
         let na = bh * t * t;
         for buf in [&mut self.q16, &mut self.k16, &mut self.v16] {
             grow(&self.stream, buf, nq)?;
@@ -657,12 +674,12 @@ impl CudaBackend {
         let (q, k, v) = (self.ptr(&self.q16), self.ptr(&self.k16), self.ptr(&self.v16));
         let (a16, y) = (self.ptr(&self.att16), self.ptr(&self.y32));
         let (qkvp, attp, outp) = (self.ptr(qkv), self.ptr(att), self.ptr(out));
-        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
-        launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
         let scale = 1.0 / (hs as f32).sqrt();
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
         self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, bh, scale),
+            Batched::attention_scores(t, hs, groups, rep, scale),
             k,
             q,
             attp,
@@ -681,7 +698,7 @@ impl CudaBackend {
         )?;
         // y = att v.
         self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, bh, false, 1.0),
+            Batched::attention_values(t, hs, groups, rep, false, 1.0),
             v,
             a16,
             y,
@@ -702,11 +719,14 @@ impl CudaBackend {
         t: usize,
         c: usize,
         nh: usize,
+        kvh: usize,
         causal: bool,
     ) -> Result<(), CudaError> {
-        let hs = c / nh;
+        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let bh = b * nh;
+        let groups = b * kvh;
         let nq = bh * t * hs;
+        let nkv = groups * t * hs;
         let na = bh * t * t;
         for buf in [&mut self.q16, &mut self.k16, &mut self.v16, &mut self.dy16] {
             grow(&self.stream, buf, nq)?;
@@ -720,13 +740,13 @@ impl CudaBackend {
         let (a16, dp16) = (self.ptr(&self.att16), self.ptr(&self.dpre16));
         let (dv, dq, dk) = (self.ptr(&self.y32), self.ptr(&self.dq32), self.ptr(&self.dk32));
         let (qkvp, attp, dattp, doutp, dqkvp) = (self.ptr(qkv), self.ptr(att), self.ptr(datt), self.ptr(dout), self.ptr(dqkv));
-        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
-        launch!(self, "attention_split_fwd", grid_for(nq, 256), q, k, v, qkvp, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
         launch!(self, "attention_split_bwd", grid_for(nq, 256), dy, doutp, bi, ti, nhi, hsi)?;
         // datt = dy vᵀ
         self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, bh, 1.0),
+            Batched::attention_scores(t, hs, groups, rep, 1.0),
             v,
             dy,
             dattp,
@@ -744,28 +764,28 @@ impl CudaBackend {
             ti,
             causal as i32
         )?;
-        // dv = attᵀ dy
+        // dv = attᵀ dy, summed over the kv head's query heads.
         self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, bh, true, 1.0),
+            Batched::attention_values(t, hs, groups, rep, true, 1.0),
             dy,
             a16,
             dv,
         )?;
         // dq = scale · dpre k
         self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, bh, false, scale),
+            Batched::attention_values(t, hs, groups, rep, false, scale),
             k,
             dp16,
             dq,
         )?;
-        // dk = scale · dpreᵀ q
+        // dk = scale · dpreᵀ q, summed over the kv head's query heads.
         self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, bh, true, scale),
+            Batched::attention_values(t, hs, groups, rep, true, scale),
             q,
             dp16,
             dk,
         )?;
-        launch!(self, "attention_merge_bwd", grid_for(nq, 256), dqkvp, dq, dk, dv, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
         Ok(())
     }
 
@@ -809,5 +829,8 @@ fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
     }
 }
 
-// After the macros above, which it uses.
+// After the macros above, which they use.
 mod primitives;
+mod rmsnorm;
+mod rope;
+mod swiglu;

@@ -203,6 +203,39 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn rmsnorm_fwd(&mut self, out: &mut CudaSlice<f32>, rstd: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, c: usize, eps: f32) {
+        self.span("rmsnorm_fwd", |me| ok(me.rmsnorm_fwd_impl(out, rstd, inp, w, c, eps)))
+    }
+
+    fn rmsnorm_bwd(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        rstd: &CudaSlice<f32>,
+        c: usize,
+    ) {
+        self.span("rmsnorm_bwd", |me| ok(me.rmsnorm_bwd_impl(dinp, dw, dout, inp, w, rstd, c)))
+    }
+
+    fn swiglu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, f: usize) {
+        self.span("swiglu_fwd", |me| ok(me.swiglu_fwd_impl(out, inp, f)))
+    }
+
+    fn swiglu_bwd(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>, f: usize) {
+        self.span("swiglu_bwd", |me| ok(me.swiglu_bwd_impl(dinp, inp, dout, f)))
+    }
+
+    fn rope_fwd(&mut self, out: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+        self.span("rope_fwd", |me| ok(me.rope_impl("rope_fwd", out, qkv, b, t, nh, kvh, hd, theta)))
+    }
+
+    fn rope_bwd(&mut self, dqkv: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+        self.span("rope_bwd", |me| ok(me.rope_impl("rope_bwd", dqkv, dout, b, t, nh, kvh, hd, theta)))
+    }
+
     fn attention_fwd(
         &mut self,
         out: &mut CudaSlice<f32>,
@@ -212,9 +245,10 @@ impl Backend for CudaBackend {
         t: usize,
         c: usize,
         nh: usize,
+        kvh: usize,
         causal: bool,
     ) {
-        self.span("attention_fwd", |me| ok(me.attention_fwd_impl(out, att, qkv, b, t, c, nh, causal)))
+        self.span("attention_fwd", |me| ok(me.attention_fwd_impl(out, att, qkv, b, t, c, nh, kvh, causal)))
     }
 
     fn attention_bwd(
@@ -228,9 +262,10 @@ impl Backend for CudaBackend {
         t: usize,
         c: usize,
         nh: usize,
+        kvh: usize,
         causal: bool,
     ) {
-        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, causal)))
+        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal)))
     }
 
     fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {
