@@ -51,6 +51,14 @@ pub enum DeviceArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ArchArg {
+    /// GPT-2 style: LayerNorm, GELU, biases.
+    Gpt,
+    /// Llama style: RMSNorm, SwiGLU, rotary embeddings, grouped-query attention, no biases.
+    Llama,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum RecipeArg {
     Bf16,
     Delayed,
@@ -86,7 +94,7 @@ pub enum DataArg {
     Synthetic,
     /// Uniformly random tokens: the loss cannot fall below ln V.
     Uniform,
-    /// A text file, bytes as tokens (needs --data-path, V ≥ 256).
+    /// Text files (--text), tokenized by --tokenizer or read as bytes (V ≥ 256).
     Text,
 }
 
@@ -102,6 +110,18 @@ pub enum SampleArg {
     First,
     /// Evenly spaced elements over the whole tensor.
     Strided,
+}
+
+fn parse_gemm(s: &str) -> Result<Gemm, String> {
+    Gemm::parse(s.trim()).ok_or_else(|| format!("'{s}' is not fprop, dgrad or wgrad"))
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s.trim()).ok_or_else(|| format!("'{s}' is not a role (activation, weight, gradient, output, dgrad, wgrad)"))
+}
+
+fn parse_site_selector(s: &str) -> Result<SiteSelector, String> {
+    SiteSelector::parse(s).ok_or_else(|| format!("'{s}' is not layers.N.MODULE[:GEMM] (modules qkv, proj, fc1, fc2)"))
 }
 
 fn positive(s: &str) -> Result<u32, String> {
@@ -152,9 +172,20 @@ pub struct TrainArgs {
     pub quiet: bool,
 
     // ---- model
-    /// Model size preset: tiny (CPU demo), small, seed (the reference repro). See `presets`.
+    /// Model size preset: tiny (CPU demo), small, seed (the reference repro), llama-tiny,
+    /// llama-small, llama-1b. See `presets`.
     #[arg(long, default_value = "tiny", help_heading = "Model")]
     pub preset: String,
+    /// Architecture: gpt (LayerNorm, GELU, biases) or llama (RMSNorm, SwiGLU, rotary embeddings,
+    /// grouped-query attention, no biases) [default: the preset's].
+    #[arg(long, value_enum, help_heading = "Model")]
+    pub arch: Option<ArchArg>,
+    /// Train the shape of a Hugging Face Llama-family config.json (hidden_size, intermediate_size,
+    /// num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size, rope_theta,
+    /// rms_norm_eps, tie_word_embeddings, max_position_embeddings). Sets --arch llama; --batch and
+    /// --seq still come from the preset or their flags; other dimension flags are refused with it.
+    #[arg(long, value_name = "PATH", help_heading = "Model")]
+    pub model_config: Option<PathBuf>,
     /// Vocabulary size V.
     #[arg(long, value_parser = positive, help_heading = "Model")]
     pub vocab: Option<u32>,
@@ -167,6 +198,13 @@ pub struct TrainArgs {
     /// Attention heads NH (must divide C).
     #[arg(long, value_parser = positive, help_heading = "Model")]
     pub heads: Option<u32>,
+    /// Key/value heads of grouped-query attention (llama; must divide NH) [default: the preset's,
+    /// or NH].
+    #[arg(long, value_parser = positive, help_heading = "Model")]
+    pub kv_heads: Option<u32>,
+    /// Base θ of the rotary position embeddings (llama) [default: 10000].
+    #[arg(long, value_parser = positive_f64, help_heading = "Model")]
+    pub rope_theta: Option<f64>,
     /// Transformer layers L.
     #[arg(long, value_parser = positive, help_heading = "Model")]
     pub layers: Option<u32>,
@@ -204,22 +242,27 @@ pub struct TrainArgs {
 
     // ---- routing
     /// GEMM kinds sent back to BF16 everywhere: fprop,dgrad,wgrad.
-    #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
-    pub bf16_gemms: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_gemm, help_heading = "GEMM routing")]
+    pub bf16_gemms: Vec<Gemm>,
     /// Layers whose GEMMs run in BF16: 0,3-5.
     #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
     pub bf16_layers: Vec<String>,
     /// Sites or single GEMMs in BF16: layers.7.fc2 or layers.7.fc2:dgrad (comma-separated).
-    #[arg(long, value_delimiter = ',', help_heading = "GEMM routing")]
-    pub bf16_sites: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_site_selector, help_heading = "GEMM routing")]
+    pub bf16_sites: Vec<SiteSelector>,
 
     // ---- data and training
     /// Training data.
     #[arg(long, value_enum, default_value = "synthetic", help_heading = "Data and training")]
     pub data: DataArg,
-    /// Text file for --data text.
+    /// Text files for --data text, concatenated in the order given (repeat the flag or separate
+    /// with commas).
+    #[arg(long, alias = "data-path", value_name = "FILE", value_delimiter = ',', help_heading = "Data and training")]
+    pub text: Vec<String>,
+    /// A Hugging Face tokenizer.json for --data text; without it, bytes are tokens. V must cover
+    /// the tokenizer's vocabulary.
     #[arg(long, value_name = "FILE", help_heading = "Data and training")]
-    pub data_path: Option<String>,
+    pub tokenizer: Option<String>,
     /// Successors per token of the synthetic language (its entropy grows with it).
     #[arg(long, default_value = "8", value_parser = positive, help_heading = "Data and training")]
     pub branching: u32,
@@ -274,12 +317,14 @@ pub struct TrainArgs {
     /// Dump sampled tensors every N steps, and at step 1 (0: never).
     #[arg(long, default_value = "0", value_parser = non_negative, help_heading = "Recording")]
     pub dump_every: u32,
-    /// Regex over site names (layers.1.fc2) selecting the dumped sites.
+    /// Regex selecting the dumped sites by name (layers.1.fc2): a site is dumped when the regex
+    /// matches anywhere in its name ('layers\.3\.' takes every site of layer 3; anchor with ^…$
+    /// for an exact name). A regex that selects no site is refused.
     #[arg(long, default_value = ".*", help_heading = "Recording")]
     pub dump_layers: String,
     /// Roles dumped: activation,weight,gradient,output,dgrad,wgrad.
-    #[arg(long, value_delimiter = ',', default_value = "activation,weight,gradient,output,dgrad,wgrad", help_heading = "Recording")]
-    pub dump_roles: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "activation,weight,gradient,output,dgrad,wgrad", value_parser = parse_role, help_heading = "Recording")]
+    pub dump_roles: Vec<Role>,
     /// At most this many elements per dumped tensor.
     #[arg(long, default_value = "4096", value_parser = positive, help_heading = "Recording")]
     pub dump_max_elems: u32,
@@ -329,17 +374,6 @@ pub fn parse_layers(items: &[String], n_layers: u32) -> anyhow::Result<Vec<u32>>
     Ok(out)
 }
 
-/// Default magnitude of each injection kind (documented in the README).
-pub fn default_magnitude(kind: &str) -> Option<f64> {
-    match kind {
-        "overflow" => Some(8.0),
-        "underflow" => Some(16.0),
-        "outlier" => Some(1e4),
-        "nan" => Some(0.0),
-        _ => None,
-    }
-}
-
 /// Parses one `--inject` spec.
 pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
     let mut site = None;
@@ -359,17 +393,15 @@ pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
         }
     }
     let site = site.with_context(|| format!("--inject '{spec}': missing site=layers.N.MODULE"))?;
-    let parsed = Site::parse(&site).with_context(|| format!("--inject '{spec}': '{site}' is not a site like layers.1.fc2"))?;
-    if parsed.layer >= n_layers {
+    let site = Site::parse(&site).with_context(|| format!("--inject '{spec}': '{site}' is not a site like layers.1.fc2"))?;
+    if site.layer >= n_layers {
         bail!("--inject '{spec}': the model has layers 0-{}", n_layers - 1);
     }
     let gemm = gemm.with_context(|| format!("--inject '{spec}': missing gemm=fprop|dgrad|wgrad"))?;
-    if Gemm::parse(&gemm).is_none() {
-        bail!("--inject '{spec}': gemm must be fprop, dgrad or wgrad");
-    }
+    let gemm = Gemm::parse(&gemm).with_context(|| format!("--inject '{spec}': gemm must be fprop, dgrad or wgrad"))?;
     let kind = kind.with_context(|| format!("--inject '{spec}': missing kind=overflow|underflow|outlier|nan"))?;
-    let default = default_magnitude(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier or nan"))?;
-    Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude: magnitude.unwrap_or(default) })
+    let kind = InjectionKind::parse(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier or nan"))?;
+    Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude: magnitude.unwrap_or(kind.default_magnitude()) })
 }
 
 fn data_kind_is_synthetic(d: DataArg) -> bool {
@@ -390,20 +422,67 @@ impl TrainArgs {
             format!("unknown preset '{}' (choose {})", self.preset, PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))
         })?;
         let mut model = p.model();
+        let (batch, seq) = (self.batch.unwrap_or(model.batch), self.seq.unwrap_or(model.seq));
+        let mut notes = Vec::new();
+        if let Some(path) = &self.model_config {
+            let hf = crate::hf_config::read(path, batch, seq)?;
+            notes = hf.notes;
+            model = hf.model;
+        }
+        if let Some(a) = self.arch {
+            let arch = match a {
+                ArchArg::Gpt => Arch::Gpt,
+                ArchArg::Llama => Arch::Llama,
+            };
+            if self.model_config.is_some() && arch != Arch::Llama {
+                bail!("--model-config reads a Llama-family model; --arch {} contradicts it", arch.as_str());
+            }
+            if arch != model.arch {
+                model.arch = arch;
+                let llama = arch == Arch::Llama;
+                model.rope_theta = llama.then_some(crate::config::LLAMA_ROPE_THETA);
+                model.norm_eps = llama.then_some(crate::config::LLAMA_NORM_EPS);
+                model.kv_heads = None;
+            }
+        }
         let o = |v: Option<u32>, d: u32| v.unwrap_or(d);
         model.vocab = o(self.vocab, model.vocab);
         model.channels = o(self.channels, model.channels);
         model.ffn = o(self.ffn, model.ffn);
-        model.heads = o(self.heads, model.heads);
+        if let Some(h) = self.heads {
+            model.heads = h;
+            model.kv_heads = model.kv_heads.filter(|&kv| h % kv == 0);
+        }
         model.layers = o(self.layers, model.layers);
-        model.batch = o(self.batch, model.batch);
-        model.seq = o(self.seq, model.seq);
+        model.batch = batch;
+        model.seq = seq;
         model.attn_mask = match self.attn_mask {
             MaskArg::Causal => AttnMask::Causal,
             MaskArg::Full => AttnMask::Full,
         };
         if model.channels % model.heads != 0 {
             bail!("--heads {} does not divide --channels {}", model.heads, model.channels);
+        }
+        if model.arch == Arch::Llama {
+            if let Some(kv) = self.kv_heads {
+                model.kv_heads = Some(kv);
+            }
+            if model.heads % model.kv_heads() != 0 {
+                bail!("--kv-heads {} does not divide --heads {}", model.kv_heads(), model.heads);
+            }
+            if model.head_dim() % 2 != 0 {
+                bail!("rotary embeddings need an even head width; C/NH = {}", model.head_dim());
+            }
+            if let Some(t) = self.rope_theta {
+                model.rope_theta = Some(t);
+            }
+        } else if self.kv_heads.is_some() || self.rope_theta.is_some() {
+            bail!("--kv-heads and --rope-theta belong to --arch llama; the {} preset is gpt", p.name);
+        }
+        if !self.quiet {
+            for n in &notes {
+                eprintln!("fp8-capture: note: {n}");
+            }
         }
         let kind = match self.recipe {
             RecipeArg::Bf16 => RecipeKind::Bf16,
@@ -415,23 +494,13 @@ impl TrainArgs {
         let mut bf16_gemms = self.bf16_gemms.clone();
         for g in Gemm::ALL {
             let var = format!("FP8SCOPE_FP8_{}", g.as_str().to_uppercase());
-            if std::env::var(&var).is_ok_and(|v| v.trim() == "0") && !bf16_gemms.iter().any(|x| x == g.as_str()) {
-                bf16_gemms.push(g.as_str().to_string());
-            }
-        }
-        for g in &bf16_gemms {
-            if Gemm::parse(g).is_none() {
-                bail!("--bf16-gemms: '{g}' is not fprop, dgrad or wgrad");
+            if std::env::var(&var).is_ok_and(|v| v.trim() == "0") && !bf16_gemms.contains(&g) {
+                bf16_gemms.push(g);
             }
         }
         for s in &self.bf16_sites {
-            let (site, gemm) = match s.split_once(':') {
-                Some((a, b)) => (a, Some(b)),
-                None => (s.as_str(), None),
-            };
-            let parsed = Site::parse(site).with_context(|| format!("--bf16-sites: '{s}' is not layers.N.MODULE[:GEMM]"))?;
-            if parsed.layer >= model.layers || gemm.is_some_and(|g| Gemm::parse(g).is_none()) {
-                bail!("--bf16-sites: '{s}' names no GEMM of this model");
+            if s.site.layer >= model.layers {
+                bail!("--bf16-sites: '{s}' names no GEMM of this model (layers 0-{})", model.layers - 1);
             }
         }
         let routing = RoutingConfig {
@@ -439,12 +508,7 @@ impl TrainArgs {
             bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
             bf16_sites: self.bf16_sites.clone(),
         };
-        regex::Regex::new(&self.dump_layers).map_err(|e| anyhow::anyhow!("--dump-layers: the regex does not compile: {}", e.to_string().lines().last().unwrap_or("")))?;
-        for r in &self.dump_roles {
-            if Role::parse(r).is_none() {
-                bail!("--dump-roles: '{r}' is not a role (activation, weight, gradient, output, dgrad, wgrad)");
-            }
-        }
+        crate::selection::dumped_sites(&self.dump_layers, model.layers).map_err(|e| anyhow::anyhow!("--dump-layers: {e}"))?;
         let mut scen = match &self.scenario {
             Some(n) => Some(crate::scenario::scenario(n).with_context(|| format!("unknown scenario '{n}' (choose {})", crate::scenario::NAMES.join(", ")))?),
             None => None,
@@ -476,14 +540,29 @@ impl TrainArgs {
             DataArg::Uniform => DataKind::Uniform,
             DataArg::Text => DataKind::Text,
         };
+        let mut tokenizer = None;
         if data_kind == DataKind::Text {
-            let path = self.data_path.as_deref().context("--data text needs --data-path FILE")?;
-            if !std::path::Path::new(path).is_file() {
-                bail!("--data-path {path}: no such file");
+            if self.text.is_empty() {
+                bail!("--data text needs --text FILE");
             }
-            if model.vocab < 256 {
-                bail!("--data text uses bytes as tokens: --vocab must be at least 256 (is {})", model.vocab);
+            for path in &self.text {
+                if !std::path::Path::new(path).is_file() {
+                    bail!("--text {path}: no such file");
+                }
             }
+            let need = match &self.tokenizer {
+                Some(t) => {
+                    let tk = crate::text::load_tokenizer(t)?;
+                    tokenizer = Some(t.clone());
+                    tk.get_vocab_size(true) as u32
+                }
+                None => 256,
+            };
+            if model.vocab < need {
+                bail!("--data text: the vocabulary must cover the tokens' {need} ids (--vocab is {})", model.vocab);
+            }
+        } else if !self.text.is_empty() || self.tokenizer.is_some() {
+            bail!("--text and --tokenizer belong to --data text");
         }
         if data_kind == DataKind::Synthetic && (self.topics >= model.vocab / 2 || self.branching > model.vocab - self.topics) {
             bail!(
@@ -534,7 +613,7 @@ impl TrainArgs {
                 },
             },
             routing,
-            data: DataConfig { kind: data_kind, path: self.data_path.clone(), language_seed: self.language_seed, branching: self.branching, topics: self.topics, zipf_exponent: self.zipf_exponent.or(scen.as_ref().and_then(|s| s.zipf_exponent)).unwrap_or(1.0) },
+            data: DataConfig { kind: data_kind, path: self.text.first().cloned(), paths: self.text.clone(), tokenizer, language_seed: self.language_seed, branching: self.branching, topics: self.topics, zipf_exponent: self.zipf_exponent.or(scen.as_ref().and_then(|s| s.zipf_exponent)).unwrap_or(1.0) },
             train: TrainConfig {
                 steps: self.steps,
                 lr: self.lr.unwrap_or(p.lr),
@@ -563,6 +642,7 @@ impl TrainArgs {
             },
             injections,
             scenario: scen.as_ref().map(|s| s.name.to_string()),
+            model_config: self.model_config.as_ref().map(|p| p.display().to_string()),
             scenario_step: self.scenario_step,
             device: device.to_string(),
         };

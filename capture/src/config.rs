@@ -1,24 +1,43 @@
 //! Presets, and the questions the model asks of a run's configuration: which GEMMs run in FP8,
 //! in which format each role is cast, which faults are active at a step.
 
-use fp8scope_schemas::config::{AttnMask, FormatPolicy, ModelDims, RecipeKind, RunConfig};
-use fp8scope_schemas::names::{Gemm, Module, Role, Site};
+use fp8scope_schemas::config::{Arch, AttnMask, FormatPolicy, ModelDims, RecipeKind, RunConfig};
+use fp8scope_schemas::names::{Gemm, Role, Site};
 use crate::fp8::Fp8Format;
 
 /// A named model size (DESIGN.md). Every dimension can still be changed by its own flag.
 #[derive(Clone, Copy, Debug)]
 pub struct Preset {
     pub name: &'static str,
+    pub arch: Arch,
+    /// (V, C, F, NH, L, B, T).
     pub dims: (u32, u32, u32, u32, u32, u32, u32),
+    /// Key/value heads (grouped-query attention; Llama presets).
+    pub kv_heads: Option<u32>,
     /// Default peak learning rate.
     pub lr: f64,
     pub about: &'static str,
 }
 
-pub const PRESETS: [Preset; 3] = [
-    Preset { name: "tiny", dims: (512, 64, 256, 4, 2, 8, 64), lr: 3e-3, about: "CPU demo and tests" },
-    Preset { name: "small", dims: (4096, 256, 1024, 8, 4, 8, 128), lr: 1e-3, about: "GPU quick runs, CPU slow runs" },
-    Preset { name: "seed", dims: (32000, 1024, 4096, 16, 12, 4, 512), lr: 3e-4, about: "the reference repro, GPU" },
+/// Rotary base and RMSNorm epsilon of the Llama presets (Llama 2's; Hugging Face's defaults).
+pub const LLAMA_ROPE_THETA: f64 = 10000.0;
+pub const LLAMA_NORM_EPS: f64 = 1e-5;
+
+const fn gpt(name: &'static str, dims: (u32, u32, u32, u32, u32, u32, u32), lr: f64, about: &'static str) -> Preset {
+    Preset { name, arch: Arch::Gpt, dims, kv_heads: None, lr, about }
+}
+
+const fn llama(name: &'static str, dims: (u32, u32, u32, u32, u32, u32, u32), kv: u32, lr: f64, about: &'static str) -> Preset {
+    Preset { name, arch: Arch::Llama, dims, kv_heads: Some(kv), lr, about }
+}
+
+pub const PRESETS: [Preset; 6] = [
+    gpt("tiny", (512, 64, 256, 4, 2, 8, 64), 3e-3, "CPU demo and tests"),
+    gpt("small", (4096, 256, 1024, 8, 4, 8, 128), 1e-3, "GPU quick runs, CPU slow runs"),
+    gpt("seed", (32000, 1024, 4096, 16, 12, 4, 512), 3e-4, "the reference repro, GPU"),
+    llama("llama-tiny", (512, 64, 176, 4, 2, 8, 64), 2, 3e-3, "Llama family: CPU demo and tests"),
+    llama("llama-small", (4096, 256, 704, 8, 4, 8, 128), 4, 1e-3, "Llama family: GPU quick runs (torch_llama.py's shape)"),
+    llama("llama-1b", (32000, 2048, 8192, 32, 16, 4, 2048), 8, 3e-4, "Llama 3.2 1B shape, smaller vocabulary, GPU"),
 ];
 
 pub fn preset(name: &str) -> Option<&'static Preset> {
@@ -28,18 +47,22 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 impl Preset {
     pub fn model(&self) -> ModelDims {
         let (vocab, channels, ffn, heads, layers, batch, seq) = self.dims;
-        ModelDims { vocab, channels, ffn, heads, layers, batch, seq, attn_mask: AttnMask::Causal }
-    }
-}
-
-/// The (in, out) features of a site's linear layer: qkv C→3C, proj C→C, fc1 C→F, fc2 F→C.
-pub fn site_features(m: &ModelDims, module: Module) -> (usize, usize) {
-    let (c, f) = (m.channels as usize, m.ffn as usize);
-    match module {
-        Module::Qkv => (c, 3 * c),
-        Module::Proj => (c, c),
-        Module::Fc1 => (c, f),
-        Module::Fc2 => (f, c),
+        let is_llama = self.arch == Arch::Llama;
+        ModelDims {
+            arch: self.arch,
+            vocab,
+            channels,
+            ffn,
+            heads,
+            layers,
+            batch,
+            seq,
+            attn_mask: AttnMask::Causal,
+            kv_heads: self.kv_heads,
+            rope_theta: is_llama.then_some(LLAMA_ROPE_THETA),
+            norm_eps: is_llama.then_some(LLAMA_NORM_EPS),
+            tie_embeddings: false,
+        }
     }
 }
 
@@ -48,13 +71,7 @@ pub fn is_fp8(cfg: &RunConfig, site: Site, gemm: Gemm) -> bool {
     if cfg.recipe.kind == RecipeKind::Bf16 {
         return false;
     }
-    let r = &cfg.routing;
-    if r.bf16_gemms.iter().any(|g| g == gemm.as_str()) || r.bf16_layers.contains(&site.layer) {
-        return false;
-    }
-    let name = site.to_string();
-    let full = format!("{name}:{}", gemm.as_str());
-    !r.bf16_sites.iter().any(|s| *s == name || *s == full)
+    !cfg.routing.sends_to_bf16(site, gemm)
 }
 
 /// The FP8 format of `role` under the recipe's format policy (block scaling is always E4M3).

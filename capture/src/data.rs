@@ -1,5 +1,6 @@
 //! Training data: a seeded synthetic language with an exactly known entropy floor, the blog's
-//! uniformly random tokens, or a text file read as bytes.
+//! uniformly random tokens, or real text (`text.rs`: files tokenized by a Hugging Face tokenizer or
+//! read as bytes).
 //!
 //! The synthetic language has Z topics. Tokens 0..Z are topic markers; the others are words. A
 //! sequence opens with a marker z (uniform), then a uniformly drawn word, then follows a first-order
@@ -17,7 +18,6 @@
 use fp8scope_schemas::config::{DataConfig, DataKind};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
-use std::path::Path;
 
 /// A batch of B sequences of T input tokens and the T next-token targets.
 pub struct Batch {
@@ -27,16 +27,14 @@ pub struct Batch {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("reading text data {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("text data {path} has {len} bytes; it needs at least T+1 = {need}")]
-    TooShort { path: String, len: usize, need: usize },
-    #[error("text data uses bytes as tokens and needs --vocab of at least 256 (got {0})")]
-    VocabTooSmall(u32),
-    #[error("--data text needs --data-path FILE")]
+    #[error(transparent)]
+    Text(#[from] crate::text::TextError),
+    #[error("--data text needs --text FILE")]
     NoPath,
     #[error("the synthetic language needs 1 ≤ topics < V/2 and 1 ≤ branching ≤ V − topics (V {vocab}, topics {topics}, branching {branching})")]
     Shape { branching: u32, topics: u32, vocab: u32 },
+    #[error("this run's data was not produced by fp8-capture (data kind external); it cannot be replayed")]
+    External,
     #[error("the Zipf exponent must be a finite number ≥ 0 (got {0})")]
     Zipf(f64),
 }
@@ -57,7 +55,7 @@ pub struct Language {
 pub enum Source {
     Synthetic(Language),
     Uniform,
-    Text { bytes: Vec<u8> },
+    Text { tokens: Vec<u32> },
 }
 
 pub struct Data {
@@ -136,16 +134,15 @@ impl Data {
         let (source, floor) = match cfg.kind {
             DataKind::Uniform => (Source::Uniform, Some((vocab as f64).ln())),
             DataKind::Text => {
-                let path = cfg.path.as_deref().ok_or(DataError::NoPath)?;
-                if vocab < 256 {
-                    return Err(DataError::VocabTooSmall(vocab));
+                // Runs recorded before `paths` existed name their one file in `path`.
+                let paths = if cfg.paths.is_empty() { cfg.path.iter().cloned().collect() } else { cfg.paths.clone() };
+                if paths.is_empty() {
+                    return Err(DataError::NoPath);
                 }
-                let bytes = std::fs::read(Path::new(path)).map_err(|source| DataError::Read { path: path.into(), source })?;
-                if bytes.len() < seq as usize + 1 {
-                    return Err(DataError::TooShort { path: path.into(), len: bytes.len(), need: seq as usize + 1 });
-                }
-                (Source::Text { bytes }, None)
+                let tokens = crate::text::tokens(&paths, cfg.tokenizer.as_deref(), vocab, seq as usize)?;
+                (Source::Text { tokens }, None)
             }
+            DataKind::External => return Err(DataError::External),
             DataKind::Synthetic => {
                 let words = vocab.saturating_sub(reserved);
                 let lang = Language::new(words, cfg.topics, cfg.branching, cfg.zipf_exponent, cfg.language_seed)?;
@@ -165,9 +162,9 @@ impl Data {
         for _ in 0..b {
             let seq: Vec<u32> = match &self.source {
                 Source::Uniform => (0..=t).map(|_| rng.random_range(0..self.vocab)).collect(),
-                Source::Text { bytes } => {
-                    let start = rng.random_range(0..=bytes.len() - (t + 1));
-                    bytes[start..start + t + 1].iter().map(|&x| x as u32).collect()
+                Source::Text { tokens } => {
+                    let start = rng.random_range(0..=tokens.len() - (t + 1));
+                    tokens[start..start + t + 1].to_vec()
                 }
                 Source::Synthetic(lang) => lang.sequence(&mut rng, lang.words, t),
             };
@@ -187,7 +184,7 @@ mod tests {
     }
 
     fn zipf(topics: u32, branching: u32, zipf_exponent: f64) -> DataConfig {
-        DataConfig { kind: DataKind::Synthetic, path: None, language_seed: 7, branching, topics, zipf_exponent }
+        DataConfig { kind: DataKind::Synthetic, path: None, paths: vec![], tokenizer: None, language_seed: 7, branching, topics, zipf_exponent }
     }
 
     #[test]
@@ -249,8 +246,7 @@ mod tests {
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             assert!(matches!(Data::new(&zipf(4, 8, bad), 64, 1, 8, 1), Err(DataError::Zipf(_))));
         }
-        let text = DataConfig { kind: DataKind::Text, path: Some("/nonexistent/x".into()), language_seed: 0, branching: 1, topics: 1, zipf_exponent: 1.0 };
-        assert!(matches!(Data::new(&text, 512, 1, 8, 1), Err(DataError::Read { .. })));
-        assert!(matches!(Data::new(&text, 100, 1, 8, 1), Err(DataError::VocabTooSmall(100))));
+        let text = DataConfig { kind: DataKind::Text, path: Some("/nonexistent/x".into()), paths: vec![], tokenizer: None, language_seed: 0, branching: 1, topics: 1, zipf_exponent: 1.0 };
+        assert!(matches!(Data::new(&text, 512, 1, 8, 1), Err(DataError::Text(crate::text::TextError::Read { .. }))));
     }
 }

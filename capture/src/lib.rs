@@ -10,13 +10,16 @@ pub mod cli;
 pub mod config;
 pub mod data;
 pub mod fp8;
+pub mod hf_config;
 pub mod interrupt;
 pub mod layers;
 pub mod model;
 pub mod recipe;
 pub mod record;
 pub mod scenario;
+pub mod selection;
 pub mod tensor_stats;
+pub mod text;
 pub mod train;
 
 use anyhow::{bail, Context};

@@ -9,13 +9,12 @@ use crate::model::{Dims, Model, StepPlan};
 use crate::record::rows;
 use crate::record::writer::{StepRows, Writer};
 use crate::recipe::Scaling;
-use fp8scope_schemas::config::{DumpSample, Overflow, RunConfig};
+use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
 use fp8scope_schemas::tables::{EventRow, StepRow};
 use indicatif::{ProgressBar, ProgressStyle};
-use regex::Regex;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
@@ -37,28 +36,27 @@ pub fn lr_at(cfg: &RunConfig, step: u32) -> f64 {
 
 /// The faults of `cfg.injections` active at `step` on `id` (FP8 GEMMs only).
 fn faults_at(cfg: &RunConfig, id: GemmId, step: u32) -> Option<(OperandFault, OperandFault, bool)> {
-    let site = Site::new(id.layer, id.module).to_string();
+    let site = Site::new(id.layer, id.module);
     let mut fa = OperandFault::NONE;
     let mut fb = OperandFault::NONE;
     let mut nan = false;
     for inj in &cfg.injections {
-        if inj.site != site || inj.gemm != id.gemm.as_str() || step < inj.step {
+        if inj.site != site || inj.gemm != id.gemm || step < inj.step {
             continue;
         }
-        match inj.kind.as_str() {
-            "overflow" => {
+        match inj.kind {
+            InjectionKind::Overflow => {
                 let m = 2f32.powf(inj.magnitude as f32);
                 fa.scale_mult *= m;
                 fb.scale_mult *= m;
             }
-            "underflow" => {
+            InjectionKind::Underflow => {
                 let m = 2f32.powf(-inj.magnitude as f32);
                 fa.scale_mult *= m;
                 fb.scale_mult *= m;
             }
-            "outlier" => fa.outlier_factor *= inj.magnitude as f32,
-            "nan" => nan |= step == inj.step,
-            _ => {}
+            InjectionKind::Outlier => fa.outlier_factor *= inj.magnitude as f32,
+            InjectionKind::Nan => nan |= step == inj.step,
         }
     }
     (!fa.is_none() || !fb.is_none() || nan).then_some((fa, fb, nan))
@@ -69,14 +67,13 @@ struct Recording {
     dump_roles: Vec<Role>,
 }
 
-fn recording(cfg: &RunConfig, n_layers: u32) -> Result<Recording, regex::Error> {
-    let re = Regex::new(&format!("^(?:{})$", cfg.record.dump_layers))?;
-    let dump_sites = (0..n_layers)
-        .flat_map(|l| Module::ALL.map(|m| Site::new(l, m)))
-        .filter(|s| re.is_match(&s.to_string()))
-        .collect();
-    let dump_roles = cfg.record.dump_roles.iter().filter_map(|r| Role::parse(r)).collect();
-    Ok(Recording { dump_sites, dump_roles })
+fn recording(cfg: &RunConfig, n_layers: u32) -> anyhow::Result<Recording> {
+    let dump_sites = if cfg.record.dump_every > 0 {
+        crate::selection::dumped_sites(&cfg.record.dump_layers, n_layers).map_err(|e| anyhow::anyhow!("--dump-layers: {e}"))?.into_iter().collect()
+    } else {
+        HashSet::new()
+    };
+    Ok(Recording { dump_sites, dump_roles: cfg.record.dump_roles.clone() })
 }
 
 fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32) -> StepPlan {

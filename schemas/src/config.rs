@@ -4,12 +4,18 @@
 //! `fp8-capture` builds it from its flags; `fp8-analyze` reads it to decide whether two runs can be
 //! compared and to re-run a capture with changed flags (`triage`).
 
-use serde::{Deserialize, Serialize};
+use crate::names::{Gemm, Role, Site};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Model dimensions. Names follow llm.c: V vocabulary, C channels, F feed-forward width, NH heads,
-/// L layers, B sequences per step, T tokens per sequence.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// L layers, B sequences per step, T tokens per sequence. The Llama family adds KV heads (grouped-
+/// query attention), the rotary base and the RMSNorm epsilon; runs recorded before the family
+/// existed have none of these fields and read as `gpt`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelDims {
+    /// The architecture; absent in runs recorded before it was a choice (`gpt`).
+    #[serde(default)]
+    pub arch: Arch,
     pub vocab: u32,
     pub channels: u32,
     pub ffn: u32,
@@ -19,11 +25,64 @@ pub struct ModelDims {
     pub seq: u32,
     /// `causal` (each token attends to itself and earlier ones) or `full`.
     pub attn_mask: AttnMask,
+    /// Key/value heads of grouped-query attention (Llama); absent: one per query head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<u32>,
+    /// Base θ of the rotary position embeddings (Llama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// Epsilon of the RMSNorm (Llama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_eps: Option<f64>,
+    /// The lm_head shares the token embedding's weights.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tie_embeddings: bool,
 }
 
 impl ModelDims {
     pub fn tokens_per_step(&self) -> u64 {
         self.batch as u64 * self.seq as u64
+    }
+    /// Key/value heads (equal to `heads` unless grouped-query attention is on).
+    pub fn kv_heads(&self) -> u32 {
+        self.kv_heads.unwrap_or(self.heads)
+    }
+    /// Width of one attention head, C / NH.
+    pub fn head_dim(&self) -> u32 {
+        self.channels / self.heads.max(1)
+    }
+    /// The (in, out) features of a site's linear layer: qkv C → C + 2·KVH·HD, proj C → C,
+    /// fc1 C → F (GELU) or C → 2F (SwiGLU's gate and up projections in one GEMM), fc2 F → C.
+    pub fn site_features(&self, module: crate::names::Module) -> (usize, usize) {
+        use crate::names::Module;
+        let (c, f) = (self.channels as usize, self.ffn as usize);
+        let kv = (self.kv_heads() * self.head_dim()) as usize;
+        match module {
+            Module::Qkv => (c, c + 2 * kv),
+            Module::Proj => (c, c),
+            Module::Fc1 => (c, if self.arch == Arch::Llama { 2 * f } else { f }),
+            Module::Fc2 => (f, c),
+        }
+    }
+}
+
+/// The transformer family a run trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// GPT-2 style: pre-LN LayerNorm with bias, GELU MLP, multi-head attention, biases.
+    #[default]
+    Gpt,
+    /// Llama style: RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention, no biases.
+    Llama,
+}
+
+impl Arch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Gpt => "gpt",
+            Arch::Llama => "llama",
+        }
     }
 }
 
@@ -107,11 +166,73 @@ pub enum Overflow {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutingConfig {
     /// GEMM kinds in BF16 everywhere: any of `fprop`, `dgrad`, `wgrad`.
-    pub bf16_gemms: Vec<String>,
+    pub bf16_gemms: Vec<Gemm>,
     /// Layers whose GEMMs all run in BF16.
     pub bf16_layers: Vec<u32>,
     /// Single sites or GEMMs: `layers.7.fc2` (all three GEMMs) or `layers.7.fc2:dgrad`.
-    pub bf16_sites: Vec<String>,
+    pub bf16_sites: Vec<SiteSelector>,
+}
+
+impl RoutingConfig {
+    /// Whether this routing sends `gemm` of `site` to BF16.
+    pub fn sends_to_bf16(&self, site: Site, gemm: Gemm) -> bool {
+        self.bf16_gemms.contains(&gemm)
+            || self.bf16_layers.contains(&site.layer)
+            || self.bf16_sites.iter().any(|s| s.site == site && s.gemm.is_none_or(|g| g == gemm))
+    }
+}
+
+/// A site, or one GEMM of it: `layers.7.fc2` or `layers.7.fc2:dgrad`. Stored as that string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteSelector {
+    pub site: Site,
+    pub gemm: Option<Gemm>,
+}
+
+impl SiteSelector {
+    /// Parses `layers.7.fc2` or `layers.7.fc2:dgrad`.
+    pub fn parse(s: &str) -> Option<SiteSelector> {
+        let (site, gemm) = match s.trim().split_once(':') {
+            Some((a, g)) => (a, Some(Gemm::parse(g)?)),
+            None => (s.trim(), None),
+        };
+        Some(SiteSelector { site: Site::parse(site)?, gemm })
+    }
+}
+
+impl std::fmt::Display for SiteSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.gemm {
+            Some(g) => write!(f, "{}:{}", self.site, g),
+            None => write!(f, "{}", self.site),
+        }
+    }
+}
+
+impl Serialize for SiteSelector {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SiteSelector {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        SiteSelector::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("'{s}' is not layers.N.MODULE[:GEMM]")))
+    }
+}
+
+/// A site stored as its name (`layers.1.fc2`).
+mod site_as_str {
+    use crate::names::Site;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(site: &Site, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(site)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Site, D::Error> {
+        let s = String::deserialize(d)?;
+        Site::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("'{s}' is not a site like layers.1.fc2")))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,15 +242,24 @@ pub enum DataKind {
     Synthetic,
     /// Uniformly random tokens (the loss cannot fall below ln V).
     Uniform,
-    /// A text file, bytes as tokens (V must be at least 256).
+    /// Text files, tokenized by a Hugging Face tokenizer or read as bytes (V ≥ 256).
     Text,
+    /// Data fp8scope does not know: a run recorded by another program (the PyTorch recorder,
+    /// an import of Transformer Engine logs).
+    External,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DataConfig {
     pub kind: DataKind,
-    /// The text file for `text` data.
+    /// The text file for `text` data (the first of `paths`; kept for readers of older runs).
     pub path: Option<String>,
+    /// Every text file of `text` data, in the order they are concatenated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The Hugging Face `tokenizer.json` that turns text into tokens; absent: bytes are tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
     /// Seed of the language itself (its transition table); the batches use the run's seed.
     pub language_seed: u64,
     /// Successors per token in the synthetic language.
@@ -187,7 +317,7 @@ pub struct RecordConfig {
     /// Regex over site names (`layers.1.fc2`) selecting the dumped sites.
     pub dump_layers: String,
     /// Roles dumped.
-    pub dump_roles: Vec<String>,
+    pub dump_roles: Vec<Role>,
     /// At most this many elements per dumped tensor.
     pub dump_max_elems: u32,
     pub dump_sample: DumpSample,
@@ -197,14 +327,58 @@ pub struct RecordConfig {
     pub flush_every: u32,
 }
 
+/// What a planted defect does (see [`Injection`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectionKind {
+    /// The cast's scale × 2^magnitude: values saturate.
+    Overflow,
+    /// The cast's scale × 2^−magnitude: values flush to zero.
+    Underflow,
+    /// A few elements of the operand × magnitude before the cast.
+    Outlier,
+    /// One NaN in the GEMM's output, at that step only.
+    Nan,
+}
+
+impl InjectionKind {
+    pub const ALL: [InjectionKind; 4] = [InjectionKind::Overflow, InjectionKind::Underflow, InjectionKind::Outlier, InjectionKind::Nan];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InjectionKind::Overflow => "overflow",
+            InjectionKind::Underflow => "underflow",
+            InjectionKind::Outlier => "outlier",
+            InjectionKind::Nan => "nan",
+        }
+    }
+    pub fn parse(s: &str) -> Option<InjectionKind> {
+        InjectionKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+    /// The magnitude used when the spec gives none (documented in the README).
+    pub fn default_magnitude(self) -> f64 {
+        match self {
+            InjectionKind::Overflow => 8.0,
+            InjectionKind::Underflow => 16.0,
+            InjectionKind::Outlier => 1e4,
+            InjectionKind::Nan => 0.0,
+        }
+    }
+}
+
+impl std::fmt::Display for InjectionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A defect planted in the FP8 path of one GEMM (see `fp8-capture --inject`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Injection {
     /// `layers.1.fc2`
-    pub site: String,
-    pub gemm: String,
-    /// `overflow`, `underflow`, `outlier` or `nan`.
-    pub kind: String,
+    #[serde(with = "site_as_str")]
+    pub site: Site,
+    pub gemm: Gemm,
+    pub kind: InjectionKind,
     /// First step the defect is active (it stays active afterwards, except `nan`: that step only).
     pub step: u32,
     /// Exponent of the scale change (overflow/underflow) or factor (outlier).
@@ -225,6 +399,9 @@ pub struct RunConfig {
     pub injections: Vec<Injection>,
     /// Built-in failure scenario, if any.
     pub scenario: Option<String>,
+    /// The Hugging Face `config.json` the model's shape was read from (`--model-config`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_config: Option<String>,
     /// The step the scenario plants its batch at, when not its own (`--scenario-step`); absent in
     /// runs recorded before it existed.
     #[serde(default)]
@@ -244,5 +421,43 @@ mod tests {
         assert_eq!(d.zipf_exponent, 1.0);
         let back: DataConfig = serde_json::from_str(&serde_json::to_string(&DataConfig { zipf_exponent: 3.0, ..d }).unwrap()).unwrap();
         assert_eq!(back.zipf_exponent, 3.0);
+    }
+
+    #[test]
+    fn routing_injections_and_dump_roles_keep_their_strings_as_enums() {
+        let json = r#"{"bf16_gemms":["dgrad"],"bf16_layers":[1],"bf16_sites":["layers.3.fc2","layers.0.qkv:wgrad"]}"#;
+        let r: RoutingConfig = serde_json::from_str(json).expect("routing of a recorded run reads");
+        assert_eq!(r.bf16_gemms, vec![Gemm::Dgrad]);
+        assert_eq!(r.bf16_sites[1], SiteSelector { site: Site::parse("layers.0.qkv").unwrap(), gemm: Some(Gemm::Wgrad) });
+        assert_eq!(serde_json::to_string(&r).unwrap(), json, "the same strings are written back");
+        let site = |s| Site::parse(s).unwrap();
+        assert!(r.sends_to_bf16(site("layers.3.fc2"), Gemm::Fprop));
+        assert!(r.sends_to_bf16(site("layers.0.qkv"), Gemm::Wgrad));
+        assert!(!r.sends_to_bf16(site("layers.0.qkv"), Gemm::Fprop));
+        assert!(r.sends_to_bf16(site("layers.2.proj"), Gemm::Dgrad));
+        assert!(r.sends_to_bf16(site("layers.1.proj"), Gemm::Fprop));
+        let bad = r#"{"bf16_gemms":[],"bf16_layers":[],"bf16_sites":["layers.3.fc9"]}"#;
+        let e = serde_json::from_str::<RoutingConfig>(bad).unwrap_err().to_string();
+        assert!(e.contains("layers.3.fc9"), "{e}");
+
+        let inj = r#"{"site":"layers.1.fc2","gemm":"dgrad","kind":"overflow","step":100,"magnitude":8.0}"#;
+        let i: Injection = serde_json::from_str(inj).expect("an injection of a recorded run reads");
+        assert_eq!((i.kind, i.gemm, i.site), (InjectionKind::Overflow, Gemm::Dgrad, site("layers.1.fc2")));
+        assert_eq!(serde_json::to_string(&i).unwrap(), inj);
+        let roles: Vec<Role> = serde_json::from_str(r#"["activation","wgrad"]"#).unwrap();
+        assert_eq!(roles, vec![Role::Activation, Role::Wgrad]);
+    }
+
+    #[test]
+    fn model_dims_of_a_run_recorded_before_the_llama_family_read_as_gpt() {
+        let old = r#"{"vocab":512,"channels":64,"ffn":256,"heads":4,"layers":2,"batch":8,"seq":64,"attn_mask":"causal"}"#;
+        let m: ModelDims = serde_json::from_str(old).unwrap();
+        assert_eq!((m.arch, m.kv_heads(), m.tie_embeddings), (Arch::Gpt, 4, false));
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"arch":"gpt","vocab":512,"channels":64,"ffn":256,"heads":4,"layers":2,"batch":8,"seq":64,"attn_mask":"causal"}"#);
+        let llama = ModelDims { arch: Arch::Llama, kv_heads: Some(2), ..m };
+        use crate::names::Module;
+        assert_eq!(llama.site_features(Module::Qkv), (64, 64 + 2 * 2 * 16));
+        assert_eq!(llama.site_features(Module::Fc1), (64, 512));
+        assert_eq!(llama.site_features(Module::Fc2), (256, 64));
     }
 }

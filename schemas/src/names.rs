@@ -113,6 +113,11 @@ impl Role {
     pub fn is_quantized(self) -> bool {
         matches!(self, Role::Activation | Role::Weight | Role::Gradient)
     }
+    /// The GEMM operands that are this tensor, as (GEMM, operand index 0 = A, 1 = B), in the order
+    /// the GEMMs run: where the FP8 bytes of a quantized role can be taken from.
+    pub fn operand_slots(self) -> Vec<(Gemm, usize)> {
+        Gemm::ALL.into_iter().flat_map(|g| (0..2).filter(move |&i| g.operands()[i] == self).map(move |i| (g, i))).collect()
+    }
     /// Whether the tensor exists in the forward pass (activation, weight, output) or the backward.
     pub fn is_forward(self) -> bool {
         matches!(self, Role::Activation | Role::Weight | Role::Output)
@@ -188,6 +193,14 @@ mod tests {
         for bad in ["layers.x.fc2", "layer.1.fc2", "layers.1.fc3", "layers.1"] {
             assert!(Site::parse(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn operand_slots_list_where_each_quantized_role_is_cast() {
+        assert_eq!(Role::Activation.operand_slots(), vec![(Gemm::Fprop, 0), (Gemm::Wgrad, 1)]);
+        assert_eq!(Role::Weight.operand_slots(), vec![(Gemm::Fprop, 1), (Gemm::Dgrad, 1)]);
+        assert_eq!(Role::Gradient.operand_slots(), vec![(Gemm::Dgrad, 0), (Gemm::Wgrad, 0)]);
+        assert!(Role::Output.operand_slots().is_empty());
     }
 
     #[test]

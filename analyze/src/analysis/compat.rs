@@ -5,6 +5,7 @@
 use crate::error::AnalyzeError;
 use crate::load::Run;
 use fp8scope_schemas::config::{ModelDims, RecordConfig};
+use fp8scope_schemas::names::Role;
 use std::collections::BTreeSet;
 
 /// Fails when the two runs' models differ in any dimension, naming each one that differs.
@@ -78,8 +79,18 @@ fn model_differences(a: &ModelDims, b: &ModelDims) -> Vec<String> {
     cmp("layers", a.layers, b.layers);
     cmp("batch", a.batch, b.batch);
     cmp("seq", a.seq, b.seq);
+    cmp("kv_heads", a.kv_heads(), b.kv_heads());
     if a.attn_mask != b.attn_mask {
         d.push(format!("attn_mask {:?} vs {:?}", a.attn_mask, b.attn_mask).to_lowercase());
+    }
+    if a.arch != b.arch {
+        d.push(format!("arch {} vs {}", a.arch.as_str(), b.arch.as_str()));
+    }
+    if a.rope_theta != b.rope_theta || a.norm_eps != b.norm_eps || a.tie_embeddings != b.tie_embeddings {
+        d.push(format!(
+            "rope_theta/norm_eps/tied {:?}/{:?}/{} vs {:?}/{:?}/{}",
+            a.rope_theta, a.norm_eps, a.tie_embeddings, b.rope_theta, b.norm_eps, b.tie_embeddings
+        ));
     }
     d
 }
@@ -89,9 +100,10 @@ fn dump_differences(a: &RecordConfig, b: &RecordConfig) -> Vec<String> {
     if a.dump_layers != b.dump_layers {
         d.push(format!("dump_layers '{}' vs '{}'", a.dump_layers, b.dump_layers));
     }
-    let roles = |r: &[String]| r.iter().cloned().collect::<BTreeSet<_>>();
+    let roles = |r: &[Role]| r.iter().copied().collect::<BTreeSet<_>>();
+    let names = |r: &[Role]| r.iter().map(|x| x.as_str()).collect::<Vec<_>>().join(",");
     if roles(&a.dump_roles) != roles(&b.dump_roles) {
-        d.push(format!("dump_roles {} vs {}", a.dump_roles.join(","), b.dump_roles.join(",")));
+        d.push(format!("dump_roles {} vs {}", names(&a.dump_roles), names(&b.dump_roles)));
     }
     if a.dump_max_elems != b.dump_max_elems {
         d.push(format!("dump_max_elems {} vs {}", a.dump_max_elems, b.dump_max_elems));
@@ -117,7 +129,7 @@ mod tests {
     use fp8scope_schemas::config::AttnMask;
 
     fn dims(layers: u32) -> ModelDims {
-        ModelDims { vocab: 512, channels: 64, ffn: 256, heads: 4, layers, batch: 8, seq: 64, attn_mask: AttnMask::Causal }
+        ModelDims { arch: Default::default(), vocab: 512, channels: 64, ffn: 256, heads: 4, layers, batch: 8, seq: 64, attn_mask: AttnMask::Causal, kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false }
     }
 
     #[test]

@@ -1,0 +1,99 @@
+//! The GPT-2-style step: pre-LN LayerNorm (with bias), multi-head attention, GELU MLP, biases on
+//! every linear layer. Forward then backward, in the order the recorded tables assume.
+
+use super::{two_mut, DumpCapture, Layout, Model, StepPlan};
+use crate::backend::{Backend, GemmCall};
+use fp8scope_schemas::names::{Gemm, Module};
+
+impl<B: Backend> Model<B> {
+    pub(super) fn gpt_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan, dumps: &mut Vec<DumpCapture>) {
+        let d = self.dims;
+        let lay = Layout::of(&d);
+        let bias = |i: Option<usize>| i.expect("gpt linears and norms have biases");
+        // ---- forward
+        {
+            let s = &mut self.state;
+            be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
+        }
+        for l in 0..d.l {
+            let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
+            let s = &mut self.state;
+            let (before, after) = s.res.split_at_mut(l + 1);
+            let (res_in, res_out) = (&before[l], &mut after[0]);
+            let a = &mut s.layers[l];
+            let p = &s.params;
+            let linear = |m: Module| lay.linear(l, m);
+            let (n1w, n1b) = lay.norm(l, true);
+            let (n2w, n2b) = lay.norm(l, false);
+            be.layernorm_fwd(&mut a.ln1, &mut a.ln1_mean, &mut a.ln1_rstd, res_in, &p[n1w], &p[bias(n1b)], d.c);
+            let (w, bi) = linear(Module::Qkv);
+            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &a.ln1, &p[w], Some(&p[bias(bi)]), None);
+            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
+            let (w, bi) = linear(Module::Proj);
+            Self::linear(be, &calls[1], plan, dumps, &mut a.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
+            be.add(&mut a.res2, res_in, &a.proj);
+            be.layernorm_fwd(&mut a.ln2, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
+            let (w, bi) = linear(Module::Fc1);
+            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, &p[w], Some(&p[bias(bi)]), None);
+            be.gelu_fwd(&mut a.act, &a.fc1);
+            let (w, bi) = linear(Module::Fc2);
+            Self::linear(be, &calls[3], plan, dumps, &mut a.fc2, &a.act, &p[w], Some(&p[bias(bi)]), None);
+            be.add(res_out, &a.res2, &a.fc2);
+        }
+        let (fw, fb) = lay.final_norm();
+        {
+            let s = &mut self.state;
+            be.layernorm_fwd(&mut s.lnf, &mut s.lnf_mean, &mut s.lnf_rstd, &s.res[d.l], &s.params[fw], &s.params[bias(fb)], d.c);
+        }
+        self.head(be, targets, supervised);
+
+        // ---- backward
+        {
+            let s = &mut self.state;
+            be.fill_zero(&mut s.dres);
+            let (g_lnf_w, g_lnf_b) = two_mut(&mut s.grads, fw, bias(fb));
+            be.layernorm_bwd(&mut s.dres, g_lnf_w, g_lnf_b, &s.dlnf, &s.res[d.l], &s.params[fw], &s.lnf_mean, &s.lnf_rstd, d.c);
+        }
+        for l in (0..d.l).rev() {
+            let dgrad: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Dgrad)).collect();
+            let wgrad: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Wgrad)).collect();
+            let s = &mut self.state;
+            let a = &s.layers[l];
+            let p = &s.params;
+            let linear = |m: Module| {
+                let (w, b) = lay.linear(l, m);
+                (w, bias(b))
+            };
+            let (n1w, n1b) = lay.norm(l, true);
+            let (n2w, n2b) = lay.norm(l, false);
+            // fc2
+            let (w, bi) = linear(Module::Fc2);
+            Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w], None, None);
+            let (gw, gb) = two_mut(&mut s.grads, w, bi);
+            Self::linear(be, &wgrad[3], plan, dumps, gw, &s.dres, &a.act, None, Some(gb));
+            be.gelu_bwd(&mut s.dfc1, &a.fc1, &s.dact);
+            // fc1
+            let (w, bi) = linear(Module::Fc1);
+            Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w], None, None);
+            let (gw, gb) = two_mut(&mut s.grads, w, bi);
+            Self::linear(be, &wgrad[2], plan, dumps, gw, &s.dfc1, &a.ln2, None, Some(gb));
+            let (gw, gb) = two_mut(&mut s.grads, n2w, bias(n2b));
+            be.layernorm_bwd(&mut s.dres, gw, gb, &s.dln, &a.res2, &p[n2w], &a.ln2_mean, &a.ln2_rstd, d.c);
+            // proj
+            let (w, bi) = linear(Module::Proj);
+            Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w], None, None);
+            let (gw, gb) = two_mut(&mut s.grads, w, bi);
+            Self::linear(be, &wgrad[1], plan, dumps, gw, &s.dres, &a.atty, None, Some(gb));
+            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.nh, d.causal);
+            // qkv
+            let (w, bi) = linear(Module::Qkv);
+            Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w], None, None);
+            let (gw, gb) = two_mut(&mut s.grads, w, bi);
+            Self::linear(be, &wgrad[0], plan, dumps, gw, &s.dqkv, &a.ln1, None, Some(gb));
+            let (gw, gb) = two_mut(&mut s.grads, n1w, bias(n1b));
+            be.layernorm_bwd(&mut s.dres, gw, gb, &s.dln, &s.res[l], &p[n1w], &a.ln1_mean, &a.ln1_rstd, d.c);
+        }
+        let s = &mut self.state;
+        be.embedding_bwd(&mut s.grads[super::WTE], &s.dres, inputs, d.c);
+    }
+}

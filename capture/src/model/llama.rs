@@ -1,0 +1,80 @@
+//! The Llama-style step: RMSNorm with a learned gain, rotary embeddings on q and k, grouped-query
+//! attention, SwiGLU MLP (fc1 computes gate and up in one GEMM of width 2F), no biases, an lm_head
+//! of its own or tied to the embedding. Forward then backward.
+
+use super::{DumpCapture, Layout, Model, StepPlan};
+use crate::backend::{Backend, GemmCall};
+use fp8scope_schemas::names::{Gemm, Module};
+
+impl<B: Backend> Model<B> {
+    pub(super) fn llama_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan, dumps: &mut Vec<DumpCapture>) {
+        let d = self.dims;
+        let lay = Layout::of(&d);
+        // ---- forward
+        {
+            let s = &mut self.state;
+            be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
+        }
+        for l in 0..d.l {
+            let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
+            let s = &mut self.state;
+            let (before, after) = s.res.split_at_mut(l + 1);
+            let (res_in, res_out) = (&before[l], &mut after[0]);
+            let a = &mut s.layers[l];
+            let p = &s.params;
+            let w = |m: Module| &p[lay.linear(l, m).0];
+            be.rmsnorm_fwd(&mut a.ln1, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
+            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &a.ln1, w(Module::Qkv), None, None);
+            be.rope_fwd(&mut a.qkv_rot, &a.qkv, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
+            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv_rot, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
+            Self::linear(be, &calls[1], plan, dumps, &mut a.proj, &a.atty, w(Module::Proj), None, None);
+            be.add(&mut a.res2, res_in, &a.proj);
+            be.rmsnorm_fwd(&mut a.ln2, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
+            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, w(Module::Fc1), None, None);
+            be.swiglu_fwd(&mut a.act, &a.fc1, d.f);
+            Self::linear(be, &calls[3], plan, dumps, &mut a.fc2, &a.act, w(Module::Fc2), None, None);
+            be.add(res_out, &a.res2, &a.fc2);
+        }
+        let (fw, _) = lay.final_norm();
+        {
+            let s = &mut self.state;
+            be.rmsnorm_fwd(&mut s.lnf, &mut s.lnf_rstd, &s.res[d.l], &s.params[fw], d.c, d.eps);
+        }
+        self.head(be, targets, supervised);
+
+        // ---- backward
+        {
+            let s = &mut self.state;
+            be.fill_zero(&mut s.dres);
+            be.rmsnorm_bwd(&mut s.dres, &mut s.grads[fw], &s.dlnf, &s.res[d.l], &s.params[fw], &s.lnf_rstd, d.c);
+        }
+        for l in (0..d.l).rev() {
+            let dgrad: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Dgrad)).collect();
+            let wgrad: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Wgrad)).collect();
+            let s = &mut self.state;
+            let a = &s.layers[l];
+            let p = &s.params;
+            let w = |m: Module| lay.linear(l, m).0;
+            let (n1, n2) = (lay.norm(l, true).0, lay.norm(l, false).0);
+            // fc2
+            Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w(Module::Fc2)], None, None);
+            Self::linear(be, &wgrad[3], plan, dumps, &mut s.grads[w(Module::Fc2)], &s.dres, &a.act, None, None);
+            be.swiglu_bwd(&mut s.dfc1, &a.fc1, &s.dact, d.f);
+            // fc1
+            Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w(Module::Fc1)], None, None);
+            Self::linear(be, &wgrad[2], plan, dumps, &mut s.grads[w(Module::Fc1)], &s.dfc1, &a.ln2, None, None);
+            be.rmsnorm_bwd(&mut s.dres, &mut s.grads[n2], &s.dln, &a.res2, &p[n2], &a.ln2_rstd, d.c);
+            // proj
+            Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w(Module::Proj)], None, None);
+            Self::linear(be, &wgrad[1], plan, dumps, &mut s.grads[w(Module::Proj)], &s.dres, &a.atty, None, None);
+            be.attention_bwd(&mut s.dqkv_rot, &mut s.datt, &s.datty, &a.qkv_rot, &a.att, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
+            be.rope_bwd(&mut s.dqkv, &s.dqkv_rot, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
+            // qkv
+            Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w(Module::Qkv)], None, None);
+            Self::linear(be, &wgrad[0], plan, dumps, &mut s.grads[w(Module::Qkv)], &s.dqkv, &a.ln1, None, None);
+            be.rmsnorm_bwd(&mut s.dres, &mut s.grads[n1], &s.dln, &s.res[l], &p[n1], &a.ln1_rstd, d.c);
+        }
+        let s = &mut self.state;
+        be.embedding_bwd(&mut s.grads[super::WTE], &s.dres, inputs, d.c);
+    }
+}

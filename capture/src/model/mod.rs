@@ -1,0 +1,379 @@
+//! The transformer, written once per architecture over the [`Backend`] trait: its parameters
+//! (`params.rs`), activations, and the forward and backward order (`gpt.rs`, `llama.rs`). The
+//! plan of a step ([`StepPlan`]) says how each GEMM casts its operands, which faults are active,
+//! what to measure and which tensors to dump; the model only follows it.
+//!
+//! Both architectures share the four FP8 GEMM sites of a layer (qkv, proj, fc1, fc2) and a BF16
+//! lm_head:
+//! - gpt: embedding (V,C) → L × [LN → qkv (C→3C) → attention → proj (C→C) → residual; LN → fc1
+//!   (C→F) → GELU → fc2 (F→C) → residual] → LN → lm_head (C→V) → cross-entropy.
+//! - llama: embedding → L × [RMSNorm → qkv (C → C + 2·KVH·HD) → RoPE on q, k → grouped-query
+//!   attention → proj → residual; RMSNorm → fc1 (C → 2F: gate | up) → SwiGLU → fc2 (F→C) →
+//!   residual] → RMSNorm → lm_head → cross-entropy. No biases.
+
+mod gpt;
+mod llama;
+pub mod params;
+
+use crate::backend::{Backend, GemmCall, GemmId, LinearDims, OperandCast, StatsLevel};
+use crate::backend::OperandFault;
+use fp8scope_schemas::config::{Arch, AttnMask, ModelDims};
+use fp8scope_schemas::names::{Gemm, Module, Role, Site};
+use std::collections::{HashMap, HashSet};
+
+pub use params::{init_params, jitter_params, param_names, param_sizes, Layout, INIT_JITTER_REL, WTE};
+
+/// Model dimensions as plain sizes (N = B·T tokens per step).
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub arch: Arch,
+    pub v: usize,
+    pub c: usize,
+    pub f: usize,
+    pub nh: usize,
+    /// Key/value heads (= nh without grouped-query attention).
+    pub kvh: usize,
+    /// Head width C / NH.
+    pub hd: usize,
+    pub l: usize,
+    pub b: usize,
+    pub t: usize,
+    pub n: usize,
+    pub causal: bool,
+    /// The lm_head is the token embedding.
+    pub tied: bool,
+    /// Rotary base (llama).
+    pub rope_theta: f32,
+    /// Norm epsilon (llama's RMSNorm; gpt's LayerNorm uses its own constant).
+    pub eps: f32,
+}
+
+impl Dims {
+    pub fn from_model(m: &ModelDims) -> Dims {
+        let (b, t) = (m.batch as usize, m.seq as usize);
+        Dims {
+            arch: m.arch,
+            v: m.vocab as usize,
+            c: m.channels as usize,
+            f: m.ffn as usize,
+            nh: m.heads as usize,
+            kvh: m.kv_heads() as usize,
+            hd: m.head_dim() as usize,
+            l: m.layers as usize,
+            b,
+            t,
+            n: b * t,
+            causal: m.attn_mask == AttnMask::Causal,
+            tied: m.tie_embeddings,
+            rope_theta: m.rope_theta.unwrap_or(crate::config::LLAMA_ROPE_THETA) as f32,
+            eps: m.norm_eps.unwrap_or(crate::config::LLAMA_NORM_EPS) as f32,
+        }
+    }
+
+    /// Width of a qkv row: C + 2·KVH·HD.
+    pub fn qkv_width(&self) -> usize {
+        self.c + 2 * self.kvh * self.hd
+    }
+
+    /// Width of fc1's output: F (GELU) or 2F (SwiGLU's gate and up).
+    pub fn fc1_width(&self) -> usize {
+        match self.arch {
+            Arch::Gpt => self.f,
+            Arch::Llama => 2 * self.f,
+        }
+    }
+
+    /// The linear layer dims of `module` (n tokens, k in, m out).
+    pub fn linear(&self, module: Module) -> LinearDims {
+        let (k, m) = match module {
+            Module::Qkv => (self.c, self.qkv_width()),
+            Module::Proj => (self.c, self.c),
+            Module::Fc1 => (self.c, self.fc1_width()),
+            Module::Fc2 => (self.f, self.c),
+        };
+        LinearDims { n: self.n, k, m }
+    }
+}
+
+/// Activations of one layer saved for backward. Shapes in comments; N = B·T, Q = qkv width,
+/// F1 = fc1 width. Buffers an architecture does not use are empty.
+pub struct LayerActs<T> {
+    pub ln1: T,      // (N, C) first norm's output
+    pub ln1_mean: T, // (N) gpt
+    pub ln1_rstd: T, // (N)
+    pub qkv: T,      // (N, Q)
+    pub qkv_rot: T,  // (N, Q) llama: q and k rotated
+    pub att: T,      // (B, NH, T, T)
+    pub atty: T,     // (N, C)
+    pub proj: T,     // (N, C)
+    pub res2: T,     // (N, C) residual after attention
+    pub ln2: T,      // (N, C)
+    pub ln2_mean: T, // (N) gpt
+    pub ln2_rstd: T, // (N)
+    pub fc1: T,      // (N, F1)
+    pub act: T,      // (N, F) GELU or SwiGLU output
+    pub fc2: T,      // (N, C)
+}
+
+/// Everything the model keeps on the device.
+pub struct State<T> {
+    pub params: Vec<T>,
+    pub grads: Vec<T>,
+    pub adam_m: Vec<T>,
+    pub adam_v: Vec<T>,
+    /// res[0] = embedding, res[l+1] = output of layer l. (L+1) × (N, C).
+    pub res: Vec<T>,
+    pub layers: Vec<LayerActs<T>>,
+    pub lnf: T,      // (N, C)
+    pub lnf_mean: T, // (N) gpt
+    pub lnf_rstd: T, // (N)
+    pub logits: T,   // (N, V)
+    pub dlogits: T,  // (N, V)
+    pub losses: T,   // (N)
+    // backward scratch
+    pub dres: T,     // (N, C)
+    pub dln: T,      // (N, C)
+    pub dlnf: T,     // (N, C)
+    pub datty: T,    // (N, C)
+    pub dqkv: T,     // (N, Q)
+    pub dqkv_rot: T, // (N, Q) llama
+    pub datt: T,     // (B, NH, T, T)
+    pub dact: T,     // (N, F)
+    pub dfc1: T,     // (N, F1)
+}
+
+/// How every GEMM of one step runs and what the step records.
+pub struct StepPlan {
+    pub casts: HashMap<GemmId, (OperandCast, OperandCast)>,
+    pub faults: HashMap<GemmId, (OperandFault, OperandFault, bool)>,
+    pub stats: StatsLevel,
+    /// Sites whose tensors are dumped this step, with the roles wanted.
+    pub dump_sites: HashSet<Site>,
+    pub dump_roles: Vec<Role>,
+    pub dump_max_elems: usize,
+    pub dump_strided: bool,
+    pub shadow: bool,
+}
+
+/// Values of one tensor sampled at a dump step.
+#[derive(Clone, Debug)]
+pub struct DumpCapture {
+    pub site: Site,
+    pub role: Role,
+    pub shape: (usize, usize),
+    pub offset: usize,
+    pub stride: usize,
+    pub values: Vec<f32>,
+}
+
+/// Which elements a dump takes: (offset, len, stride). Leading whole rows (or the first
+/// `max_elems` of the first row if a row is longer), or `max_elems` spread evenly.
+pub fn dump_window(rows: usize, cols: usize, max_elems: usize, strided: bool) -> (usize, usize, usize) {
+    let numel = rows * cols;
+    let max = max_elems.max(1);
+    if numel <= max {
+        return (0, numel, 1);
+    }
+    if strided {
+        let stride = numel.div_ceil(max);
+        (0, numel.div_ceil(stride), stride)
+    } else if cols <= max {
+        (0, (max / cols) * cols, 1)
+    } else {
+        (0, max, 1)
+    }
+}
+
+/// The result of a forward + backward pass.
+pub struct StepOutput {
+    pub loss: f64,
+    pub dumps: Vec<DumpCapture>,
+}
+
+pub struct Model<B: Backend> {
+    pub dims: Dims,
+    pub state: State<B::Buf>,
+}
+
+pub(crate) fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
+    assert!(i < j);
+    let (a, b) = v.split_at_mut(j);
+    (&mut a[i], &mut b[0])
+}
+
+impl<B: Backend> Model<B> {
+    /// A model with [`init_params`] of `seed`, jittered by [`jitter_params`] when `jitter` is set.
+    pub fn new(be: &mut B, dims: Dims, seed: u64, jitter: Option<u64>) -> Model<B> {
+        let mut host = init_params(&dims, seed);
+        if let Some(j) = jitter {
+            jitter_params(&mut host, j);
+        }
+        let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
+        let sizes = param_sizes(&dims);
+        let mut zeros = |n: usize| be.zeros(n);
+        let grads = sizes.iter().map(|&s| zeros(s)).collect();
+        let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
+        let adam_v = sizes.iter().map(|&s| zeros(s)).collect();
+        let Dims { v, c, f, nh, l, b, t, n, .. } = dims;
+        let (q, f1) = (dims.qkv_width(), dims.fc1_width());
+        let gpt = dims.arch == Arch::Gpt;
+        // Buffers only one architecture uses.
+        let only = |yes: bool, size: usize| if yes { size } else { 0 };
+        let res = (0..=l).map(|_| zeros(n * c)).collect();
+        let layers = (0..l)
+            .map(|_| LayerActs {
+                ln1: zeros(n * c),
+                ln1_mean: zeros(only(gpt, n)),
+                ln1_rstd: zeros(n),
+                qkv: zeros(n * q),
+                qkv_rot: zeros(only(!gpt, n * q)),
+                att: zeros(b * nh * t * t),
+                atty: zeros(n * c),
+                proj: zeros(n * c),
+                res2: zeros(n * c),
+                ln2: zeros(n * c),
+                ln2_mean: zeros(only(gpt, n)),
+                ln2_rstd: zeros(n),
+                fc1: zeros(n * f1),
+                act: zeros(n * f),
+                fc2: zeros(n * c),
+            })
+            .collect();
+        let state = State {
+            params,
+            grads,
+            adam_m,
+            adam_v,
+            res,
+            layers,
+            lnf: zeros(n * c),
+            lnf_mean: zeros(only(gpt, n)),
+            lnf_rstd: zeros(n),
+            logits: zeros(n * v),
+            dlogits: zeros(n * v),
+            losses: zeros(n),
+            dres: zeros(n * c),
+            dln: zeros(n * c),
+            dlnf: zeros(n * c),
+            datty: zeros(n * c),
+            dqkv: zeros(n * q),
+            dqkv_rot: zeros(only(!gpt, n * q)),
+            datt: zeros(b * nh * t * t),
+            dact: zeros(n * f),
+            dfc1: zeros(n * f1),
+        };
+        Model { dims, state }
+    }
+
+    fn call(&self, plan: &StepPlan, layer: usize, module: Module, gemm: Gemm) -> GemmCall {
+        let id = GemmId { layer: layer as u32, module, gemm };
+        let casts = |id: &GemmId| plan.casts.get(id).copied().unwrap_or((OperandCast::Bf16, OperandCast::Bf16));
+        let (cast_a, cast_b) = casts(&id);
+        let (fault_a, fault_b, nan_output) = plan.faults.get(&id).copied().unwrap_or_default();
+        let dumped = plan.dump_sites.contains(&Site::new(layer as u32, module));
+        // The operands whose FP8 bytes a dump takes: per quantized role, the first GEMM of the site
+        // that casts it to FP8 (in `Role::operand_slots`' order, as `record::rows` reads them).
+        let mut keep_quantized = [false; 2];
+        if dumped {
+            for role in [Role::Activation, Role::Weight, Role::Gradient] {
+                let is_fp8 = |&&(g, i): &&(Gemm, usize)| {
+                    let c = casts(&GemmId { layer: layer as u32, module, gemm: g });
+                    !matches!(if i == 0 { c.0 } else { c.1 }, OperandCast::Bf16)
+                };
+                if let Some(&(g, i)) = role.operand_slots().iter().find(is_fp8)
+                    && g == gemm
+                {
+                    keep_quantized[i] = true;
+                }
+            }
+        }
+        GemmCall {
+            id,
+            dims: self.dims.linear(module),
+            cast_a,
+            cast_b,
+            fault_a,
+            fault_b,
+            nan_output,
+            stats: plan.stats,
+            keep_quantized,
+            shadow: plan.shadow && dumped,
+        }
+    }
+
+    /// Samples `buf` (rows × cols) into `dumps` if the plan dumps `role` of this site.
+    #[allow(clippy::too_many_arguments)]
+    fn capture(be: &mut B, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, layer: usize, module: Module, role: Role, buf: &B::Buf, rows: usize, cols: usize) {
+        let site = Site::new(layer as u32, module);
+        if !plan.dump_sites.contains(&site) || !plan.dump_roles.contains(&role) {
+            return;
+        }
+        let (offset, len, stride) = dump_window(rows, cols, plan.dump_max_elems, plan.dump_strided);
+        let values = be.download(buf, offset, len, stride);
+        dumps.push(DumpCapture { site, role, shape: (rows, cols), offset, stride, values });
+    }
+
+    /// One linear layer's GEMM plus the dumps of its operands and result.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, a: &B::Buf, b: &B::Buf, bias: Option<&B::Buf>, dbias: Option<&mut B::Buf>) {
+        be.gemm(call, out, a, b, bias, dbias);
+        let LinearDims { n, k, m } = call.dims;
+        let (l, md) = (call.id.layer as usize, call.id.module);
+        match call.id.gemm {
+            Gemm::Fprop => {
+                Self::capture(be, plan, dumps, l, md, Role::Activation, a, n, k);
+                Self::capture(be, plan, dumps, l, md, Role::Weight, b, m, k);
+                Self::capture(be, plan, dumps, l, md, Role::Output, out, n, m);
+            }
+            Gemm::Dgrad => {
+                Self::capture(be, plan, dumps, l, md, Role::Gradient, a, n, m);
+                Self::capture(be, plan, dumps, l, md, Role::Dgrad, out, n, k);
+            }
+            Gemm::Wgrad => Self::capture(be, plan, dumps, l, md, Role::Wgrad, out, m, k),
+        }
+    }
+
+    /// Forward and backward over one batch; gradients end in `state.grads` (zeroed first).
+    /// `supervised` is the number of targets that are not [`crate::layers::IGNORE_TARGET`]: the
+    /// loss is the mean over them (0, with zero gradients, when there are none).
+    pub fn forward_backward(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> StepOutput {
+        for g in self.state.grads.iter_mut() {
+            be.fill_zero(g);
+        }
+        let mut dumps = Vec::new();
+        match self.dims.arch {
+            Arch::Gpt => self.gpt_step(be, inputs, targets, supervised, plan, &mut dumps),
+            Arch::Llama => self.llama_step(be, inputs, targets, supervised, plan, &mut dumps),
+        }
+        // Read only now: a download waits for the device, and the backward is queued behind it.
+        let d = self.dims;
+        let losses = be.download(&self.state.losses, 0, d.n, 1);
+        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / supervised.max(1) as f64;
+        StepOutput { loss, dumps }
+    }
+
+    /// The lm_head and the loss, forward and backward, from the final norm's output `lnf`:
+    /// leaves the gradient of `lnf` in `dlnf`.
+    fn head(&mut self, be: &mut B, targets: &B::Tokens, supervised: usize) {
+        let d = self.dims;
+        let head_w = Layout::of(&d).lm_head();
+        let s = &mut self.state;
+        let head = LinearDims { n: d.n, k: d.c, m: d.v };
+        be.matmul_bf16_fwd(&mut s.logits, &s.lnf, &s.params[head_w], head);
+        be.crossentropy(&mut s.losses, &mut s.dlogits, &s.logits, targets, d.v, 1.0 / supervised.max(1) as f32);
+        be.matmul_bf16_bwd(&mut s.dlnf, &mut s.grads[head_w], &s.dlogits, &s.lnf, &s.params[head_w], head);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_windows_take_leading_rows_or_a_stride() {
+        assert_eq!(dump_window(10, 4, 100, false), (0, 40, 1));
+        assert_eq!(dump_window(100, 64, 200, false), (0, 192, 1));
+        assert_eq!(dump_window(2, 1000, 200, false), (0, 200, 1));
+        assert_eq!(dump_window(100, 64, 200, true), (0, 200, 32));
+    }
+}
