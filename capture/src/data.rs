@@ -39,6 +39,8 @@ pub enum DataError {
     Shape { branching: u32, topics: u32, vocab: u32 },
     #[error("the Zipf exponent must be a finite number ≥ 0 (got {0})")]
     Zipf(f64),
+    #[error("the run's data came from outside fp8scope (data kind `external`): it cannot be regenerated")]
+    External,
 }
 
 /// The synthetic language's tables.
@@ -146,6 +148,7 @@ impl Data {
                 }
                 (Source::Text { bytes }, None)
             }
+            DataKind::External => return Err(DataError::External),
             DataKind::Synthetic => {
                 let words = vocab.saturating_sub(reserved);
                 let lang = Language::new(words, cfg.topics, cfg.branching, cfg.zipf_exponent, cfg.language_seed)?;

@@ -123,6 +123,9 @@ pub enum DataKind {
     Uniform,
     /// A text file, bytes as tokens (V must be at least 256).
     Text,
+    /// Data fp8scope does not know: a run recorded by another framework (PyTorch recorder) or
+    /// imported from its logs (Transformer Engine's debug statistics).
+    External,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
