@@ -5,7 +5,7 @@
 
 use crate::error::AnalyzeError;
 use crate::load::Run;
-use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::layout::{RunDir, Table};
 use fp8scope_schemas::manifest::lacks;
 use serde::Serialize;
 
@@ -45,7 +45,9 @@ pub fn provenance(run: &Run) -> Result<Provenance, AnalyzeError> {
     let m = &run.manifest;
     let mut lacks: Vec<String> = m.lacks().to_vec();
     for (table, what) in [(Table::Steps, lacks::LOSS), (Table::Tensors, lacks::DUMPS), (Table::Shadow, lacks::SHADOW)] {
-        if !lacks.iter().any(|l| l == what) && !run.has(table)? {
+        // Part files listed, not read: a command that never reads a table is not stopped by a bad
+        // part of it.
+        if !lacks.iter().any(|l| l == what) && RunDir::new(&run.dir).parts(table)?.is_empty() {
             lacks.push(what.to_string());
         }
     }
