@@ -289,3 +289,26 @@ pub fn prepare_new_run_dir(dir: &Path) -> Result<(), SchemaError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_and_origin_round_trip_and_are_optional() {
+        let v = serde_json::json!({"framework": "torch 2.5.1", "modules": ["blocks.0.attn.qkv"], "stats_decimals": 4, "lacks": ["dumps"]});
+        let o: Origin = serde_json::from_value(v).unwrap();
+        assert_eq!((o.stats_decimals, o.lacks.as_slice(), o.notes.len()), (Some(4), &["dumps".to_string()][..], 0));
+        assert_eq!(serde_json::to_value(RunSource::TeDebug).unwrap(), "te-debug");
+        assert_eq!(serde_json::from_value::<RunSource>("pytorch".into()).unwrap(), RunSource::Pytorch);
+        #[derive(Deserialize)]
+        struct Old {
+            #[serde(default)]
+            source: RunSource,
+            #[serde(default)]
+            rows: RowCounts,
+        }
+        let old: Old = serde_json::from_str(r#"{"rows": {"steps": 1, "stats": 2, "tensors": 0, "events": 0, "shadow": 0}}"#).unwrap();
+        assert_eq!((old.source, old.rows.extra_stats, old.rows.stats), (RunSource::Fp8Capture, 0, 2), "a version-1 manifest reads");
+    }
+}
