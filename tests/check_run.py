@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 COLUMNS = {
     "steps": [("step", pa.int64()), ("loss", pa.float64()), ("grad_norm", pa.float64()), ("lr", pa.float64()),
               ("tokens", pa.int64()), ("step_ms", pa.float64()), ("loss_is_finite", pa.bool_()),
@@ -31,7 +31,7 @@ COLUMNS = {
               ("saturated_frac", pa.float64()), ("nan_count", pa.int64()), ("inf_count", pa.int64()),
               ("zero_frac", pa.float64()), ("min", pa.float32()), ("max", pa.float32()), ("mean", pa.float64()),
               ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
-              ("quant_cos", pa.float64())],
+              ("quant_cos", pa.float64()), ("rank", pa.int32())],
     "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
@@ -42,6 +42,8 @@ COLUMNS = {
     "shadow": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
                ("numel", pa.int64()), ("cosine", pa.float64()), ("mse", pa.float64()), ("rel_l2", pa.float64()),
                ("max_abs_diff", pa.float64())],
+    "extra_stats": [("step", pa.int64()), ("rank", pa.int32()), ("layer", pa.int32()), ("module", pa.string()),
+                    ("tensor", pa.string()), ("stat", pa.string()), ("value", pa.float64())],
 }
 FORMATS = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
 MODULES = ["qkv", "proj", "fc1", "fc2"]
@@ -97,6 +99,11 @@ def main():
         counts[name] = 0 if t is None else t.num_rows
         if counts[name] != m["rows"][name] and not allow_incomplete:
             fail(f"{name}: {counts[name]} rows in parts, manifest says {m['rows'][name]}")
+    if m.get("source", "fp8-capture") != "fp8-capture":
+        fail(f"source {m.get('source')!r}: this checker knows fp8-capture runs only")
+    st = data["stats"]
+    if st is not None and st.column("rank").null_count != st.num_rows:
+        fail("stats: an fp8-capture run leaves rank null")
     done = m["steps_completed"]
     if not allow_incomplete:
         if m["status"] not in ("completed", "diverged"):

@@ -49,8 +49,8 @@ pub enum Command {
     #[command(after_help = "Example:\n  fp8-analyze locate runs/fp8 --baseline runs/bf16 --top 5")]
     Locate(crate::commands::locate::LocateArgs),
 
-    /// SQL over the tables steps, stats, tensors, events and shadow of one or many runs; a `run`
-    /// column holds each row's run name. Quote the column "values" (an SQL keyword).
+    /// SQL over the tables steps, stats, tensors, events, shadow and extra_stats of one or many
+    /// runs; a `run` column holds each row's run name. Quote the column "values" (an SQL keyword).
     #[command(after_help = "Example:\n  fp8-analyze query runs/fp8 runs/bf16 --format csv \\\n    \
                             --sql \"SELECT run, layer, AVG(underflow_frac) FROM stats GROUP BY run, layer\"")]
     Query(crate::commands::query::QueryArgs),
@@ -71,4 +71,9 @@ pub enum Command {
     /// checks each final loss and gap to bf16 against its bound. Exits 1 when a mode fails.
     #[command(after_help = "Example:\n  fp8-analyze regress --preset tiny --out runs/regress --max-gap 0.02")]
     Regress(crate::commands::regress::RegressArgs),
+
+    /// Turns another tool's records into an fp8scope run that every command reads: `te-debug`
+    /// imports Transformer Engine's debug statistics logs (nvdlfw_inspect), one per rank.
+    #[command(after_help = "Example:\n  fp8-analyze import te-debug /path/to/log_dir --out runs/te\n  fp8-analyze summary runs/te")]
+    Import(crate::import::ImportArgs),
 }

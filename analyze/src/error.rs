@@ -47,6 +47,10 @@ pub enum AnalyzeError {
     #[error("{0}")]
     Usage(String),
 
+    /// A line of an imported log that is not what its format promises.
+    #[error("{path}:{line}: {message}")]
+    BadLog { path: PathBuf, line: usize, message: String },
+
     /// Writing an output file failed.
     #[error("writing {path}: {message}")]
     Output { path: PathBuf, message: String },

@@ -5,7 +5,8 @@
 //! - [`analysis`] computes every answer (detectors, noise band, comparisons, ranking, bisection
 //!   planning) as typed values, with no flags and no rendering;
 //! - [`commands`] holds one file per command: its flags, its call into [`analysis`], its
-//!   rendering; [`report`] draws the charts and the page; [`output`] renders tables, CSV and JSON.
+//!   rendering; [`report`] draws the charts and the page; [`output`] renders tables, CSV and JSON;
+//! - [`import`] turns other tools' records (Transformer Engine's debug logs) into runs.
 //!
 //! `main` only parses the command line and calls [`run`].
 
@@ -14,6 +15,7 @@ pub mod capture_driver;
 pub mod cli;
 pub mod commands;
 pub mod error;
+pub mod import;
 pub mod load;
 pub mod output;
 pub mod report;
@@ -38,5 +40,6 @@ pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
         Command::Report(a) => commands::report::run(a, opts, cli.json),
         Command::Triage(a) => commands::triage::run(a, cli.json),
         Command::Regress(a) => commands::regress::run(a, cli.json),
+        Command::Import(a) => import::run(a, cli.json),
     }
 }

@@ -1,11 +1,14 @@
 //! Opening runs: the manifest (its schema version checked) when the run is opened; the footer of
 //! every part of a table checked the first time a command touches that table (bad parts stop the
 //! command, or are skipped with a warning under `--lenient`); lazy polars scans over the good parts
-//! only, with only the columns a command asks for.
+//! only, with only the columns a command asks for. Every scan has the columns and types of the
+//! table's current schema: a column an older run or another writer lacks (the `rank` of a
+//! version-1 `stats` table) reads as nulls, so one query spans runs of every source and version.
 
 use crate::error::AnalyzeError;
 use fp8scope_schemas::layout::{RunDir, Table};
 use fp8scope_schemas::manifest::Manifest;
+use fp8scope_schemas::names::SiteNaming;
 use fp8scope_schemas::parts::check_part;
 use fp8scope_schemas::tables::schema;
 use polars::prelude::*;
@@ -31,9 +34,12 @@ pub struct Run {
     pub name: String,
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// How this run's sites are named and ordered (by layer, or by module path for runs from
+    /// elsewhere).
+    pub naming: SiteNaming,
     opts: LoadOptions,
     /// Checked parts per table, in `Table::ALL` order, filled on first use.
-    parts: [OnceCell<Vec<PathBuf>>; 5],
+    parts: [OnceCell<Vec<PathBuf>>; Table::ALL.len()],
     /// Parts skipped under `--lenient`, with the reason.
     skipped: RefCell<Vec<String>>,
 }
@@ -45,6 +51,7 @@ impl Run {
         Ok(Run {
             name: manifest.name.clone(),
             dir: path.to_path_buf(),
+            naming: manifest.site_naming(),
             manifest,
             opts,
             parts: Default::default(),
@@ -125,7 +132,30 @@ impl Run {
             LazyFrame::scan_parquet_files(paths.into_iter().collect(), args)
                 .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?
         };
-        Ok(if columns.is_empty() { lf } else { lf.select(columns.iter().map(|c| col(*c)).collect::<Vec<_>>()) })
+        self.conform(table, lf, columns)
+    }
+
+    /// Selects `columns` (every column of the table's schema, in its order, when empty) with the
+    /// schema's types; a schema column the files lack reads as nulls. Columns outside the schema
+    /// that another writer added are kept after the schema's when all are asked for.
+    fn conform(&self, table: Table, mut lf: LazyFrame, columns: &[&str]) -> Result<LazyFrame, AnalyzeError> {
+        let found = lf.collect_schema().map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?;
+        let fields = schema(table).fields();
+        let typed = |name: &str| -> Expr {
+            match fields.iter().find(|f| f.name() == name) {
+                Some(f) if found.get(name).is_some() => col(name).cast(polars_dtype(f.data_type())),
+                Some(f) => lit(Null {}).cast(polars_dtype(f.data_type())).alias(name),
+                None => col(name),
+            }
+        };
+        let exprs: Vec<Expr> = if columns.is_empty() {
+            let mut v: Vec<Expr> = fields.iter().map(|f| typed(f.name())).collect();
+            v.extend(found.iter_names().filter(|n| fields.iter().all(|f| f.name() != n.as_str())).map(|n| col(n.as_str())));
+            v
+        } else {
+            columns.iter().map(|c| typed(c)).collect()
+        };
+        Ok(lf.select(exprs))
     }
 
     /// Like [`Run::scan`], with the run's name as a first column `run`.

@@ -244,8 +244,8 @@ pub enum DataKind {
     Uniform,
     /// Text files, tokenized by a Hugging Face tokenizer or read as bytes (V ≥ 256).
     Text,
-    /// Data fp8scope does not know: a run recorded by another program (the PyTorch recorder,
-    /// an import of Transformer Engine logs).
+    /// Data fp8scope does not know: a run recorded by another framework (PyTorch recorder) or
+    /// imported from its logs (Transformer Engine's debug statistics).
     External,
 }
 

@@ -8,6 +8,7 @@
 //!   tensors/part-*.parquet sampled tensor values at dump steps
 //!   events/part-*.parquet  anomalies the capture itself saw
 //!   shadow/part-*.parquet  shadow-GEMM errors at dump steps (with --shadow)
+//!   extra_stats/part-*.parquet  statistics with no column of their own (imported runs)
 //! ```
 //! Parts are written to `part-NNNNN.parquet.tmp` and renamed when closed, so every file that ends in
 //! `.parquet` is complete.
@@ -28,10 +29,13 @@ pub enum Table {
     Tensors,
     Events,
     Shadow,
+    /// Statistics of runs from elsewhere that have no column in `stats`, kept by name.
+    ExtraStats,
 }
 
 impl Table {
-    pub const ALL: [Table; 5] = [Table::Steps, Table::Stats, Table::Tensors, Table::Events, Table::Shadow];
+    pub const ALL: [Table; 6] =
+        [Table::Steps, Table::Stats, Table::Tensors, Table::Events, Table::Shadow, Table::ExtraStats];
     pub fn as_str(self) -> &'static str {
         match self {
             Table::Steps => "steps",
@@ -39,6 +43,7 @@ impl Table {
             Table::Tensors => "tensors",
             Table::Events => "events",
             Table::Shadow => "shadow",
+            Table::ExtraStats => "extra_stats",
         }
     }
     pub fn parse(s: &str) -> Option<Table> {

@@ -5,8 +5,8 @@
 //! - the run-directory layout ([`layout`]),
 //! - the manifest `run.json` and the full run configuration ([`manifest`], [`config`]),
 //! - the names used everywhere for layers, modules, GEMMs and tensor roles ([`names`]),
-//! - the Arrow schemas of the `steps`, `stats`, `tensors`, `events` and `shadow` tables with their
-//!   column-name constants ([`tables`]),
+//! - the Arrow schemas of the `steps`, `stats`, `tensors`, `events`, `shadow` and `extra_stats`
+//!   tables with their column-name constants ([`tables`]),
 //! - the crash-safe Parquet part writer and the checked part reader ([`parts`]).
 //!
 //! A schema version travels in the manifest and in every Parquet file's key-value metadata; readers
@@ -28,10 +28,14 @@ pub use arrow as arrow_reexport;
 /// The version of the run format written by this build. Bump it on any change to a table's columns,
 /// the manifest's fields or the layout; readers accept exactly the versions in
 /// [`SUPPORTED_SCHEMA_VERSIONS`].
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// Version 2 added the manifest's `source` and `origin`, the nullable `rank` column of `stats`
+/// (whose statistics became nullable: runs from elsewhere lack some), and the `extra_stats` table.
+/// A version-1 run reads as a version-2 run without them.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Versions this build can read.
-pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1];
+pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1, 2];
 
 /// Key of the schema version in each Parquet file's key-value metadata.
 pub const META_SCHEMA_VERSION: &str = "fp8scope.schema_version";

@@ -4,9 +4,14 @@
 //! as parts close, and finally with `completed`, `diverged` or `crashed`. A run killed without a
 //! chance to write stays `running`; readers treat a `running` manifest whose process is gone as
 //! not completed.
+//!
+//! Runs written elsewhere (the PyTorch recorder, `fp8-analyze import te-debug`) say so in `source`
+//! and describe themselves in `origin`: the framework, the module paths in the order first seen,
+//! the decimals their statistics were rounded to, and what the run lacks.
 
 use crate::config::RunConfig;
 use crate::layout::RunDir;
+use crate::names::SiteNaming;
 use crate::{SchemaError, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,6 +74,71 @@ pub struct RowCounts {
     pub tensors: u64,
     pub events: u64,
     pub shadow: u64,
+    /// Absent in version-1 runs (which have no such table).
+    #[serde(default)]
+    pub extra_stats: u64,
+}
+
+/// Who wrote the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunSource {
+    /// `fp8-capture` trained and recorded it (the default: runs before the field existed).
+    #[default]
+    #[serde(rename = "fp8-capture")]
+    Fp8Capture,
+    /// The Python recorder, hooked into the user's own PyTorch training.
+    #[serde(rename = "pytorch")]
+    Pytorch,
+    /// Imported from Transformer Engine's debug statistics logs (nvdlfw_inspect).
+    #[serde(rename = "te-debug")]
+    TeDebug,
+}
+
+impl RunSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunSource::Fp8Capture => "fp8-capture",
+            RunSource::Pytorch => "pytorch",
+            RunSource::TeDebug => "te-debug",
+        }
+    }
+    /// Whether fp8scope did not train the run: its sites are named by module path.
+    pub fn is_external(self) -> bool {
+        self != RunSource::Fp8Capture
+    }
+}
+
+/// What a run of another framework is made of (null for `fp8-capture` runs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The framework and its version: `torch 2.5.1`, `nvdlfw_inspect 0.2.2`.
+    pub framework: String,
+    /// Module paths (`layers.3.fc1`, `blocks.0.attn.qkv`, `lm_head`) in the order they were first
+    /// seen: the forward execution order, as far as the writer could tell.
+    #[serde(default)]
+    pub modules: Vec<String>,
+    /// Decimals the statistics were rounded to by their source (Transformer Engine's logs: 4),
+    /// null when they are exact.
+    #[serde(default)]
+    pub stats_decimals: Option<u32>,
+    /// What the run does not have, from [`lacks`]: `loss`, `dumps`, `shadow`, `events`.
+    #[serde(default)]
+    pub lacks: Vec<String>,
+    /// Free text: what was assumed, what was skipped.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The names of what an external run may lack, as listed in [`Origin::lacks`].
+pub mod lacks {
+    /// No steps table: no loss curve.
+    pub const LOSS: &str = "loss";
+    /// No tensors table: no dumped tensor values.
+    pub const DUMPS: &str = "dumps";
+    /// No shadow table: no per-GEMM error against BF16 on the same inputs.
+    pub const SHADOW: &str = "shadow";
+    /// No events table.
+    pub const EVENTS: &str = "events";
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,6 +168,12 @@ pub struct Manifest {
     pub command: Vec<String>,
     /// Process id while running (lets readers tell a live run from a killed one).
     pub pid: Option<u32>,
+    /// Who wrote the run (absent before version 2: `fp8-capture`).
+    #[serde(default)]
+    pub source: RunSource,
+    /// What a run of another framework is made of; null for `fp8-capture` runs.
+    #[serde(default)]
+    pub origin: Option<Origin>,
 }
 
 impl Manifest {
@@ -157,7 +233,29 @@ impl Manifest {
             error: None,
             command: std::env::args().collect(),
             pid: Some(std::process::id()),
+            source: RunSource::Fp8Capture,
+            origin: None,
         }
+    }
+
+    /// How the run's sites are named and ordered: `layers.{i}.{module}` by layer for `fp8-capture`
+    /// runs, the module path in the order of `origin.modules` for runs from elsewhere.
+    pub fn site_naming(&self) -> SiteNaming {
+        if self.source.is_external() {
+            SiteNaming::External { modules: self.origin.as_ref().map(|o| o.modules.clone()).unwrap_or_default() }
+        } else {
+            SiteNaming::Capture { n_layers: self.config.model.layers }
+        }
+    }
+
+    /// The decimals the run's statistics were rounded to, when its source rounded them.
+    pub fn stats_decimals(&self) -> Option<u32> {
+        self.origin.as_ref().and_then(|o| o.stats_decimals)
+    }
+
+    /// What the manifest says the run lacks (empty for `fp8-capture` runs).
+    pub fn lacks(&self) -> &[String] {
+        self.origin.as_ref().map(|o| o.lacks.as_slice()).unwrap_or(&[])
     }
 
     /// True when the run ended by itself (completed or diverged): its tables are whole.
@@ -190,4 +288,27 @@ pub fn prepare_new_run_dir(dir: &Path) -> Result<(), SchemaError> {
         std::fs::create_dir_all(dir).map_err(|e| SchemaError::io(dir, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_and_origin_round_trip_and_are_optional() {
+        let v = serde_json::json!({"framework": "torch 2.5.1", "modules": ["blocks.0.attn.qkv"], "stats_decimals": 4, "lacks": ["dumps"]});
+        let o: Origin = serde_json::from_value(v).unwrap();
+        assert_eq!((o.stats_decimals, o.lacks.as_slice(), o.notes.len()), (Some(4), &["dumps".to_string()][..], 0));
+        assert_eq!(serde_json::to_value(RunSource::TeDebug).unwrap(), "te-debug");
+        assert_eq!(serde_json::from_value::<RunSource>("pytorch".into()).unwrap(), RunSource::Pytorch);
+        #[derive(Deserialize)]
+        struct Old {
+            #[serde(default)]
+            source: RunSource,
+            #[serde(default)]
+            rows: RowCounts,
+        }
+        let old: Old = serde_json::from_str(r#"{"rows": {"steps": 1, "stats": 2, "tensors": 0, "events": 0, "shadow": 0}}"#).unwrap();
+        assert_eq!((old.source, old.rows.extra_stats, old.rows.stats), (RunSource::Fp8Capture, 0, 2), "a version-1 manifest reads");
+    }
 }

@@ -2,7 +2,9 @@
 //! GEMM kinds and tensor roles, with their parsing and their order of execution.
 //!
 //! A GEMM site is `layers.{i}.{qkv|proj|fc1|fc2}`, a GEMM `{site}.{fprop|dgrad|wgrad}` and a tensor
-//! `{site}.{role}`.
+//! `{site}.{role}`. Runs from elsewhere (PyTorch, Transformer Engine logs) name a site by its full
+//! module path (`blocks.0.attn.qkv`, `lm_head`) and order sites as their manifest lists them
+//! ([`SiteNaming`]); their `layer` column is the path's first integer component ([`layer_of_module`]).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -181,9 +183,86 @@ pub fn execution_rank(n_layers: u32, site: Site, role: Role) -> u64 {
     }
 }
 
+/// The `layer` of a module path from another framework: its first component that is an integer
+/// (`layers.3.fc1` → 3, `model.h.11.mlp.c_fc` → 11), 0 when there is none (`lm_head`).
+pub fn layer_of_module(path: &str) -> u32 {
+    path.split('.').find_map(|c| if c.bytes().all(|b| b.is_ascii_digit()) { c.parse().ok() } else { None }).unwrap_or(0)
+}
+
+/// How the sites of one run are named and put in execution order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SiteNaming {
+    /// An `fp8-capture` run: `layers.{layer}.{module}`, ordered by [`execution_rank`].
+    Capture { n_layers: u32 },
+    /// A run from elsewhere: the module path alone, forward order as `modules` lists them.
+    External { modules: Vec<String> },
+}
+
+impl SiteNaming {
+    /// `layers.1.fc2` (fp8-capture) or the module path (`blocks.0.attn.qkv`).
+    pub fn site(&self, layer: i64, module: &str) -> String {
+        match self {
+            SiteNaming::Capture { .. } => format!("layers.{layer}.{module}"),
+            SiteNaming::External { .. } => module.to_string(),
+        }
+    }
+    /// `{site}.{role}`.
+    pub fn tensor(&self, layer: i64, module: &str, role: &str) -> String {
+        format!("{}.{role}", self.site(layer, module))
+    }
+    /// `{site}.{gemm}`.
+    pub fn gemm(&self, layer: i64, module: &str, gemm: &str) -> String {
+        format!("{}.{gemm}", self.site(layer, module))
+    }
+    /// Rank of a tensor in execution order: forward roles site by site, then backward roles from
+    /// the last site back to the first. Names this run does not know sort after every known one.
+    pub fn rank(&self, layer: i64, module: &str, role: &str) -> u64 {
+        let Some(role) = Role::parse(role) else { return u64::MAX };
+        match self {
+            SiteNaming::Capture { n_layers } => match (Module::parse(module), u32::try_from(layer)) {
+                (Some(m), Ok(l)) => execution_rank(*n_layers, Site::new(l, m), role),
+                _ => u64::MAX,
+            },
+            SiteNaming::External { modules } => {
+                let Some(i) = modules.iter().position(|m| m == module) else { return u64::MAX };
+                let (i, n) = (i as u64, modules.len() as u64);
+                let phase = match role {
+                    Role::Weight | Role::Gradient => 0,
+                    Role::Activation | Role::Dgrad => 1,
+                    Role::Output | Role::Wgrad => 2,
+                };
+                if role.is_forward() { i * 3 + phase } else { n * 3 + (n - 1 - i) * 3 + phase }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_paths_take_their_first_integer_component_as_layer() {
+        assert_eq!(layer_of_module("layers.3.fc1"), 3);
+        assert_eq!(layer_of_module("model.h.11.mlp.c_fc"), 11);
+        assert_eq!(layer_of_module("blocks_2.attn.qkv"), 0);
+        assert_eq!(layer_of_module("lm_head"), 0);
+        assert_eq!(layer_of_module("decoder.layers.0.self_attn.q_proj"), 0);
+    }
+
+    #[test]
+    fn external_sites_are_named_by_path_and_ordered_as_listed() {
+        let n = SiteNaming::External { modules: vec!["blocks.0.attn.qkv".into(), "blocks.0.mlp.fc_1".into(), "lm_head".into()] };
+        assert_eq!(n.tensor(0, "blocks.0.mlp.fc_1", "gradient"), "blocks.0.mlp.fc_1.gradient");
+        let r = |m: &str, role: &str| n.rank(0, m, role);
+        assert!(r("blocks.0.attn.qkv", "activation") < r("lm_head", "output"));
+        assert!(r("lm_head", "output") < r("lm_head", "gradient"), "forward before backward");
+        assert!(r("lm_head", "gradient") < r("blocks.0.attn.qkv", "gradient"), "backward in reverse");
+        assert_eq!(r("unknown", "activation"), u64::MAX);
+        let c = SiteNaming::Capture { n_layers: 2 };
+        assert_eq!(c.gemm(1, "fc2", "dgrad"), "layers.1.fc2.dgrad");
+        assert_eq!(c.rank(1, "fc2", "gradient"), execution_rank(2, Site::new(1, Module::Fc2), Role::Gradient));
+    }
 
     #[test]
     fn site_round_trips_and_rejects_garbage() {

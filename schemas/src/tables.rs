@@ -1,11 +1,12 @@
 //! The Arrow schemas of a run's tables, their column names, and typed rows with batch builders.
 //!
 //! Each table's schema is defined once here ([`schema`]) and handed out by reference; the row
-//! structs are how `fp8-capture` (and tests that plant known values) produce batches.
+//! structs are how `fp8-capture` (and tests that plant known values) produce batches, and
+//! [`ExternalStatRow`] / [`ExtraStatRow`] how runs from elsewhere (`fp8-analyze import`) do.
 //! Field-by-field documentation lives in `schemas/README.md`.
 
 use crate::layout::Table;
-use crate::names::{Gemm, Module, Role};
+use crate::names::{layer_of_module, Gemm, Module, Role};
 use arrow::array::{
     ArrayRef, BinaryBuilder, BooleanArray, Float32Array, Float32Builder, Float64Array, Int32Array,
     Int64Array, Int64Builder, ListBuilder, StringArray, UInt32Builder,
@@ -46,6 +47,9 @@ pub mod col {
     pub const DYNAMIC_RANGE_LOG2: &str = "dynamic_range_log2";
     pub const QUANT_MSE: &str = "quant_mse";
     pub const QUANT_COS: &str = "quant_cos";
+    pub const RANK: &str = "rank";
+    pub const TENSOR: &str = "tensor";
+    pub const STAT: &str = "stat";
 
     pub const SHAPE: &str = "shape";
     pub const OFFSET: &str = "offset";
@@ -90,29 +94,32 @@ static STEPS: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
     use col::*;
+    // The statistics are nullable: a run from elsewhere has only those its source logged.
+    // fp8-capture fills every one but quant_mse / quant_cos, and leaves `rank` null.
     Arc::new(Schema::new(vec![
         f(STEP, DataType::Int64, false),
         f(LAYER, DataType::Int32, false),
         f(MODULE, DataType::Utf8, false),
         f(GEMM, DataType::Utf8, false),
         f(ROLE, DataType::Utf8, false),
-        f(FORMAT, DataType::Utf8, false),
-        f(SCALE, DataType::Float32, false),
-        f(AMAX, DataType::Float32, false),
-        f(AMAX_USED, DataType::Float32, false),
-        f(NUMEL, DataType::Int64, false),
-        f(UNDERFLOW_FRAC, DataType::Float64, false),
-        f(SATURATED_FRAC, DataType::Float64, false),
-        f(NAN_COUNT, DataType::Int64, false),
-        f(INF_COUNT, DataType::Int64, false),
-        f(ZERO_FRAC, DataType::Float64, false),
-        f(MIN, DataType::Float32, false),
-        f(MAX, DataType::Float32, false),
-        f(MEAN, DataType::Float64, false),
-        f(STD, DataType::Float64, false),
-        f(DYNAMIC_RANGE_LOG2, DataType::Float64, false),
+        f(FORMAT, DataType::Utf8, true),
+        f(SCALE, DataType::Float32, true),
+        f(AMAX, DataType::Float32, true),
+        f(AMAX_USED, DataType::Float32, true),
+        f(NUMEL, DataType::Int64, true),
+        f(UNDERFLOW_FRAC, DataType::Float64, true),
+        f(SATURATED_FRAC, DataType::Float64, true),
+        f(NAN_COUNT, DataType::Int64, true),
+        f(INF_COUNT, DataType::Int64, true),
+        f(ZERO_FRAC, DataType::Float64, true),
+        f(MIN, DataType::Float32, true),
+        f(MAX, DataType::Float32, true),
+        f(MEAN, DataType::Float64, true),
+        f(STD, DataType::Float64, true),
+        f(DYNAMIC_RANGE_LOG2, DataType::Float64, true),
         f(QUANT_MSE, DataType::Float64, true),
         f(QUANT_COS, DataType::Float64, true),
+        f(RANK, DataType::Int32, true),
     ]))
 });
 
@@ -167,6 +174,19 @@ static SHADOW: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+static EXTRA_STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(RANK, DataType::Int32, true),
+        f(LAYER, DataType::Int32, false),
+        f(MODULE, DataType::Utf8, false),
+        f(TENSOR, DataType::Utf8, false),
+        f(STAT, DataType::Utf8, false),
+        f(VALUE, DataType::Float64, false),
+    ]))
+});
+
 /// The schema of `table`.
 pub fn schema(table: Table) -> &'static SchemaRef {
     match table {
@@ -175,6 +195,7 @@ pub fn schema(table: Table) -> &'static SchemaRef {
         Table::Tensors => &TENSORS,
         Table::Events => &EVENTS,
         Table::Shadow => &SHADOW,
+        Table::ExtraStats => &EXTRA_STATS,
     }
 }
 
@@ -286,6 +307,142 @@ impl Row for StatRow {
                 f64s(|r| r.dynamic_range_log2),
                 opt(|r| r.quant_mse),
                 opt(|r| r.quant_cos),
+                Arc::new(Int32Array::new_null(rows.len())),
+            ],
+        )
+    }
+}
+
+/// Statistics of one tensor of a run from elsewhere at one step (and rank): only what its source
+/// logged is set. `module` is the full module path; `layer` its first integer component.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExternalStatRow {
+    pub step: u32,
+    /// The process rank, None for a single-process run.
+    pub rank: Option<u32>,
+    pub layer: u32,
+    pub module: String,
+    /// The GEMM that consumes (or, for output / dgrad / wgrad, produces) the tensor.
+    pub gemm: Gemm,
+    pub role: Role,
+    pub format: Option<String>,
+    pub scale: Option<f32>,
+    pub amax: Option<f32>,
+    pub amax_used: Option<f32>,
+    pub numel: Option<u64>,
+    pub underflow_frac: Option<f64>,
+    pub saturated_frac: Option<f64>,
+    pub nan_count: Option<u64>,
+    pub inf_count: Option<u64>,
+    pub zero_frac: Option<f64>,
+    pub min: Option<f32>,
+    pub max: Option<f32>,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub dynamic_range_log2: Option<f64>,
+    pub quant_mse: Option<f64>,
+    pub quant_cos: Option<f64>,
+}
+
+impl ExternalStatRow {
+    /// A row with no statistic set yet; `layer` comes from the module path.
+    pub fn new(step: u32, rank: Option<u32>, module: &str, gemm: Gemm, role: Role) -> ExternalStatRow {
+        ExternalStatRow {
+            step,
+            rank,
+            layer: layer_of_module(module),
+            module: module.to_string(),
+            gemm,
+            role,
+            format: None,
+            scale: None,
+            amax: None,
+            amax_used: None,
+            numel: None,
+            underflow_frac: None,
+            saturated_frac: None,
+            nan_count: None,
+            inf_count: None,
+            zero_frac: None,
+            min: None,
+            max: None,
+            mean: None,
+            std: None,
+            dynamic_range_log2: None,
+            quant_mse: None,
+            quant_cos: None,
+        }
+    }
+}
+
+impl Row for ExternalStatRow {
+    const TABLE: Table = Table::Stats;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        type R = ExternalStatRow;
+        let f32s = |g: fn(&R) -> Option<f32>| -> ArrayRef { Arc::new(Float32Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
+        let f64s = |g: fn(&R) -> Option<f64>| -> ArrayRef { Arc::new(Float64Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
+        let i64s = |g: fn(&R) -> Option<u64>| -> ArrayRef {
+            Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>()))
+        };
+        batch(
+            Table::Stats,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.gemm.as_str())),
+                strs(rows.iter().map(|r| r.role.as_str())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.format.as_deref()).collect::<Vec<_>>())),
+                f32s(|r| r.scale),
+                f32s(|r| r.amax),
+                f32s(|r| r.amax_used),
+                i64s(|r| r.numel),
+                f64s(|r| r.underflow_frac),
+                f64s(|r| r.saturated_frac),
+                i64s(|r| r.nan_count),
+                i64s(|r| r.inf_count),
+                f64s(|r| r.zero_frac),
+                f32s(|r| r.min),
+                f32s(|r| r.max),
+                f64s(|r| r.mean),
+                f64s(|r| r.std),
+                f64s(|r| r.dynamic_range_log2),
+                f64s(|r| r.quant_mse),
+                f64s(|r| r.quant_cos),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+            ],
+        )
+    }
+}
+
+/// A statistic of a run from elsewhere that has no column in `stats`, kept under its own name
+/// (`l1_norm`, `mxfp8_underflows%_columnwise`, …).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExtraStatRow {
+    pub step: u32,
+    pub rank: Option<u32>,
+    pub layer: u32,
+    pub module: String,
+    /// The tensor as the source names it (`activation`, `gradient`, …).
+    pub tensor: String,
+    /// The statistic as the source names it.
+    pub stat: String,
+    pub value: f64,
+}
+
+impl Row for ExtraStatRow {
+    const TABLE: Table = Table::ExtraStats;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        batch(
+            Table::ExtraStats,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.tensor.as_str())),
+                strs(rows.iter().map(|r| r.stat.as_str())),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.value))),
             ],
         )
     }

@@ -9,6 +9,8 @@ use crate::analysis::detect::{self, Drift, DriftParams, GapSpike, NonFiniteTenso
 use crate::analysis::dynamics::{final_loss, horizontal_gap, relative_gap, HorizontalGap, MAX_SHIFT_FRAC};
 use crate::analysis::noise::NoiseBand;
 use crate::analysis::params::*;
+use crate::analysis::provenance::{lacking, rounding_caveat};
+use fp8scope_schemas::manifest::lacks;
 use crate::error::AnalyzeError;
 use crate::load::{f64s, i64s, strs, Run};
 use fp8scope_schemas::layout::Table;
@@ -135,6 +137,11 @@ pub struct AnomalyReport {
     /// inconclusive rather than anomalous.
     pub within_noise: Vec<String>,
     pub warnings: Vec<String>,
+    /// What could not be looked for because a run lacks it, in words (no loss curve: no spike or
+    /// drift).
+    pub unavailable: Vec<String>,
+    /// The caveat of the statistics the non-finite search read, when their source rounded them.
+    pub stats_caveat: Option<String>,
 }
 
 impl AnomalyReport {
@@ -190,15 +197,22 @@ pub fn noise_band(base: &Run, replicas: &[Run], p: AnomalyParams) -> Result<Nois
 /// Runs every detector; with `noise`, every gap is judged against its band.
 pub fn find_anomalies(run: &Run, base: Option<&Run>, noise: Option<&NoiseBand>, p: AnomalyParams) -> Result<AnomalyReport, AnalyzeError> {
     let (steps, loss) = loss_curve(run)?;
+    let mut unavailable = Vec::new();
+    let no_base_loss = match base {
+        Some(b) => loss_curve(b)?.0.is_empty(),
+        None => false,
+    };
     if steps.is_empty() {
-        return Err(AnalyzeError::Missing { run: run.name.clone(), message: "has no recorded steps".into() });
+        unavailable.push(lacking(run, lacks::LOSS, "no spike or drift can be looked for; the non-finite search reads its statistics only"));
+    } else if let Some(b) = base.filter(|_| no_base_loss) {
+        unavailable.push(lacking(b, lacks::LOSS, "the run's loss cannot be compared with it: no drift or spike against it"));
     }
     let spikes = detect::spikes(&steps, &loss, SpikeParams { k: p.spike_k, window: p.spike_window });
     let mut warnings = Vec::new();
     let mut gap_spikes = Vec::new();
     let mut within_noise = Vec::new();
     let (mut drift, mut drift_rejected, mut end_gap) = (None, None, None);
-    if let Some(base) = base {
+    if let Some(base) = base.filter(|_| !steps.is_empty() && !no_base_loss) {
         compat::check_model(run, base)?;
         warnings.extend(compat::warnings(run, base));
         let (bsteps, bloss) = loss_curve(base)?;
@@ -297,6 +311,8 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, noise: Option<&NoiseBand>, 
         noise: noise.cloned(),
         within_noise,
         warnings,
+        unavailable,
+        stats_caveat: run.manifest.stats_decimals().map(rounding_caveat),
     })
 }
 
@@ -305,10 +321,16 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
     let mut first_loss_step = steps.iter().zip(loss).find(|(_, l)| !l.is_finite()).map(|(&s, _)| s);
     let mut candidates = Vec::new();
 
-    // Stats: every operand with a NaN or Inf, at the earliest step any had one.
-    let bad = (col(col::NAN_COUNT) + col(col::INF_COUNT)).gt(lit(0));
+    // Stats: every operand with a NaN or Inf, at the earliest step any had one. Runs from elsewhere
+    // may log no counts: a non-finite min, max, mean, std or amax says the same.
+    let counted = (col(col::NAN_COUNT) + col(col::INF_COUNT)).gt(lit(0)).fill_null(lit(false));
+    let logged = [col::MIN, col::MAX, col::MEAN, col::STD, col::AMAX]
+        .into_iter()
+        .map(|c| col(c).is_finite().not().fill_null(lit(false)))
+        .fold(lit(false), |a, b| a.or(b));
+    let bad = counted.or(logged);
     let lf = run
-        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::NAN_COUNT, col::INF_COUNT])?
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::NAN_COUNT, col::INF_COUNT, col::MIN, col::MAX, col::MEAN, col::STD, col::AMAX])?
         .filter(bad)
         .filter(col(col::STEP).eq(col(col::STEP).min()));
     let df = run.collect(Table::Stats, lf)?;
@@ -317,7 +339,7 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
     let (nan, inf) = (i64s(&df, col::NAN_COUNT).map_err(e)?, i64s(&df, col::INF_COUNT).map_err(e)?);
     for i in 0..df.height() {
         if let (Some(step), Some(layer), Some(module), Some(role)) = (st[i], la[i], mo[i].clone(), ro[i].clone()) {
-            candidates.push(NonFiniteTensor::new(step, layer, module, ge[i].clone(), role, "stats", (nan[i], inf[i])));
+            candidates.push(NonFiniteTensor::new(&run.naming, step, layer, module, ge[i].clone(), role, "stats", (nan[i], inf[i])));
         }
     }
 
@@ -342,9 +364,9 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
             continue;
         }
         if let (Some(layer), Some(module), Some(role)) = (la[i], mo[i].clone(), ro[i].clone()) {
-            candidates.push(NonFiniteTensor::new(step, layer, module, ge[i].clone(), role, "events", (None, None)));
+            candidates.push(NonFiniteTensor::new(&run.naming, step, layer, module, ge[i].clone(), role, "events", (None, None)));
         }
     }
-    Ok(NonFinite { first_loss_step, first_tensor: detect::first_nonfinite_tensor(run.n_layers(), &candidates) })
+    Ok(NonFinite { first_loss_step, first_tensor: detect::first_nonfinite_tensor(&run.naming, &candidates) })
 }
 

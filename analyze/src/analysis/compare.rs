@@ -9,7 +9,8 @@
 //! ([`crate::tensors`]); memory stays a few batches whatever the dump's size.
 
 use crate::analysis::compat;
-use crate::analysis::detect::tensor_rank;
+use crate::analysis::provenance::lacking;
+use fp8scope_schemas::manifest::lacks;
 use crate::error::AnalyzeError;
 use crate::load::{distinct_i64, Run};
 use crate::analysis::metrics::{Accum, Metrics};
@@ -45,6 +46,8 @@ pub struct CompareReport {
     /// How many tensors are flagged.
     pub flagged: usize,
     pub warnings: Vec<String>,
+    /// Why nothing was compared, when a run lacks dumped tensors (None when compared).
+    pub unavailable: Option<String>,
     /// Sorted by step, then execution order.
     pub tensors: Vec<TensorComparison>,
 }
@@ -60,32 +63,39 @@ pub fn compare_runs(run: &Run, base: &Run, threshold: f64) -> Result<CompareRepo
     if !(threshold > -1.0 && threshold <= 1.0) {
         return Err(AnalyzeError::usage(format!("--threshold must be a cosine in (-1, 1], got {threshold}")));
     }
-    compat::check_model(run, base)?;
-    compat::check_dump_selection(run, base)?;
     for r in [run, base] {
         if !r.has(Table::Tensors)? {
-            return Err(AnalyzeError::Missing {
-                run: r.name.clone(),
-                message: "holds no dumped tensors (record it with --dump-every N)".into(),
+            let how = if r.manifest.source.is_external() { "" } else { " (record it with --dump-every N)" };
+            return Ok(CompareReport {
+                run: run.name.clone(),
+                baseline: base.name.clone(),
+                threshold,
+                common_steps: Vec::new(),
+                flagged: 0,
+                warnings: Vec::new(),
+                unavailable: Some(lacking(r, lacks::DUMPS, &format!("there is nothing to compare tensor by tensor{how}"))),
+                tensors: Vec::new(),
             });
         }
     }
+    compat::check_model(run, base)?;
+    compat::check_dump_selection(run, base)?;
     let steps_a = distinct_i64(run, Table::Tensors, col::STEP)?;
     let steps_b = distinct_i64(base, Table::Tensors, col::STEP)?;
     let common = compat::common_steps("dump", run, &steps_a, base, &steps_b)?;
     let sums = align_and_accumulate(run, base, &common)?;
-    let n_layers = run.n_layers();
+    let naming = &run.naming;
     let mut tensors: Vec<TensorComparison> = sums
         .into_iter()
         .map(|((step, layer, module, role), acc)| {
             let metrics = acc.finish();
             let flagged = !(metrics.cosine >= threshold);
-            TensorComparison { step, layer, tensor: format!("layers.{layer}.{module}.{role}"), module, role, metrics, flagged }
+            TensorComparison { step, layer, tensor: naming.tensor(layer, &module, &role), module, role, metrics, flagged }
         })
         .collect();
     tensors.sort_by(|a, b| {
-        (a.step, tensor_rank(n_layers, a.layer, &a.module, &a.role), &a.module, &a.role)
-            .cmp(&(b.step, tensor_rank(n_layers, b.layer, &b.module, &b.role), &b.module, &b.role))
+        (a.step, naming.rank(a.layer, &a.module, &a.role), &a.module, &a.role)
+            .cmp(&(b.step, naming.rank(b.layer, &b.module, &b.role), &b.module, &b.role))
     });
     Ok(CompareReport {
         run: run.name.clone(),
@@ -94,6 +104,7 @@ pub fn compare_runs(run: &Run, base: &Run, threshold: f64) -> Result<CompareRepo
         common_steps: common.into_iter().collect(),
         flagged: tensors.iter().filter(|t| t.flagged).count(),
         warnings: compat::warnings(run, base),
+        unavailable: None,
         tensors,
     })
 }

@@ -11,7 +11,7 @@
 //! - **non-finite**: the first step with a non-finite loss, and the first tensor in execution order
 //!   that went non-finite at the earliest step any did.
 
-use fp8scope_schemas::names::{execution_rank, Gemm, Module, Role, Site};
+use fp8scope_schemas::names::{Gemm, SiteNaming};
 use serde::Serialize;
 
 /// Scale from the median absolute deviation to the standard deviation of a normal distribution.
@@ -333,12 +333,14 @@ pub struct NonFiniteTensor {
 }
 
 impl NonFiniteTensor {
-    /// A candidate seen in `source` (`stats` or `events`); the tensor name is derived.
-    pub fn new(step: i64, layer: i64, module: String, gemm: Option<String>, role: String, source: &'static str, counts: (Option<i64>, Option<i64>)) -> NonFiniteTensor {
+    /// A candidate seen in `source` (`stats` or `events`); the tensor is named as the run names
+    /// its sites.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(naming: &SiteNaming, step: i64, layer: i64, module: String, gemm: Option<String>, role: String, source: &'static str, counts: (Option<i64>, Option<i64>)) -> NonFiniteTensor {
         NonFiniteTensor {
             step,
             layer,
-            tensor: format!("layers.{layer}.{module}.{role}"),
+            tensor: naming.tensor(layer, &module, &role),
             module,
             gemm,
             role,
@@ -349,29 +351,20 @@ impl NonFiniteTensor {
     }
 }
 
-/// Rank of a tensor in execution order; names outside the schema's modules and roles sort after
-/// every known tensor.
-pub fn tensor_rank(n_layers: u32, layer: i64, module: &str, role: &str) -> u64 {
-    match (Module::parse(module), Role::parse(role), u32::try_from(layer)) {
-        (Some(m), Some(r), Ok(l)) => execution_rank(n_layers, Site::new(l, m), r),
-        _ => u64::MAX,
-    }
-}
-
 fn gemm_rank(g: Option<&str>) -> usize {
     g.and_then(Gemm::parse).map(|g| g as usize).unwrap_or(usize::MAX)
 }
 
 /// The first non-finite tensor: earliest step, then execution order (forward roles by layer, then
 /// backward roles in reverse layer order), then GEMM (fprop, dgrad, wgrad), stats before events.
-pub fn first_nonfinite_tensor(n_layers: u32, candidates: &[NonFiniteTensor]) -> Option<NonFiniteTensor> {
+pub fn first_nonfinite_tensor(naming: &SiteNaming, candidates: &[NonFiniteTensor]) -> Option<NonFiniteTensor> {
     candidates
         .iter()
         .min_by(|a, b| {
             let key = |t: &NonFiniteTensor| {
                 (
                     t.step,
-                    tensor_rank(n_layers, t.layer, &t.module, &t.role),
+                    naming.rank(t.layer, &t.module, &t.role),
                     gemm_rank(t.gemm.as_deref()),
                     t.source != "stats",
                     t.module.clone(),
@@ -543,7 +536,7 @@ mod tests {
             t(30, 1, "fc1", "dgrad", "gradient"),
             t(30, 1, "proj", "dgrad", "gradient"),
         ];
-        let first = first_nonfinite_tensor(2, &c).unwrap();
+        let first = first_nonfinite_tensor(&SiteNaming::Capture { n_layers: 2 }, &c).unwrap();
         assert_eq!((first.step, first.tensor.as_str(), first.gemm.as_deref()), (30, "layers.1.fc1.gradient", Some("dgrad")));
     }
 }

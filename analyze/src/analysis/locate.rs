@@ -27,6 +27,12 @@
 //!
 //! The GEMM whose operand went non-finite first (the `anomalies` definition) has infinite harm.
 //!
+//! **Runs from elsewhere** (PyTorch, Transformer Engine logs) that have neither shadow records nor
+//! dumped tensors to compare are ranked from their statistics alone (method `stats`): a GEMM's
+//! error at a step is the share of its operands' values its casts lost, underflow_frac +
+//! saturated_frac of the worst operand (and rank); it crosses when that share exceeds
+//! 1 − threshold. The report says why, and carries the caveat of rounded statistics.
+//!
 //! GEMMs are ranked by their largest harm after warm-up (the **score**; by the largest added error
 //! without shadow records or stats), ties first in execution order (forward in layer order, backward
 //! in reverse). A GEMM *crosses* the threshold at the first step after warm-up where it adds more
@@ -36,13 +42,13 @@
 
 use crate::analysis::anomalies::{find_nonfinite, loss_curve};
 use crate::analysis::compare::compare_runs;
-use crate::analysis::detect::tensor_rank;
 use crate::analysis::metrics::error_of_cosine;
+use crate::analysis::provenance::{lacking, rounding_caveat};
 use crate::error::AnalyzeError;
 use crate::load::{f64s, i64s, strs, Run};
 use fp8scope_schemas::config::RecipeKind;
 use fp8scope_schemas::layout::Table;
-use fp8scope_schemas::names::{Gemm, Role};
+use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
 use fp8scope_schemas::tables::col;
 use polars::prelude::*;
 use serde::Serialize;
@@ -69,6 +75,8 @@ pub struct StepError {
 pub struct OperandEvidence {
     pub role: String,
     pub step: i64,
+    /// The process rank of a multi-rank run from elsewhere (None otherwise).
+    pub rank: Option<i64>,
     pub format: Option<String>,
     pub underflow_frac: Option<f64>,
     pub saturated_frac: Option<f64>,
@@ -117,10 +125,14 @@ pub struct LocatedGemm {
 pub struct LocateReport {
     pub run: String,
     pub baseline: Option<String>,
-    /// `shadow` or `tensors`.
+    /// `shadow`, `tensors`, or `stats` (a run from elsewhere with neither).
     pub method: &'static str,
-    /// `harm` (shadow records and stats) or `added error`.
+    /// `harm` (shadow records and stats), `added error`, or `cast loss` (method `stats`).
     pub ranked_by: &'static str,
+    /// Why the method was chosen when the run lacks what the others need.
+    pub note: Option<String>,
+    /// The caveat of the statistics, when their source rounded them.
+    pub stats_caveat: Option<String>,
     pub threshold: f64,
     /// The GEMM that crossed the threshold first, if any did.
     pub first: Option<String>,
@@ -137,9 +149,9 @@ impl LocateReport {
 
 pub type GemmId = (i64, String, String); // layer, module, gemm
 
-fn rank_of(n_layers: u32, (layer, module, gemm): &GemmId) -> u64 {
+fn rank_of(naming: &SiteNaming, (layer, module, gemm): &GemmId) -> u64 {
     let role = Gemm::parse(gemm).map(|g| g.result().as_str()).unwrap_or("");
-    tensor_rank(n_layers, *layer, module, role)
+    naming.rank(*layer, module, role)
 }
 
 /// The role whose tensor pairs with a GEMM's result in the loss's first-order expansion: fprop's
@@ -254,6 +266,27 @@ fn tensor_errors(run: &Run, base: &Run, threshold: f64) -> Result<(BTreeMap<Gemm
     Ok((out, inputs, report.warnings))
 }
 
+/// Per GEMM, per step, the share of its operands' values the casts lost (underflow + saturation of
+/// the worst operand and rank), from the stats table: the ranking of runs that have nothing else.
+fn stats_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<StepError>>, AnalyzeError> {
+    let (u, s) = (col(col::UNDERFLOW_FRAC), col(col::SATURATED_FRAC));
+    let lf = run
+        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::UNDERFLOW_FRAC, col::SATURATED_FRAC])?
+        .filter(u.clone().is_not_null().or(s.clone().is_not_null()))
+        .filter(col(col::ROLE).is_in(lit(Series::new("q".into(), Role::QUANTIZED.map(|r| r.as_str()).to_vec())).implode(false), false))
+        .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM), col(col::STEP)])
+        .agg([(u.fill_null(lit(0.0)) + s.fill_null(lit(0.0))).max().alias("lost")]);
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (st, la, mo, ge, lo) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, "lost").map_err(e)?);
+    let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
+    for i in 0..df.height() {
+        let (Some(step), Some(layer), Some(module), Some(gemm), Some(lost)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), lo[i]) else { continue };
+        out.entry((layer, module, gemm)).or_default().push(StepError { step, output_error: lost, input_error: 0.0, added: lost, harm: None, warmup: false });
+    }
+    Ok(out)
+}
+
 /// The GEMMs whose casts saturated at `step`, most saturated first: (`layers.0.qkv.fprop`, the
 /// largest saturated fraction of its operands). A spike's first step names its suspects this way.
 pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeError> {
@@ -266,18 +299,20 @@ pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeE
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (la, mo, ge, sa) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?);
     let mut out: Vec<(String, f64)> = (0..df.height())
-        .filter_map(|i| Some((format!("layers.{}.{}.{}", la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?)))
+        .filter_map(|i| Some((run.naming.gemm(la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?)))
         .collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(out)
 }
 
-/// The stats of a GEMM's operands at `step`, or at the latest recorded step before it.
+/// The stats of a GEMM's operands at `step`, or at the latest recorded step before it (one row
+/// per operand, and per rank in a multi-rank run from elsewhere).
 pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
+    let operands: Vec<&str> = Gemm::parse(gemm).map(|g| g.operands().map(|r| r.as_str()).to_vec()).unwrap_or_default();
     let lf = run
         .scan(
             Table::Stats,
-            &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FORMAT, col::UNDERFLOW_FRAC, col::SATURATED_FRAC, col::AMAX, col::AMAX_USED, col::SCALE],
+            &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::RANK, col::FORMAT, col::UNDERFLOW_FRAC, col::SATURATED_FRAC, col::AMAX, col::AMAX_USED, col::SCALE],
         )?
         .filter(
             col(col::LAYER)
@@ -285,13 +320,15 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
                 .eq(lit(*layer))
                 .and(col(col::MODULE).eq(lit(module.clone())))
                 .and(col(col::GEMM).eq(lit(gemm.clone())))
+                .and(col(col::ROLE).is_in(lit(Series::new("ops".into(), operands)).implode(false), false))
                 .and(col(col::STEP).lt_eq(lit(step))),
         )
         .filter(col(col::STEP).eq(col(col::STEP).max()))
-        .sort([col::ROLE], Default::default());
+        .sort([col::ROLE, col::RANK], Default::default());
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (st, ro, fo) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
+    let rk = i64s(&df, col::RANK).map_err(e)?;
     let (un, sa, am, au, sc) = (
         f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?,
         f64s(&df, col::SATURATED_FRAC).map_err(e)?,
@@ -303,6 +340,7 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
         .map(|i| OperandEvidence {
             role: ro[i].clone().unwrap_or_default(),
             step: st[i].unwrap_or(step),
+            rank: rk[i],
             format: fo[i].clone(),
             underflow_frac: un[i],
             saturated_frac: sa[i],
@@ -319,6 +357,11 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         return Err(AnalyzeError::usage(format!("--threshold must be a cosine in (-1, 1], got {threshold}")));
     }
     let mut warnings = Vec::new();
+    let mut note = None;
+    let comparable = match base {
+        Some(b) => run.has(Table::Tensors)? && b.has(Table::Tensors)?,
+        None => false,
+    };
     let (method, mut errors, inputs) = if run.has(Table::Shadow)? {
         if let Some(b) = base {
             warnings.push(format!("run '{}' has shadow GEMM records: they measure each GEMM directly, baseline '{}' is not used", run.name, b.name));
@@ -346,6 +389,13 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
             out.insert((layer, module, gemm), list);
         }
         ("shadow", out, BTreeMap::new())
+    } else if run.manifest.source.is_external() && !comparable {
+        let what = if base.is_some() { "shadow GEMM records, and dumped tensors in both runs to compare" } else { "shadow GEMM records and a baseline with dumped tensors" };
+        note = Some(lacking(run, what, "GEMMs are ranked by the share of their operands' values the FP8 casts lost (underflow + saturation, from the stats)"));
+        if let Some(b) = base {
+            warnings.push(format!("baseline '{}' is not used: the tensors of both runs are needed to compare them", b.name));
+        }
+        ("stats", stats_errors(run)?, BTreeMap::new())
     } else {
         let Some(base) = base else {
             return Err(AnalyzeError::Missing {
@@ -366,7 +416,7 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         }
     }
     let by_harm = errors.values().flatten().any(|e| e.harm.is_some());
-    let n_layers = run.n_layers();
+    let naming = &run.naming;
     let limit = 1.0 - threshold;
     let mut ranked: Vec<LocatedGemm> = errors
         .into_iter()
@@ -387,9 +437,9 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
             let (peak_error, peak_error_step) = (by_error.added, by_error.step);
             let (layer, module, gemm) = id.clone();
             LocatedGemm {
-                gemm_name: format!("layers.{layer}.{module}.{gemm}"),
-                site: format!("layers.{layer}.{module}"),
-                execution_rank: rank_of(n_layers, &id),
+                gemm_name: naming.gemm(layer, &module, &gemm),
+                site: naming.site(layer, &module),
+                execution_rank: rank_of(naming, &id),
                 warmup_until: warm.get(&id).copied(),
                 nonfinite_at: None,
                 layer,
@@ -431,5 +481,13 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         .filter_map(|g| g.first_crossed.map(|s| (s, g.execution_rank, &g.gemm_name)))
         .min()
         .map(|(_, _, n)| n.clone());
-    Ok(LocateReport { run: run.name.clone(), baseline: base.map(|b| b.name.clone()), method, ranked_by: if by_harm { "harm" } else { "added error" }, threshold, first, ranked, warnings })
+    let ranked_by = if by_harm {
+        "harm"
+    } else if method == "stats" {
+        "cast loss"
+    } else {
+        "added error"
+    };
+    let stats_caveat = run.manifest.stats_decimals().map(rounding_caveat);
+    Ok(LocateReport { run: run.name.clone(), baseline: base.map(|b| b.name.clone()), method, ranked_by, note, stats_caveat, threshold, first, ranked, warnings })
 }

@@ -10,7 +10,8 @@
 //!   can be compared;
 //! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence;
 //! - [`bisect`]: the order of candidate GEMMs and the search for a minimal curing set;
-//! - [`summary`]: what was run and the worst tensors; [`params`]: the documented defaults.
+//! - [`summary`]: what was run and the worst tensors; [`params`]: the documented defaults;
+//! - [`provenance`]: where a run came from, what it lacks, and the caveat of rounded statistics.
 
 pub mod anomalies;
 pub mod bisect;
@@ -22,4 +23,5 @@ pub mod locate;
 pub mod metrics;
 pub mod noise;
 pub mod params;
+pub mod provenance;
 pub mod summary;

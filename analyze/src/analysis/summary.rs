@@ -1,9 +1,10 @@
 //! `summary RUN`: what was run (model, recipe, routing, data, device), how it ended, the loss at
 //! checkpoints (first, 25/50/75 %, last recorded step, and the lowest), and the worst tensors by
-//! FP8 underflow and saturation (mean over the recorded steps, from the stats table).
+//! FP8 underflow and saturation (mean over the recorded steps and ranks, from the stats table),
+//! where the run came from and what it lacks.
 
 use crate::analysis::anomalies::loss_curve;
-use crate::analysis::detect::tensor_rank;
+use crate::analysis::provenance::{provenance, Provenance};
 use fp8scope_schemas::names::Gemm;
 use crate::error::AnalyzeError;
 use crate::load::{f64s, i64s, strs, Run};
@@ -54,6 +55,8 @@ pub struct Summary {
     /// Counts of the capture's events by kind.
     pub events: Vec<EventCount>,
     pub skipped_parts: Vec<String>,
+    /// Where the run came from, what it lacks, and the caveat of rounded statistics.
+    pub provenance: Provenance,
     /// The whole manifest (configuration, device, libraries, row counts).
     pub manifest: Manifest,
 }
@@ -110,7 +113,7 @@ pub fn tensor_health(run: &Run) -> Result<Vec<TensorHealth>, AnalyzeError> {
     for i in 0..df.height() {
         let (layer, module, gemm, role) = (la[i].unwrap_or(-1), mo[i].clone().unwrap_or_default(), ge[i].clone().unwrap_or_default(), ro[i].clone().unwrap_or_default());
         out.push(TensorHealth {
-            tensor: format!("layers.{layer}.{module}.{role}"),
+            tensor: run.naming.tensor(layer, &module, &role),
             gemm,
             layer,
             module,
@@ -123,8 +126,7 @@ pub fn tensor_health(run: &Run) -> Result<Vec<TensorHealth>, AnalyzeError> {
         });
     }
     // Execution order before ranking, so that equal values list in the order they ran.
-    let n_layers = run.n_layers();
-    let key = |t: &TensorHealth| (tensor_rank(n_layers, t.layer, &t.module, &t.role), Gemm::parse(&t.gemm).map(|g| g as usize), t.module.clone(), t.role.clone());
+    let key = |t: &TensorHealth| (run.naming.rank(t.layer, &t.module, &t.role), Gemm::parse(&t.gemm).map(|g| g as usize), t.module.clone(), t.role.clone());
     out.sort_by_key(key);
     Ok(out)
 }
@@ -162,6 +164,7 @@ pub fn summarize(run: &Run, top: usize) -> Result<Summary, AnalyzeError> {
         worst_saturation: pick(|t| t.mean_saturated_frac),
         events: event_counts(run)?,
         skipped_parts: run.skipped(),
+        provenance: provenance(run)?,
         manifest: m.clone(),
     })
 }

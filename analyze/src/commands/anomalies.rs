@@ -90,6 +90,9 @@ fn render(r: &AnomalyReport) -> String {
         s += &format!(" vs baseline '{b}'");
     }
     s += "\n\n";
+    for u in &r.unavailable {
+        s += &format!("not looked for: {u}\n\n");
+    }
     match &r.noise {
         Some(n) => {
             s += &format!(
@@ -166,6 +169,7 @@ fn render(r: &AnomalyReport) -> String {
         p.drift_steps
     );
     match (&r.baseline, &r.drift) {
+        _ if r.end_gap.is_none() && !r.unavailable.is_empty() => s += "not checked (no loss curve to compare)\n\n",
         (None, _) => s += "not checked (no --baseline)\n\n",
         (Some(_), None) => s += "none\n\n",
         (Some(_), Some(d)) => {
@@ -205,6 +209,11 @@ fn render(r: &AnomalyReport) -> String {
             }
         }
         s.push('\n');
+        if let (Some(c), Some(t)) = (&r.stats_caveat, &nf.first_tensor)
+            && t.source == "stats"
+        {
+            s += &format!("  (from {c})\n");
+        }
     }
     s
 }

@@ -39,6 +39,9 @@ pub fn run(args: &CompareArgs, opts: LoadOptions, json: bool) -> Result<Outcome,
 }
 
 fn render(r: &CompareReport, only_flagged: bool) -> String {
+    if let Some(u) = &r.unavailable {
+        return format!("compare: run '{}' vs baseline '{}': nothing compared: {u}\n", r.run, r.baseline);
+    }
     let mut s = format!(
         "compare: run '{}' vs baseline '{}': {} tensors at {} common dump step(s), {} flagged (cosine < {})\n\n",
         r.run,

@@ -40,6 +40,7 @@ pub fn run(args: &LocateArgs, opts: LoadOptions, json: bool) -> Result<Outcome, 
 fn render(r: &LocateReport, top: usize) -> String {
     let how = match r.method {
         "shadow" => "its shadow GEMM records (error = 1 − cosine against BF16 on the same inputs)".to_string(),
+        "stats" => "its statistics (error = underflow + saturated share of the worst operand's cast)".to_string(),
         _ => format!("tensors compared with baseline '{}' (added = error(result) − max error(operands), error = 1 − cosine)", r.baseline.as_deref().unwrap_or("?")),
     };
     let mut s = format!("locate: run '{}', from {how}; ranked by {}", r.run, r.ranked_by);
@@ -50,7 +51,14 @@ fn render(r: &LocateReport, top: usize) -> String {
     if let Some(w) = warm.iter().max() {
         s += &format!("; delayed scaling's warm-up (scales not yet from a real amax, until step {w}) is left out");
     }
-    s += "\n\n";
+    s += "\n";
+    if let Some(n) = &r.note {
+        s += &format!("{n}\n");
+    }
+    if let Some(c) = &r.stats_caveat {
+        s += &format!("every figure below rests on {c}\n");
+    }
+    s += "\n";
     let rows: Vec<Vec<String>> = r
         .ranked
         .iter()
@@ -58,7 +66,14 @@ fn render(r: &LocateReport, top: usize) -> String {
         .enumerate()
         .map(|(i, g)| {
             let ev = |f: fn(&OperandEvidence) -> Option<f64>| {
-                g.evidence.iter().map(|e| format!("{} {}", e.role, f(e).map(pct).unwrap_or_else(|| "-".into()))).collect::<Vec<_>>().join(", ")
+                g.evidence
+                    .iter()
+                    .map(|e| {
+                        let at = e.rank.map(|k| format!(" (rank {k})")).unwrap_or_default();
+                        format!("{}{at} {}", e.role, f(e).map(pct).unwrap_or_else(|| "-".into()))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
             vec![
                 (i + 1).to_string(),
@@ -73,10 +88,15 @@ fn render(r: &LocateReport, top: usize) -> String {
         })
         .collect();
     if rows.is_empty() {
-        s += "no GEMM could be scored (no result tensors dumped)\n";
+        s += if r.method == "stats" { "no GEMM could be scored (the stats hold no underflow or saturation)\n" } else { "no GEMM could be scored (no result tensors dumped)\n" };
         return s;
     }
-    s += &output::table(&["#", "gemm", if r.ranked_by == "harm" { "harm" } else { "added error" }, "peak step", "1 − cos (peak)", "first crossed", "underflow", "saturated"], &rows);
+    let (score, peak) = match r.ranked_by {
+        "harm" => ("harm", "1 − cos (peak)"),
+        "cast loss" => ("cast loss", "cast loss (peak)"),
+        _ => ("added error", "1 − cos (peak)"),
+    };
+    s += &output::table(&["#", "gemm", score, "peak step", peak, "first crossed", "underflow", "saturated"], &rows);
     s.push('\n');
     match &r.first {
         Some(name) => {

@@ -1,5 +1,5 @@
-//! `query RUN... --sql '…'`: polars SQL over the tables `steps`, `stats`, `tensors`, `events` and
-//! `shadow` of every run given, each a lazy scan of the run's checked parts with a first column
+//! `query RUN... --sql '…'`: polars SQL over the tables `steps`, `stats`, `tensors`, `events`,
+//! `shadow` and `extra_stats` of every run given, each a lazy scan of the run's checked parts with a first column
 //! `run` (the run's name) so that one query compares runs. Out as an aligned table, CSV, JSON or
 //! Parquet, on stdout or in `--output FILE`.
 
@@ -26,7 +26,8 @@ pub struct QueryArgs {
     /// One or more run directories.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
-    /// The SQL (polars dialect) over the tables steps, stats, tensors, events and shadow.
+    /// The SQL (polars dialect) over the tables steps, stats, tensors, events, shadow and
+    /// extra_stats (statistics of imported runs kept under their own names).
     #[arg(long)]
     pub sql: String,
     /// Output format (--json is the same as --format json).

@@ -25,18 +25,49 @@ pub fn run(args: &SummaryArgs, opts: LoadOptions, json: bool) -> Result<Outcome,
     Ok(Outcome::clean(stdout))
 }
 
+/// `loss curve, dumps, shadow records`: what a run lacks, in words.
+fn lacks_text(lacks: &[String]) -> String {
+    lacks
+        .iter()
+        .map(|l| match l.as_str() {
+            "loss" => "a loss curve",
+            "dumps" => "dumped tensors",
+            "shadow" => "shadow GEMM records",
+            "events" => "events",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn render(run: &Run, s: &Summary) -> String {
     let m = &run.manifest;
     let c = &m.config;
     let d = &c.model;
     let r = &c.recipe;
+    let p = &s.provenance;
+    let external = m.source.is_external();
     let mut o = format!("run '{}' ({})\n", s.run, s.dir);
+    if external {
+        o += &format!("  source     {} ({}); sites named by module path\n", p.source, p.framework.as_deref().unwrap_or("framework unknown"));
+    }
     o += &format!("  status     {}{}\n", s.status, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
     o += &format!("  steps      {} completed of {}, {} recorded\n", s.steps_completed, c.train.steps, s.steps_recorded);
-    o += &format!(
-        "  model      {} (V={} C={} F={} NH={} L={} B={} T={})\n",
-        c.preset, d.vocab, d.channels, d.ffn, d.heads, d.layers, d.batch, d.seq
-    );
+    if external {
+        let modules = m.origin.as_ref().map(|o| o.modules.clone()).unwrap_or_default();
+        let shown: Vec<&str> = modules.iter().take(4).map(String::as_str).collect();
+        o += &format!(
+            "  modules    {} ({}{})\n",
+            modules.len(),
+            shown.join(", "),
+            if modules.len() > shown.len() { ", …" } else { "" }
+        );
+    } else {
+        o += &format!(
+            "  model      {} (V={} C={} F={} NH={} L={} B={} T={})\n",
+            c.preset, d.vocab, d.channels, d.ffn, d.heads, d.layers, d.batch, d.seq
+        );
+    }
     o += &format!(
         "  recipe     {} format={:?} amax_history={} amax_algo={:?} margin={}\n",
         r.kind.as_str(),
@@ -50,14 +81,18 @@ fn render(run: &Run, s: &Summary) -> String {
     if !(rt.bf16_gemms.is_empty() && rt.bf16_layers.is_empty() && rt.bf16_sites.is_empty()) {
         o += &format!("  bf16       gemms={:?} layers={:?} sites={:?}\n", rt.bf16_gemms, rt.bf16_layers, rt.bf16_sites);
     }
-    o += &format!(
+    if external {
+        o += "  data       external (not known to fp8scope)\n";
+    } else {
+        o += &format!(
         "  data       {}, seed {}, lr {}, entropy floor {}, ln V {}\n",
         format!("{:?}", c.data.kind).to_lowercase(),
         c.train.seed,
         c.train.lr,
         output::opt(m.data.entropy_floor.map(num)),
         num(m.data.ln_vocab)
-    );
+        );
+    }
     o += &format!("  device     {} ({}), started {}, ended {}\n", m.device.kind, m.device.name, m.started_at, output::opt(m.ended_at.as_deref()));
     for inj in &c.injections {
         o += &format!("  injection  {} {}:{} from step {} (magnitude {})\n", inj.kind, inj.site, inj.gemm, inj.step, inj.magnitude);
@@ -65,8 +100,19 @@ fn render(run: &Run, s: &Summary) -> String {
     if let Some(sc) = &c.scenario {
         o += &format!("  scenario   {sc}\n");
     }
+    if !p.lacks.is_empty() {
+        o += &format!("  lacks      {}\n", lacks_text(&p.lacks));
+    }
+    if let Some(c) = &p.stats_caveat {
+        o += &format!("  caveat     {c}\n");
+    }
+    for n in m.origin.iter().flat_map(|o| o.notes.iter()) {
+        o += &format!("  note       {n}\n");
+    }
     o += &format!("  final loss {}\n", output::opt(s.final_loss.map(num)));
-    if !s.checkpoints.is_empty() {
+    if s.checkpoints.is_empty() {
+        o += "\nloss at checkpoints: none (the run lacks a loss curve)\n";
+    } else {
         o += "\nloss at checkpoints\n";
         let rows: Vec<Vec<String>> = s.checkpoints.iter().map(|c| vec![c.at.to_string(), c.step.to_string(), num(c.loss)]).collect();
         o += &output::table(&["at", "step", "loss"], &rows);
@@ -87,8 +133,9 @@ fn render(run: &Run, s: &Summary) -> String {
             .collect()
     };
     let headers = ["tensor", "gemm", "underflow mean", "underflow max", "saturated mean", "saturated max"];
+    let rounded = if p.stats_decimals.is_some() { " (from statistics rounded by the run's logs: see caveat)" } else { "" };
     for (title, v) in [("worst by underflow", &s.worst_underflow), ("worst by saturation", &s.worst_saturation)] {
-        o += &format!("\n{title}:");
+        o += &format!("\n{title}{rounded}:");
         if v.is_empty() {
             o += " none\n";
         } else {

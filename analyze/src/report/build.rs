@@ -14,7 +14,7 @@ use crate::load::{distinct_i64, f64s, i64s, strs, Run};
 use crate::output;
 use crate::report::{self, amax, heatmap, histogram, loss, sites, slug, Chart, DrawError};
 use fp8scope_schemas::layout::Table;
-use fp8scope_schemas::names::{Gemm, Module, Role};
+use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
 use fp8scope_schemas::tables::col;
 use polars::prelude::*;
 use rayon::prelude::*;
@@ -106,17 +106,17 @@ fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
         .collect())
 }
 
-/// Sites `layers.{i}.{module}` in forward order.
-fn site_order(layers: impl Iterator<Item = (i64, String)>) -> Vec<(i64, String)> {
+/// Sites in forward order, as the run orders them (by layer, or as its modules were first seen).
+fn site_order(naming: &SiteNaming, layers: impl Iterator<Item = (i64, String)>) -> Vec<(i64, String)> {
     let mut v: Vec<(i64, String)> = layers.collect::<BTreeSet<_>>().into_iter().collect();
-    v.sort_by_key(|(l, m)| (*l, Module::parse(m).map(|m| m.index()).unwrap_or(usize::MAX), m.clone()));
+    v.sort_by_key(|(l, m)| (naming.rank(*l, m, Role::Activation.as_str()), *l, m.clone()));
     v
 }
 
-fn grid(title: String, sites: &[(i64, String)], steps: &[i64], value: &BTreeMap<(i64, String, i64), f64>) -> heatmap::Grid {
+fn grid(naming: &SiteNaming, title: String, sites: &[(i64, String)], steps: &[i64], value: &BTreeMap<(i64, String, i64), f64>) -> heatmap::Grid {
     heatmap::Grid {
         title,
-        rows: sites.iter().map(|(l, m)| format!("layers.{l}.{m}")).collect(),
+        rows: sites.iter().map(|(l, m)| naming.site(*l, m)).collect(),
         steps: steps.to_vec(),
         cells: sites.iter().map(|(l, m)| steps.iter().map(|s| value.get(&(*l, m.clone(), *s)).copied()).collect()).collect(),
     }
@@ -124,9 +124,9 @@ fn grid(title: String, sites: &[(i64, String)], steps: &[i64], value: &BTreeMap<
 
 /// Underflow or saturation panels, one per quantized role that ran in FP8 (max over the GEMMs
 /// that cast it).
-fn fraction_panels(rows: &[StatRow], pick: fn(&StatRow) -> f64) -> Vec<heatmap::Grid> {
+fn fraction_panels(naming: &SiteNaming, rows: &[StatRow], pick: fn(&StatRow) -> f64) -> Vec<heatmap::Grid> {
     let fp8: Vec<&StatRow> = rows.iter().filter(|r| r.format != "bf16").collect();
-    let sites = site_order(fp8.iter().map(|r| (r.layer, r.module.clone())));
+    let sites = site_order(naming, fp8.iter().map(|r| (r.layer, r.module.clone())));
     let steps: Vec<i64> = fp8.iter().map(|r| r.step).collect::<BTreeSet<_>>().into_iter().collect();
     let mut out = Vec::new();
     for role in Role::ALL.iter().filter(|r| r.is_quantized()) {
@@ -137,24 +137,28 @@ fn fraction_panels(rows: &[StatRow], pick: fn(&StatRow) -> f64) -> Vec<heatmap::
         let mut v: BTreeMap<(i64, String, i64), f64> = BTreeMap::new();
         for r in &mine {
             let x = pick(r);
+            // A statistic the run did not record (a run from elsewhere) reads as NaN: no value.
+            if x.is_nan() {
+                continue;
+            }
             let e = v.entry((r.layer, r.module.clone(), r.step)).or_insert(x);
             *e = if x.is_nan() || e.is_nan() { f64::NAN } else { e.max(x) };
         }
         let formats: BTreeSet<String> = mine.iter().map(|r| r.format.to_uppercase()).collect();
         let title = format!("{} ({})", role.as_str(), formats.into_iter().collect::<Vec<_>>().join("/"));
-        out.push(grid(title, &sites, &steps, &v));
+        out.push(grid(naming, title, &sites, &steps, &v));
     }
     out
 }
 
-fn cosine_panels(c: &CompareReport) -> Vec<heatmap::Grid> {
-    let sites = site_order(c.tensors.iter().map(|t| (t.layer, t.module.clone())));
+fn cosine_panels(naming: &SiteNaming, c: &CompareReport) -> Vec<heatmap::Grid> {
+    let sites = site_order(naming, c.tensors.iter().map(|t| (t.layer, t.module.clone())));
     let mut out = Vec::new();
     for role in Role::ALL {
         let v: BTreeMap<(i64, String, i64), f64> =
             c.tensors.iter().filter(|t| t.role == role.as_str()).map(|t| ((t.layer, t.module.clone(), t.step), t.metrics.cosine)).collect();
         if !v.is_empty() {
-            out.push(grid(role.as_str().to_string(), &sites, &c.common_steps, &v));
+            out.push(grid(naming, role.as_str().to_string(), &sites, &c.common_steps, &v));
         }
     }
     out
@@ -188,7 +192,7 @@ fn tensor_sample(run: &Run, step: i64, layer: i64, module: &str, role: &str) -> 
         values.extend(s.f32().map_err(e)?.iter().map(|v| v.unwrap_or(f32::NAN)));
     }
     Ok(Some(histogram::TensorSample {
-        label: format!("layers.{layer}.{module}.{role} at step {step} ({}, scale {})", range.name, report::short(scale)),
+        label: format!("{} at step {step} ({}, scale {})", run.naming.tensor(layer, module, role), range.name, report::short(scale)),
         range,
         scale,
         numel: nu[0].unwrap_or(values.len() as i64),
@@ -296,7 +300,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         },
     };
     if let Some(c) = &compare {
-        let panels = cosine_panels(c);
+        let panels = cosine_panels(&run.naming, c);
         if !panels.is_empty() {
             let worst = c.tensors.iter().min_by(|a, b| {
                 let k = |t: &crate::analysis::compare::TensorComparison| if t.metrics.cosine.is_finite() { t.metrics.cosine } else { f64::NEG_INFINITY };
@@ -322,8 +326,11 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
 
     // Underflow and saturation heatmaps: need FP8 casts.
     let rows = stat_rows(run)?;
+    let multi_rank = summary.manifest.source.is_external() && distinct_i64(run, Table::Stats, col::RANK)?.len() > 1;
     if rows.is_empty() {
         not_drawn.push("underflow and saturation heatmaps: the run has no stats rows".into());
+    } else if rows.iter().all(|r| r.underflow.is_nan() && r.saturated.is_nan()) {
+        not_drawn.push("underflow and saturation heatmaps: the run's statistics hold no underflow or saturation (its logs recorded none)".into());
     } else if rows.iter().all(|r| r.format == "bf16") {
         not_drawn.push(format!("underflow and saturation heatmaps: every GEMM ran in BF16 (recipe {}), nothing was cast to FP8", m.config.recipe.kind.as_str()));
     } else {
@@ -331,9 +338,12 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
             ("heatmap-underflow", "underflow", (|r: &StatRow| r.underflow) as fn(&StatRow) -> f64, &summary.worst_underflow),
             ("heatmap-saturated", "saturated", (|r: &StatRow| r.saturated) as fn(&StatRow) -> f64, &summary.worst_saturation),
         ] {
-            let panels = fraction_panels(&rows, pick);
+            let panels = fraction_panels(&run.naming, &rows, pick);
             let explain = if what == "underflow" { "non-zero values that cast to ±0" } else { "values beyond the format's max, clipped" };
-            let mut caption = format!("Share of {explain}, per site (rows) and step (columns), one panel per quantized role (the worst GEMM that cast it).");
+            let mut caption = format!("Share of {explain}, per site (rows) and step (columns), one panel per quantized role (the worst GEMM that cast it{}).", if multi_rank { " and the worst rank" } else { "" });
+            if let Some(c) = &summary.provenance.stats_caveat {
+                caption += &format!(" From {c}.");
+            }
             match worst.first() {
                 Some(t) => caption += &format!(" Worst on average: {} ({}), mean {}, max {}.", t.tensor, t.gemm, report::percent(if what == "underflow" { t.mean_underflow_frac } else { t.mean_saturated_frac }), report::percent(if what == "underflow" { t.max_underflow_frac } else { t.max_saturated_frac })),
                 None => caption += &format!(" No operand {what} at any step."),
@@ -363,9 +373,17 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
     if let Some(l) = &located {
         findings.extend(locate_sentences(l));
         if l.ranked.is_empty() {
-            not_drawn.push("locate's ranking: no GEMM could be scored (no result tensors dumped)".into());
+            not_drawn.push(if l.method == "stats" {
+                "locate's ranking: no GEMM could be scored (the run's statistics hold no underflow or saturation)".to_string()
+            } else {
+                "locate's ranking: no GEMM could be scored (no result tensors dumped)".to_string()
+            });
         } else {
-            let method = if l.method == "shadow" { "shadow GEMMs against BF16 on the same inputs".to_string() } else { format!("tensors against baseline '{}'", l.baseline.as_deref().unwrap_or("?")) };
+            let method = match l.method {
+                "shadow" => "shadow GEMMs against BF16 on the same inputs".to_string(),
+                "stats" => "the share of values each GEMM's casts lost, from the statistics: the run lacks shadow records and dumps".to_string(),
+                _ => format!("tensors against baseline '{}'", l.baseline.as_deref().unwrap_or("?")),
+            };
             let bars: Vec<sites::Bar> = l.ranked.iter().take(10).map(|g| sites::Bar { name: g.gemm_name.clone(), score: g.peak_error, peak_step: g.peak_error_step, first_crossed: g.first_crossed }).collect();
             jobs.push(Job::Sites {
                 chart: chart(
@@ -373,7 +391,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                     "sites",
                     &run.name,
                     report::SITES_SIZE,
-                    format!("{}: error each GEMM adds, in order of harm", run.name),
+                    if l.method == "stats" { format!("{}: share of values each GEMM's casts lost", run.name) } else { format!("{}: error each GEMM adds, in order of harm", run.name) },
                     format!("locate's top GEMMs in its order (by harm, the error in loss units, when shadow records and stats allow; {method}): the largest error (1 − cosine) each adds at a dump step after delayed scaling's warm-up; bars past the dashed threshold crossed it."),
                 ),
                 threshold,
@@ -429,7 +447,11 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
             }
             // Histograms of the top GEMMs' operands at the step they crossed (or peaked).
             if !has_tensors {
-                not_drawn.push("log2|x| histograms: the run dumped no tensors (record with --dump-every N)".into());
+                not_drawn.push(if m.source.is_external() {
+                    "log2|x| histograms: the run lacks dumped tensors".into()
+                } else {
+                    "log2|x| histograms: the run dumped no tensors (record with --dump-every N)".into()
+                });
             } else {
                 let dump_steps = distinct_i64(run, Table::Tensors, col::STEP)?;
                 let mut tensors = Vec::new();
@@ -474,6 +496,24 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
     if findings.is_empty() {
         findings.push("No spike, drift, non-finite value or GEMM past the threshold was found.".into());
     }
+    // What the run lacks and the caveat of rounded statistics, said once, first.
+    let p = &summary.provenance;
+    let mut head = Vec::new();
+    if m.source.is_external() {
+        head.push(format!(
+            "Recorded by {} ({}); sites are named by module path. It lacks {}.",
+            p.source,
+            p.framework.as_deref().unwrap_or("framework unknown"),
+            if p.lacks.is_empty() { "nothing".to_string() } else { p.lacks.join(", ") }
+        ));
+    }
+    if let Some(c) = &p.stats_caveat {
+        head.push(format!("Every finding from its statistics rests on {c}."));
+    }
+    for u in anomalies.iter().flat_map(|a| a.unavailable.iter()) {
+        not_drawn.push(format!("spikes and drift: {u}"));
+    }
+    findings.splice(0..0, head);
     Ok(RunWork {
         findings: RunFindings {
             run: run.name.clone(),
@@ -550,7 +590,25 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
 }
 
 fn locate_sentences(l: &LocateReport) -> Vec<String> {
-    let how = if l.method == "shadow" { "its shadow GEMMs (FP8 against BF16 on the same inputs)" } else { "its tensors against the baseline's" };
+    let how = match l.method {
+        "shadow" => "its shadow GEMMs (FP8 against BF16 on the same inputs)",
+        "stats" => "the share of values its casts lost (underflow + saturation, from the rounded statistics)",
+        _ => "its tensors against the baseline's",
+    };
+    if l.method == "stats" {
+        let Some(g) = l.ranked.first() else { return Vec::new() };
+        let mut s = format!(
+            "Ranked by {how}, the worst GEMM is {}: its casts lost {} of an operand's values at step {}",
+            g.gemm_name,
+            report::percent(g.peak_error),
+            g.peak_error_step
+        );
+        s += &match g.first_crossed {
+            Some(c) => format!(", more than {} first at step {c}.", report::percent(1.0 - l.threshold)),
+            None => format!(", never more than {}.", report::percent(1.0 - l.threshold)),
+        };
+        return vec![s];
+    }
     let Some(name) = &l.first else {
         return vec![format!("No GEMM adds more than {} error (1 − {}) according to {how}.", report::short(1.0 - l.threshold), l.threshold)];
     };
@@ -620,6 +678,10 @@ pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64
         }
         None => None,
     };
+    let any_loss = base_curve.iter().chain(works.iter().map(|w| &w.curve.curve)).any(|c| !c.steps.is_empty());
+    if !any_loss {
+        not_drawn.push("the loss chart: no run has a loss curve (every run lacks recorded steps)".to_string());
+    }
     let loss_chart = loss::LossChart { baseline: base_curve, runs: works.iter().map(|w| w.curve.clone()).collect(), drift_threshold: p.drift_threshold };
     let mut charts = vec![Chart {
         file: "loss.png".into(),
@@ -634,11 +696,15 @@ pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64
             "Loss of every run, with spike peaks (triangles) and the first non-finite loss (cross). No baseline: no gap panel.".into()
         },
     }];
+    if !any_loss {
+        charts.clear();
+    }
     let jobs: Vec<&Job> = works.iter().flat_map(|w| w.jobs.iter()).collect();
     charts.extend(jobs.iter().map(|j| j.chart().clone()));
 
     // Draw every chart in parallel: each is its own file.
     let results: Vec<Result<(), (String, DrawError)>> = std::iter::once(None)
+        .filter(|_| any_loss)
         .chain(jobs.iter().map(|j| Some(*j)))
         .collect::<Vec<_>>()
         .into_par_iter()
