@@ -87,6 +87,16 @@ mod tests {
     }
 
     #[test]
+    fn a_tokenizer_json_gives_the_ids_hugging_face_tokenizers_gives() {
+        // The ids Python's `tokenizers` (0.23) gives for this sentence with the same file.
+        let tok = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer/fortunes-bpe-512.json");
+        let d = tempfile::tempdir().unwrap();
+        let f = write(d.path(), "s.txt", "The quick brown fox jumps over the lazy dog.");
+        let want = [313, 220, 431, 302, 74, 269, 81, 308, 77, 275, 78, 87, 450, 403, 79, 82, 277, 314, 262, 289, 64, 89, 88, 361, 70, 13];
+        assert_eq!(tokens(&[f], Some(tok), 512, 4).unwrap(), want);
+    }
+
+    #[test]
     fn a_missing_tokenizer_or_text_is_named() {
         let e = tokens(&["/nonexistent.txt".into()], None, 256, 1).unwrap_err().to_string();
         assert!(e.starts_with("--text /nonexistent.txt"), "{e}");

@@ -31,6 +31,11 @@ pub fn capture(args: &[&str]) -> Output {
     Command::new(bin("fp8-capture")).args(args).output().expect("spawn fp8-capture")
 }
 
+/// Runs `fp8-analyze` with `args`; returns its output.
+pub fn analyze(args: &[&str]) -> Output {
+    Command::new(bin("fp8-analyze")).args(args).output().expect("spawn fp8-analyze")
+}
+
 /// Runs `fp8-capture train --quiet` with the tiny preset and `extra` flags into `out`, asserting success.
 pub fn train_tiny(out: &Path, extra: &[&str]) -> Output {
     let out_s = out.display().to_string();
