@@ -519,6 +519,11 @@ impl TrainArgs {
             scen = Some(s.planted_at(step).with_context(|| format!("--scenario-step: the {name} scenario plants no batch"))?);
         }
         if let Some(s) = &scen {
+            if let Some(arch) = s.arch
+                && arch != model.arch
+            {
+                bail!("--scenario {} reproduces a mechanism of the {} architecture; use a {} preset (e.g. --preset {}-tiny)", s.name, arch.as_str(), arch.as_str(), arch.as_str());
+            }
             if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {
                 bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.reserved_tokens());
             }

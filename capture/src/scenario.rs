@@ -34,7 +34,9 @@
 use crate::backend::Backend;
 use crate::data::Batch;
 use crate::layers::IGNORE_TARGET;
-use fp8scope_schemas::config::RunConfig;
+use crate::model::{Layout, Model};
+use fp8scope_schemas::config::{Arch, RunConfig};
+use fp8scope_schemas::names::Module;
 
 /// What a scenario plants in its batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +47,32 @@ pub enum Plant {
     PromptHeavy { supervised: usize },
     /// Every input the pad token (the top id, zero embedding), every target masked.
     Padding,
+    /// One input in every `every` replaced by the trigger token (the top id), targets unchanged:
+    /// a token the model has never seen, from a new source of data.
+    Trigger { every: usize },
+}
+
+/// An initialisation that starts one SwiGLU channel where long training takes it (Fishman et
+/// al. 2024): the up projection's row equal to the gate's, so the channel's output is
+/// silu(z)·z ≈ z², and both scaled by `gain`. Tokens whose normalised input points along that row
+/// (`aligned_tokens`) drive z to its largest, |w|·√C, and the fc2 input to a quadratic outlier.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AlignedChannel {
+    pub layer: usize,
+    pub channel: usize,
+    pub gain: f32,
+    /// Which token embeddings are pointed along the row.
+    pub tokens: AlignedTokens,
+}
+
+/// The tokens whose embedding an [`AlignedChannel`] points along its gate row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlignedTokens {
+    /// The trigger token (the top id), which only a [`Plant::Trigger`] batch contains.
+    Trigger,
+    /// The synthetic language's topic markers, the first token of every sequence: the
+    /// "delimiter" tokens on which Sun et al. (2024) find massive activations.
+    TopicMarkers,
 }
 
 /// A built-in scenario: the batches it plants and the recipe defaults it sets.
@@ -63,9 +91,13 @@ pub struct Scenario {
     pub e4m3: Option<bool>,
     /// Non-saturating casts (`--overflow nan`).
     pub overflow_nan: bool,
+    /// The architecture the scenario's mechanism needs, if one.
+    pub arch: Option<Arch>,
+    /// A SwiGLU channel aligned at initialisation.
+    pub aligned: Option<AlignedChannel>,
 }
 
-pub const NAMES: [&str; 3] = ["spike", "drift", "nan"];
+pub const NAMES: [&str; 5] = ["spike", "drift", "nan", "swiglu-outliers", "massive-activations"];
 
 /// The scenario called `name`, if there is one.
 pub fn scenario(name: &str) -> Option<Scenario> {
@@ -81,6 +113,8 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             margin: None,
             e4m3: None,
             overflow_nan: false,
+            arch: None,
+            aligned: None,
         },
         "drift" => Scenario {
             name: "drift",
@@ -93,6 +127,8 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             margin: Some(8),
             e4m3: Some(true),
             overflow_nan: false,
+            arch: None,
+            aligned: None,
         },
         "nan" => Scenario {
             name: "nan",
@@ -105,18 +141,54 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             margin: Some(0),
             e4m3: None,
             overflow_nan: true,
+            arch: None,
+            aligned: None,
+        },
+        "swiglu-outliers" => Scenario {
+            name: "swiglu-outliers",
+            about: "an aligned SwiGLU channel meets a new token: a quadratic outlier in fc2's input that the delayed amax has never seen saturates",
+            plant: Plant::Trigger { every: 8 },
+            steps: vec![SWIGLU_STEP],
+            zipf_exponent: None,
+            amax_history: Some(16),
+            amax_algo_most_recent: Some(false),
+            margin: Some(0),
+            e4m3: None,
+            overflow_nan: false,
+            arch: Some(Arch::Llama),
+            aligned: Some(AlignedChannel { layer: 0, channel: 0, gain: SWIGLU_GAIN, tokens: AlignedTokens::Trigger }),
+        },
+        "massive-activations" => Scenario {
+            name: "massive-activations",
+            about: "the first token of every sequence drives an aligned SwiGLU channel to a massive value; the per-tensor scale sized for it flushes the rest of fc2's input to zero",
+            plant: Plant::Nothing,
+            steps: vec![],
+            zipf_exponent: None,
+            amax_history: Some(1024),
+            amax_algo_most_recent: Some(false),
+            margin: Some(0),
+            e4m3: None,
+            overflow_nan: false,
+            arch: Some(Arch::Llama),
+            aligned: Some(AlignedChannel { layer: 0, channel: 0, gain: MASSIVE_GAIN, tokens: AlignedTokens::TopicMarkers }),
         },
         _ => return None,
     };
     Some(s)
 }
 
+/// Step of the `swiglu-outliers` trigger batch, and the gain of its aligned channel.
+const SWIGLU_STEP: u32 = 200;
+const SWIGLU_GAIN: f32 = 128.0;
+/// Gain of the `massive-activations` channel.
+const MASSIVE_GAIN: f32 = 128.0;
+
 impl Scenario {
     /// Token ids the scenario reserves at the top of the vocabulary (the synthetic language
     /// never emits them).
     pub fn reserved_tokens(&self) -> u32 {
         match self.plant {
-            Plant::Padding => 1,
+            Plant::Padding | Plant::Trigger { .. } => 1,
             Plant::Nothing | Plant::PromptHeavy { .. } => 0,
         }
     }
@@ -159,12 +231,70 @@ impl Scenario {
                 batch.inputs.fill(Self::pad_id(vocab));
                 batch.targets.fill(IGNORE_TARGET);
             }
+            Plant::Trigger { every } => {
+                // Every `every`-th position but the first of each sequence (the topic marker).
+                for (i, t) in batch.inputs.iter_mut().enumerate() {
+                    if i % seq != 0 && i % every == every / 2 {
+                        *t = Self::pad_id(vocab);
+                    }
+                }
+            }
         }
+    }
+
+    /// Applies the scenario's initialisation to a fresh model: the pad token's zero embedding,
+    /// an aligned SwiGLU channel and the embeddings pointed along it.
+    pub fn init_model<B: Backend>(&self, be: &mut B, model: &mut Model<B>, topics: u32) {
+        let d = model.dims;
+        self.init_embedding(be, &mut model.state.params[crate::model::WTE], d.v, d.c);
+        let Some(al) = self.aligned else { return };
+        let (f, c) = (d.f, d.c);
+        // Layer `al.layer`'s gate row, scaled by the gain, becomes the gate and the up row of the
+        // channel in that layer and every later one (one direction û, as one outlier feature).
+        let mut gate: Vec<f32> = Vec::new();
+        for layer in al.layer..d.l {
+            let w = Layout::of(&d).linear(layer, Module::Fc1).0;
+            // fc1's weight is (2F, C): rows 0..F the gate, F..2F the up projection.
+            let mut fc1 = be.download(&model.state.params[w], 0, 2 * f * c, 1);
+            if gate.is_empty() {
+                gate = fc1[al.channel * c..][..c].iter().map(|x| x * al.gain).collect();
+            }
+            fc1[al.channel * c..][..c].copy_from_slice(&gate);
+            fc1[(f + al.channel) * c..][..c].copy_from_slice(&gate);
+            model.state.params[w] = be.upload(&fc1);
+        }
+        // Point the chosen tokens' embeddings along the gate row û, with the norm of a typical
+        // embedding row times 3 (so that the row dominates what attention adds in layer 0); every
+        // other token gets a component of −1 typical norm along û instead of its random one, so
+        // that the channel's gate is negative and SiLU keeps it silent there: the outlier is
+        // selective, as the published ones are (a few tokens, one channel).
+        let norm = gate.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt() as f32;
+        let unit: Vec<f32> = gate.iter().map(|g| g / norm).collect();
+        let mut wte = be.download(&model.state.params[crate::model::WTE], 0, d.v * c, 1);
+        let typical = 0.02 * (c as f32).sqrt();
+        let chosen: Vec<usize> = match al.tokens {
+            AlignedTokens::Trigger => vec![Self::pad_id(d.v as u32) as usize],
+            AlignedTokens::TopicMarkers => (0..topics as usize).collect(),
+        };
+        for t in 0..d.v {
+            let row = &mut wte[t * c..][..c];
+            if chosen.contains(&t) {
+                for (e, u) in row.iter_mut().zip(&unit) {
+                    *e = u * typical * 3.0;
+                }
+            } else {
+                let along: f32 = row.iter().zip(&unit).map(|(e, u)| e * u).sum();
+                for (e, u) in row.iter_mut().zip(&unit) {
+                    *e += (-typical - along) * u;
+                }
+            }
+        }
+        model.state.params[crate::model::WTE] = be.upload(&wte);
     }
 
     /// Zeroes the pad token's embedding row in `wte` (V, C). It stays zero: the pad token only
     /// appears in batches without a supervised target, whose gradients are zero.
-    pub fn init_embedding<B: Backend>(&self, be: &mut B, wte: &mut B::Buf, vocab: usize, c: usize) {
+    fn init_embedding<B: Backend>(&self, be: &mut B, wte: &mut B::Buf, vocab: usize, c: usize) {
         if self.plant != Plant::Padding {
             return;
         }
