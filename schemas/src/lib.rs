@@ -28,10 +28,14 @@ pub use arrow as arrow_reexport;
 /// The version of the run format written by this build. Bump it on any change to a table's columns,
 /// the manifest's fields or the layout; readers accept exactly the versions in
 /// [`SUPPORTED_SCHEMA_VERSIONS`].
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// History: 1, the first format; 2 added the stats table's `amax_channel` and
+/// `top_channel_sq_frac` (at the end). A version-1 run is read as version 2 with those columns null
+/// ([`tables::STATS_COLUMNS_SINCE_V2`]).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Versions this build can read.
-pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1];
+pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1, 2];
 
 /// Key of the schema version in each Parquet file's key-value metadata.
 pub const META_SCHEMA_VERSION: &str = "fp8scope.schema_version";

@@ -46,6 +46,8 @@ pub mod col {
     pub const DYNAMIC_RANGE_LOG2: &str = "dynamic_range_log2";
     pub const QUANT_MSE: &str = "quant_mse";
     pub const QUANT_COS: &str = "quant_cos";
+    pub const AMAX_CHANNEL: &str = "amax_channel";
+    pub const TOP_CHANNEL_SQ_FRAC: &str = "top_channel_sq_frac";
 
     pub const SHAPE: &str = "shape";
     pub const OFFSET: &str = "offset";
@@ -113,8 +115,16 @@ static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(DYNAMIC_RANGE_LOG2, DataType::Float64, false),
         f(QUANT_MSE, DataType::Float64, true),
         f(QUANT_COS, DataType::Float64, true),
+        // Since schema version 2; runs of version 1 read them as null (see `STATS_COLUMNS_SINCE_V2`).
+        f(AMAX_CHANNEL, DataType::Int32, true),
+        f(TOP_CHANNEL_SQ_FRAC, DataType::Float64, true),
     ]))
 });
+
+/// Columns of the stats table that schema version 1 did not have. A reader takes a version-1 part
+/// as holding them all null; `SCHEMA_VERSION` 2 added them at the end, so every older column keeps
+/// its position.
+pub const STATS_COLUMNS_SINCE_V2: [&str; 2] = [col::AMAX_CHANNEL, col::TOP_CHANNEL_SQ_FRAC];
 
 static TENSORS: LazyLock<SchemaRef> = LazyLock::new(|| {
     use col::*;
@@ -252,6 +262,10 @@ pub struct StatRow {
     pub dynamic_range_log2: f64,
     pub quant_mse: Option<f64>,
     pub quant_cos: Option<f64>,
+    /// The channel (column of the operand's row-major layout) holding the amax, lowest on ties.
+    pub amax_channel: Option<u32>,
+    /// Share of Σx² held by the top max(1, ⌊channels / 100⌋) channels by Σx².
+    pub top_channel_sq_frac: Option<f64>,
 }
 
 impl Row for StatRow {
@@ -286,6 +300,8 @@ impl Row for StatRow {
                 f64s(|r| r.dynamic_range_log2),
                 opt(|r| r.quant_mse),
                 opt(|r| r.quant_cos),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
+                opt(|r| r.top_channel_sq_frac),
             ],
         )
     }

@@ -197,6 +197,8 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         dynamic_range_log2: 12.0,
         quant_mse: None,
         quant_cos: None,
+        amax_channel: None,
+        top_channel_sq_frac: None,
     }
 }
 

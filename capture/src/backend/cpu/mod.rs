@@ -4,6 +4,7 @@
 
 pub mod cast;
 
+use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, GemmCall, GemmReport, LinearDims, OperandCast, ShadowError};
 use crate::layers;
 use crate::tensor_stats;
@@ -21,15 +22,6 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend::default()
-    }
-}
-
-/// Shapes (rows, cols) of operand A and B of a GEMM, row-major, as the model stores them.
-pub fn operand_shapes(gemm: Gemm, d: LinearDims) -> [(usize, usize); 2] {
-    match gemm {
-        Gemm::Fprop => [(d.n, d.k), (d.m, d.k)],
-        Gemm::Dgrad => [(d.n, d.m), (d.m, d.k)],
-        Gemm::Wgrad => [(d.n, d.m), (d.n, d.k)],
     }
 }
 
