@@ -2,7 +2,8 @@
 # Correctness on the GPU machine, in one go (about 3 minutes):
 #  1. the CUDA test binaries (FP8 casts bit-exact vs the CPU emulation; every layer, the Llama
 #     family's included, vs the CPU reference within its tolerance table, and bit-identical on a
-#     rerun),
+#     rerun; the per-channel statistics of operand casts — amax channel exact, top channels' share
+#     of sum x^2 to f64 rounding — vs the CPU's),
 #  2. parity: `small` preset, same seed, 100 steps, bf16 and delayed: GPU loss within 1% of the
 #     CPU's at every step,
 #  3. determinism: two identical GPU runs give bit-identical loss columns.

@@ -1,4 +1,5 @@
-// Reductions over whole tensors: sums of squares (the global gradient norm) and non-finite counts.
+// Reductions over whole tensors: sums of squares (the global gradient norm), non-finite counts, and
+// the per-channel statistics of GEMM operands (channel_stats_*, below).
 // Sums are deterministic: per-block partials in f64, then one fixed-order reduction.
 #include "common.cuh"
 
@@ -42,4 +43,51 @@ extern "C" __global__ void count_nonfinite(const float* __restrict__ x, u64 n, u
     }
     bad = __reduce_add_sync(0xffffffffu, bad);
     if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, (u64)bad);
+}
+
+// Per-channel statistics of a GEMM operand x (rows x cols f32, row-major; a channel is a column),
+// over finite values, with the planted outlier fault applied as the cast kernels apply it (the
+// elements o0..o3 times outlier_factor, when it is not 1): sum of x^2 (f64) and max |x| (-inf for a
+// channel without a finite value). Deterministic without atomics: one thread per (column, chunk
+// of rows) sums its rows in order, then one thread per column adds the chunks in order.
+//
+// channel_stats_partial: grid (ceil(cols / blockDim.x), chunks), any blockDim.x; chunk y covers
+// rows [y * rows_per_chunk, min(rows, (y + 1) * rows_per_chunk)). Threads of a warp read adjacent
+// columns of one row (coalesced). Writes sq_part[y * cols + c], amax_part[y * cols + c].
+extern "C" __global__ void channel_stats_partial(const float* __restrict__ x, int rows, int cols, int rows_per_chunk,
+                                                 u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor,
+                                                 double* __restrict__ sq_part, float* __restrict__ amax_part) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    int r0 = blockIdx.y * rows_per_chunk;
+    int r1 = min(rows, r0 + rows_per_chunk);
+    double s = 0.0;
+    float m = -INFINITY;
+    for (int r = r0; r < r1; r++) {
+        u64 i = (u64)r * cols + c;
+        float v = __ldg(x + i);
+        if (outlier_factor != 1.0f && (i == o0 || i == o1 || i == o2 || i == o3)) v *= outlier_factor;
+        if (isfinite(v)) {
+            s += (double)v * (double)v;
+            m = fmaxf(m, fabsf(v));
+        }
+    }
+    sq_part[(u64)blockIdx.y * cols + c] = s;
+    amax_part[(u64)blockIdx.y * cols + c] = m;
+}
+
+// channel_stats_reduce: sq[c] = sum over chunks (in chunk order) of sq_part, amax[c] = their max.
+// Launch: grid ceil(cols / blockDim.x), any blockDim.x.
+extern "C" __global__ void channel_stats_reduce(const double* __restrict__ sq_part, const float* __restrict__ amax_part,
+                                                int chunks, int cols, double* __restrict__ sq, float* __restrict__ amax) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    double s = 0.0;
+    float m = -INFINITY;
+    for (int y = 0; y < chunks; y++) {
+        s += sq_part[(u64)y * cols + c];
+        m = fmaxf(m, amax_part[(u64)y * cols + c]);
+    }
+    sq[c] = s;
+    amax[c] = m;
 }

@@ -82,7 +82,8 @@ fn every_recipe_and_routing_records_a_readable_run() {
     std::fs::write(&text, "the quick brown fox jumps over the lazy dog. ".repeat(200)).unwrap();
     let text = text.to_str().unwrap().to_string();
     for (name, flags) in [
-        ("current", vec!["--recipe", "current"]),
+        // Whole dumps of layer 0's operands: check_run.py recomputes their channel statistics.
+        ("current", vec!["--recipe", "current", "--dump-max-elems", "200000", "--dump-layers", "layers\\.0\\..*"]),
         ("block", vec!["--recipe", "block", "--channels", "128", "--ffn", "256", "--heads", "4"]),
         ("e4m3", vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1"]),
         ("routed", vec!["--recipe", "delayed", "--bf16-gemms", "dgrad", "--bf16-layers", "1", "--bf16-sites", "layers.0.fc2:wgrad"]),
@@ -99,7 +100,37 @@ fn every_recipe_and_routing_records_a_readable_run() {
         assert_eq!(m.rows.steps, 12, "{name}");
         let o = python("check_run.py", &[out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: check_run.py failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let said = String::from_utf8_lossy(&o.stdout);
+        if name == "current" {
+            // Layer 0's 4 sites × 3 quantized roles at the dump steps that are also statistics
+            // steps (1 and 10; 5 is not, with --stats-every 2).
+            assert!(said.contains("channel statistics matched on 24 whole dumps"), "{said}");
+            channels_in_stats(&out);
+        }
     }
+}
+
+/// The stats table of a run read back: every row names its amax channel within the operand's
+/// columns, and the top channels' share lies in [K / cols, 1].
+fn channels_in_stats(run: &std::path::Path) {
+    use fp8scope_schemas::arrow_reexport::array::{Array, AsArray};
+    use fp8scope_schemas::arrow_reexport::datatypes::{Float64Type, Int32Type};
+    use fp8scope_schemas::tables::col;
+    let rd = fp8scope_schemas::layout::RunDir::new(run);
+    let batches = fp8scope_schemas::parts::read_table(&rd, fp8scope_schemas::layout::Table::Stats).unwrap();
+    let mut rows = 0;
+    for b in &batches {
+        let ch = b.column_by_name(col::AMAX_CHANNEL).expect("amax_channel column").as_primitive::<Int32Type>();
+        let share = b.column_by_name(col::TOP_CHANNEL_SQ_FRAC).expect("top_channel_sq_frac column").as_primitive::<Float64Type>();
+        assert_eq!((ch.null_count(), share.null_count()), (0, 0), "every operand of the tiny model has a channel and a share");
+        for i in 0..b.num_rows() {
+            // The tiny preset's widest operand has 256 channels (F), so K ≤ 2 and the share ≥ 1/256.
+            assert!((0..256).contains(&ch.value(i)), "amax_channel {}", ch.value(i));
+            assert!(share.value(i) >= 1.0 / 256.0 && share.value(i) <= 1.0, "share {}", share.value(i));
+        }
+        rows += b.num_rows();
+    }
+    assert!(rows > 0);
 }
 
 #[test]

@@ -4,7 +4,10 @@ Reads every closed Parquet part of every table, checks the fp8scope metadata (ta
 version), the documented columns and types, the row counts against run.json and against what the
 configuration implies, and re-casts every dumped FP8 value with ml_dtypes (values * scale, clipped
 to the format's max, round-to-nearest-even) to compare byte for byte with the recorded FP8 bytes (NaN: 0x7F, as Hopper's
-saturating cast gives; ml_dtypes keeps the sign, so NaN is mapped here).
+saturating cast gives; ml_dtypes keeps the sign, so NaN is mapped here). Where a quantized operand
+was dumped whole (--dump-max-elems at least its size), its per-channel statistics (amax_channel,
+top_channel_sq_frac) are recomputed from the dumped values with numpy and compared with every stats
+row of that tensor (runs without --inject only: a planted outlier changes the cast, not the dump).
 
 Usage: python3 check_run.py RUN_DIR [--allow-incomplete]
 Prints one summary line; exits 1 with the reason on the first mismatch.
@@ -31,7 +34,8 @@ COLUMNS = {
               ("saturated_frac", pa.float64()), ("nan_count", pa.int64()), ("inf_count", pa.int64()),
               ("zero_frac", pa.float64()), ("min", pa.float32()), ("max", pa.float32()), ("mean", pa.float64()),
               ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
-              ("quant_cos", pa.float64()), ("rank", pa.int32())],
+              ("quant_cos", pa.float64()), ("amax_channel", pa.int32()), ("top_channel_sq_frac", pa.float64()),
+              ("rank", pa.int32())],
     "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
@@ -84,6 +88,56 @@ def recast(values, scale_per_elem, fmt):
     out = x.astype(dtype).view(np.uint8).copy()
     out[nan] = 0x7F  # saturating hardware casts (cvt.rn.satfinite) give 0x7F for every NaN
     return out
+
+
+def channel_stats(values, rows, cols):
+    """(amax_channel, top_channel_sq_frac) of a whole rows x cols tensor, as schemas/README.md defines
+    them: over finite values; the lowest channel on ties; K = max(1, cols // 100) top channels."""
+    x = np.asarray(values, dtype=np.float64).reshape(rows, cols)
+    fin = np.isfinite(x)
+    if not fin.any():
+        return None, None
+    colmax = np.where(fin, np.abs(x), -np.inf).max(axis=0)
+    channel = int(np.argmax(colmax))  # the first (lowest) channel among equal maxima
+    sq = np.where(fin, x, 0.0) ** 2
+    per = sq.sum(axis=0)
+    total = per.sum()
+    if total == 0:
+        return channel, None
+    k = max(1, cols // 100)
+    return channel, float(np.sort(per)[::-1][:k].sum() / total)
+
+
+def check_channels(data, cfg):
+    """Every stats row has an amax channel; whole dumps agree with the stats. Returns tensors checked."""
+    stats = data["stats"]
+    if stats is None:
+        return 0
+    nulls = stats.column("amax_channel").null_count
+    if nulls:
+        fail(f"stats: amax_channel is null in {nulls} rows (every recorded operand has finite values here)")
+    t = data["tensors"]
+    if t is None or cfg["injections"]:
+        return 0
+    want = {}
+    for r in stats.select(["step", "layer", "module", "role", "amax_channel", "top_channel_sq_frac"]).to_pylist():
+        want.setdefault((r["step"], r["layer"], r["module"], r["role"]), []).append((r["amax_channel"], r["top_channel_sq_frac"]))
+    checked = 0
+    cols_needed = ["step", "layer", "module", "role", "shape", "numel", "offset", "stride", "values"]
+    for row in t.select(cols_needed).to_pylist():
+        key = (row["step"], row["layer"], row["module"], row["role"])
+        if key not in want or row["stride"] != 1 or row["offset"] != 0 or len(row["values"]) != row["numel"]:
+            continue
+        rows_, cols = row["shape"]
+        ch, share = channel_stats(row["values"], rows_, cols)
+        for got_ch, got_share in want[key]:
+            where = f"step {key[0]} layers.{key[1]}.{key[2]}.{key[3]}"
+            if got_ch != ch:
+                fail(f"{where}: amax_channel {got_ch}, numpy on the dump says {ch}")
+            if (share is None) != (got_share is None) or (share is not None and abs(got_share - share) > 1e-9 * share):
+                fail(f"{where}: top_channel_sq_frac {got_share}, numpy on the dump says {share}")
+        checked += 1
+    return checked
 
 
 def main():
@@ -153,8 +207,9 @@ def main():
                 i = int(np.argmax(want != got))
                 fail(f"fp8 bytes differ at step {row['step']} layers.{row['layer']}.{row['module']}.{row['role']} "
                      f"element {i}: value {vals[i]!r} scale {scales[i]!r} -> ml_dtypes {want[i]:#04x}, recorded {got[i]:#04x}")
+    channels = check_channels(data, cfg)
     print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-          + f"; fp8 bytes matched {matched} of {checked}")
+          + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 //! Opening runs: the manifest (its schema version checked) when the run is opened; the footer of
 //! every part of a table checked the first time a command touches that table (bad parts stop the
 //! command, or are skipped with a warning under `--lenient`); lazy polars scans over the good parts
-//! only, with only the columns a command asks for. Every scan has the columns and types of the
-//! table's current schema: a column an older run or another writer lacks (the `rank` of a
-//! version-1 `stats` table) reads as nulls, so one query spans runs of every source and version.
+//! only, with only the columns a command asks for.
+//!
+//! Every scan has the table's schema of this build: a part of an older supported schema version
+//! that lacks a column added since (e.g. the stats table's `amax_channel`, new in version 2) reads
+//! it as null, so commands, SQL and multi-run unions see one schema whatever wrote the runs.
 
 use crate::error::AnalyzeError;
 use fp8scope_schemas::layout::{RunDir, Table};
@@ -14,6 +16,7 @@ use fp8scope_schemas::tables::schema;
 use polars::prelude::*;
 use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Name of the column that holds each row's run name in multi-run scans and in SQL.
 pub const RUN_COL: &str = "run";
@@ -128,7 +131,7 @@ impl Run {
                 .map(|p| PlRefPath::try_from_path(p))
                 .collect::<PolarsResult<Vec<_>>>()
                 .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?;
-            let args = ScanArgsParquet { glob: false, ..Default::default() };
+            let args = ScanArgsParquet { glob: false, schema: Some(Arc::new(polars_schema(table))), allow_missing_columns: true, ..Default::default() };
             LazyFrame::scan_parquet_files(paths.into_iter().collect(), args)
                 .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?
         };
@@ -208,10 +211,14 @@ pub fn bools(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<bool>>> {
     Ok(df.column(name)?.bool()?.iter().collect())
 }
 
+/// The polars equivalent of `table`'s Arrow schema.
+pub fn polars_schema(table: Table) -> Schema {
+    Schema::from_iter(schema(table).fields().iter().map(|f| Field::new(f.name().as_str().into(), polars_dtype(f.data_type()))))
+}
+
 /// An empty frame with the polars equivalent of `table`'s Arrow schema.
 pub fn empty_frame(table: Table) -> DataFrame {
-    let fields = schema(table).fields().iter().map(|f| Field::new(f.name().as_str().into(), polars_dtype(f.data_type())));
-    DataFrame::empty_with_schema(&Schema::from_iter(fields))
+    DataFrame::empty_with_schema(&polars_schema(table))
 }
 
 /// The polars type of each Arrow type the schemas use.

@@ -69,7 +69,8 @@ fn a_run_of_another_schema_version_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let run = bf16(tmp.path());
     let path = run.join("run.json");
-    let text = std::fs::read_to_string(&path).unwrap().replace(&format!("\"schema_version\": {}", fp8scope_schemas::SCHEMA_VERSION), "\"schema_version\": 99");
+    let current = format!("\"schema_version\": {}", fp8scope_schemas::SCHEMA_VERSION);
+    let text = std::fs::read_to_string(&path).unwrap().replace(&current, "\"schema_version\": 99");
     std::fs::write(&path, text).unwrap();
     analyze(&["summary", &p(&run)]).assert_one_line_error(2, &["schema version 99", "run.json"]);
 }

@@ -196,8 +196,55 @@ fn locate_names_the_planted_gemm_from_the_dumped_tensors() {
     assert_eq!(crossed, vec!["layers.1.fc1.fprop"]);
     assert_eq!(j["ranked"].as_array().unwrap().len(), LAYERS as usize * 4 * 3);
 
+    // ... and holds its amax in the planted outlier channel.
+    assert_eq!((act["amax_channel"].as_i64(), f(&act["top_channel_sq_frac"])), (Some(OUTLIER_CHANNEL as i64), OUTLIER_SHARE));
+    let w = ev.iter().find(|e| e["role"] == "weight").expect("weight evidence");
+    assert_eq!((w["amax_channel"].as_i64(), f(&w["top_channel_sq_frac"])), (Some(7), 0.03));
+
     let text = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--top", "3"]);
     assert!(text.stdout.contains("first to cross") && text.stdout.contains("layers.1.fc1.fprop at step 120"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("channels of layers.1.fc1.fprop's operands at step 120: activation amax 2 in channel 33, top 1% of channels hold 87.00% of Σx²; weight amax 2 in channel 7, top 1% of channels hold 3.00% of Σx²"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn a_run_recorded_before_the_channel_columns_still_loads_with_them_null() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, base) = (fp8(tmp.path()), bf16(tmp.path()));
+    // The same run in version 2, elsewhere, for a union of both versions.
+    let new = fp8(&tmp.path().join("v2"));
+    downgrade_to_v1(&run);
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(m["schema_version"], 1);
+
+    for cmd in [vec!["summary", &p(&run)], vec!["anomalies", &p(&run), "--baseline", &p(&base)]] {
+        let o = analyze(&cmd);
+        assert!(o.code == 0 || o.code == 1, "{cmd:?} on a version-1 run: {}", o.stderr);
+    }
+    // locate: the same verdict and evidence, without channels.
+    let o = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let j = o.json();
+    assert_eq!(j["first"], "layers.1.fc1.fprop");
+    let act = j["ranked"][0]["evidence"].as_array().unwrap().iter().find(|e| e["role"] == "activation").cloned().unwrap();
+    assert_eq!((f(&act["underflow_frac"]), &act["amax_channel"], &act["top_channel_sq_frac"]), (0.3, &Value::Null, &Value::Null));
+    let text = analyze(&["locate", &p(&run), "--baseline", &p(&base)]);
+    assert!(text.code == 0 && !text.stdout.contains("channels of"), "no channel line without channel statistics: {}", text.stdout);
+    // SQL over a version-1 and a version-2 run: one schema, the old run's channel columns null.
+    let sql = "select run, count(*) as n, count(amax_channel) as with_channel, max(top_channel_sq_frac) as top from stats group by run order by run";
+    let o = analyze(&["query", &p(&run), &p(&new), "--sql", sql, "--format", "json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows: Value = o.json();
+    let rows = rows.as_array().unwrap_or_else(|| panic!("rows: {rows}"));
+    let n = (STEPS * LAYERS * 4 * 3 * 2) as i64;
+    // Both runs are named fp8: each is labelled by its directory.
+    let by_run = |dir: &std::path::Path| rows.iter().find(|r| r["run"].as_str() == Some(p(dir).as_str())).cloned().unwrap_or_else(|| panic!("{rows:?}"));
+    let (old, cur) = (by_run(&run), by_run(&new));
+    assert_eq!((old["n"].as_i64(), old["with_channel"].as_i64(), &old["top"]), (Some(n), Some(0), &Value::Null), "{old}");
+    assert_eq!((cur["n"].as_i64(), cur["with_channel"].as_i64(), f(&cur["top"])), (Some(n), Some(n), OUTLIER_SHARE), "{cur}");
 }
 
 #[test]

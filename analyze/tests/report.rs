@@ -21,7 +21,7 @@ fn documented_size(kind: &str) -> (u32, u32) {
         "heatmap-cosine" | "heatmap-underflow" | "heatmap-saturated" => (1200, 900),
         "amax" => (1200, 900),
         "histogram" => (1200, 800),
-        "sites" => (1200, 600),
+        "sites" | "channels" => (1200, 600),
         other => panic!("undocumented chart kind {other}"),
     }
 }
@@ -118,7 +118,7 @@ fn report_draws_every_chart_for_a_drifting_run_against_its_baseline() {
     let out = tmp.path().join("report");
     let j = report_ok(&[p(&run), "--baseline".into(), p(&base)], &out);
     let k = kinds(&j);
-    for want in ["loss", "heatmap-cosine", "heatmap-underflow", "heatmap-saturated", "sites", "amax"] {
+    for want in ["loss", "heatmap-cosine", "heatmap-underflow", "heatmap-saturated", "sites", "amax", "channels"] {
         assert!(k.contains(want), "a {want} chart: {k:?}");
     }
     // The findings are the other commands' answers, in words.
@@ -133,6 +133,43 @@ fn report_draws_every_chart_for_a_drifting_run_against_its_baseline() {
     assert_eq!(f["locate"]["first"].as_str(), Some(first));
     assert!(html.contains(first), "the page names locate's verdict {first}");
     assert!(j["not_drawn"].as_array().unwrap().is_empty(), "{}", j["not_drawn"]);
+}
+
+#[test]
+fn report_draws_the_outlier_channel_of_the_top_site_s_activation_or_says_there_is_no_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Both runs dump layers.1.fc1's activation with channel 33 forty times larger.
+    let outlier = Some((1, fp8scope_schemas::names::Module::Fc1, 33, 40.0));
+    let mut a = fp8_plan();
+    a.outlier_channel = outlier;
+    let mut b = Plan::new("bf16", fp8scope_schemas::config::RecipeKind::Bf16);
+    b.outlier_channel = outlier;
+    let (run, base) = (write_run(tmp.path(), &a), write_run(tmp.path(), &b));
+    let out = tmp.path().join("report");
+    let j = report_ok(&[p(&run), "--baseline".into(), p(&base)], &out);
+    let charts = j["charts"].as_array().unwrap();
+    let c = charts.iter().find(|c| c["kind"] == "channels").unwrap_or_else(|| panic!("a channels chart: {charts:?}"));
+    assert_eq!(c["file"], "fp8-channels.png");
+    let caption = c["caption"].as_str().unwrap();
+    // The top GEMM is layers.1.fc1.fprop, crossed at step 120: its site's activation at that dump
+    // step, 256 dumped values = 4 rows of the 512 × 64 tensor.
+    assert!(caption.contains("layers.1.fc1.activation") && caption.contains("layers.1.fc1.fprop"), "{caption}");
+    assert!(caption.contains("over 4 of its 512 rows (256 values)"), "{caption}");
+    assert!(caption.contains("channel 33 holds the largest"), "{caption}");
+    assert!(c["title"].as_str().unwrap().ends_with("layers.1.fc1.activation at step 120"), "{}", c["title"]);
+
+    // A run without dumps (ranked from its shadow records): the page says there is no dump.
+    let shadow = shadowed(tmp.path());
+    let out2 = tmp.path().join("report2");
+    let j2 = report_ok(&[p(&shadow)], &out2);
+    assert!(!kinds(&j2).contains("channels"));
+    let nd = j2["runs"][0]["not_drawn"].as_array().unwrap();
+    assert!(
+        nd.iter().any(|s| s.as_str().unwrap().starts_with("per-channel max|x| of layers.0.fc2.activation: the run has no dump of it")),
+        "{nd:?}"
+    );
+    let html = std::fs::read_to_string(out2.join("index.html")).unwrap();
+    assert!(html.contains("the run has no dump of it"), "the page says it");
 }
 
 #[test]

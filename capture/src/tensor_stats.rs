@@ -1,8 +1,21 @@
 //! Exact statistics of a tensor and of its quantization error, computed on the host in f64 with a
 //! fixed summation order (so that two identical runs record identical numbers).
+//!
+//! This module depends on no backend: the backends use it (the CPU to compute, the CUDA backend to
+//! finish what its kernels reduced), and the types it defines travel in their reports.
 
-use crate::backend::Moments;
 use rayon::prelude::*;
+
+/// Plain statistics of a tensor's finite values.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moments {
+    pub min: f32,
+    pub max: f32,
+    pub mean: f64,
+    pub std: f64,
+    /// log2(max |x| / min non-zero |x|), 0 when there is no non-zero value.
+    pub dynamic_range_log2: f64,
+}
 
 /// Chunk size of the parallel reductions; partial results are combined in chunk order.
 const CHUNK: usize = 1 << 15;

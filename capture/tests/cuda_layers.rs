@@ -2,6 +2,8 @@
 //! - FP8 casts: the GPU's bytes equal the CPU emulation's, bit for bit, for E4M3 and E5M2, over
 //!   every code point, the ties between them, saturation, subnormals, zeros, Inf and NaN, at
 //!   several scales, transposed or not; and the cast statistics agree;
+//! - per-channel statistics of operand casts (amax channel exactly, the top channels' share of Σx²
+//!   to f64 summation order) on tensors with a planted outlier channel, ties and non-finite values;
 //! - every layer's forward and backward (the GPT family's and the Llama family's: RMSNorm,
 //!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
 //!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
@@ -127,6 +129,7 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
             assert_eq!((rep.scale.to_bits(), rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf), (cpu.scale.to_bits(), cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf), "{}: faulted counts", format.name());
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
             assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() && (gq.1 - cq.1).abs() <= 1e-9, "faulted quant error {gq:?} vs {cq:?}");
+            same_channels(&rep, &cpu, "faulted cast (planted outliers)");
         }
     }
     // Transposed casts (dgrad / wgrad operands) hold the same bytes, transposed.
@@ -155,6 +158,65 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
     }
 }
 
+/// The channel statistics of a GPU cast report against the CPU's: the amax channel exactly, the
+/// share to 1e-12 (f64 sums of the same squares in different orders).
+fn same_channels(gpu: &fp8_capture::backend::CastReport, cpu: &fp8_capture::backend::CastReport, what: &str) {
+    let (g, c) = (gpu.channels.expect("GPU channel statistics"), cpu.channels.expect("CPU channel statistics"));
+    assert_eq!(g.amax_channel, c.amax_channel, "{what}: amax channel");
+    match (g.top_channel_sq_frac, c.top_channel_sq_frac) {
+        (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-12 * b, "{what}: top channels' share {a} vs {b}"),
+        (a, b) => assert_eq!(a, b, "{what}: top channels' share"),
+    }
+}
+
+#[test]
+fn channel_statistics_match_the_cpu_reference() {
+    let Some(mut gpu) = cuda_common::gpu("channel statistics") else { return };
+    // An activation-like tensor (2048 tokens × 1024 features) with an outlier channel, a second
+    // channel holding a value of the same magnitude further right (a tie: the lower channel wins),
+    // and NaN / Inf, which are skipped.
+    let (rows, cols) = (2048, 1024);
+    let mut rng = Pcg64::seed_from_u64(17);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut x: Vec<f32> = (0..rows * cols).map(|_| normal.sample(&mut rng)).collect();
+    for r in 0..rows {
+        x[r * cols + 733] *= 30.0;
+    }
+    let peak = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    x[1000 * cols + 901] = -peak;
+    x[5 * cols + 2] = f32::NAN;
+    x[6 * cols + 3] = f32::INFINITY;
+    let xd = gpu.upload(&x);
+    let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 448.0 / peak, amax_used: peak } };
+    let cur = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } };
+    for (how, transpose, level) in [
+        (OperandCast::Bf16, false, StatsLevel::Cheap),
+        (e4, false, StatsLevel::Cheap),
+        (e4, true, StatsLevel::Full),
+        (cur, true, StatsLevel::Cheap),
+    ] {
+        let (_, rep) = gpu.cast_for_test(&xd, rows, cols, transpose, how, OperandFault::NONE, level).expect("cast");
+        let cpu = cast_operand(&x, rows, cols, how, OperandFault::NONE, level, false).report;
+        let what = format!("{how:?} transposed {transpose} {level:?}");
+        same_channels(&rep, &cpu, &what);
+        let c = rep.channels.expect("channels");
+        assert_eq!(c.amax_channel, Some(733), "{what}: the outlier channel holds the amax, before its tie at 901");
+        let share = c.top_channel_sq_frac.expect("share");
+        println!("{what}: amax channel {:?}, top 10 of 1024 channels hold {:.4} of Σx²", c.amax_channel, share);
+        // 900 / (900 + 1023) of Σx² in channel 733, give or take the noise; K = 10.
+        assert!(share > 0.45 && share < 0.5, "{what}: share {share}");
+    }
+    // At the amax level nothing is measured; one row of many channels and many rows of one.
+    let (_, rep) = gpu.cast_for_test(&xd, rows, cols, false, e4, OperandFault::NONE, StatsLevel::Amax).expect("cast");
+    assert_eq!(rep.channels, None);
+    for (r, c) in [(1, rows * cols), (rows * cols, 1), (3, 5)] {
+        let n = r * c;
+        let (_, rep) = gpu.cast_for_test(&xd, r, c, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Cheap).expect("cast");
+        let cpu = cast_operand(&x[..n], r, c, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Cheap, false).report;
+        same_channels(&rep, &cpu, &format!("{r} × {c}"));
+    }
+}
+
 /// (output name prefix, bound on ‖gpu − cpu‖ / ‖cpu‖, why).
 const TOLERANCES: &[(&str, f64, &str)] = &[
     ("embedding_fwd", 0.0, "a copy: exact"),
@@ -172,6 +234,7 @@ const TOLERANCES: &[(&str, f64, &str)] = &[
     ("crossentropy", 1e-6, "f64 sum of f32 exps in tree vs sequential order; expf ulps"),
     ("adamw", 1e-7, "the same f32 operation sequence with host-computed bias corrections; only FMA contraction by the CUDA compiler can differ"),
     ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
+    ("channel_share", 1e-7, "f64 per-channel sums of squares in different orders (rows chunked differently), within 1e-15, then kept here as f32: at most an f32 rounding apart"),
     ("attention_fwd.att", 2e-2, "the GPU's scores q·k come from a cuBLAS BF16 GEMM (q, k rounded to BF16, 2^-9 relative each), the CPU's from f32 q, k; the softmax runs in f32 on both"),
     ("attention_gqa", 2e-2, "as attention (BF16 operands on the GPU, f32 on the CPU); a kv head's dk and dv sum over its query heads inside the GPU's GEMM, in head-then-query order on the CPU"),
     ("attention", 2e-2, "the GPU's batched products take BF16 operands (q, k, v, att, dy, dpreatt rounded: 2^-9 relative each), the CPU's f32; both round the outputs to BF16"),
@@ -474,6 +537,9 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
                         format!("report.{name}.{side}.counts"),
                         vec![r.amax, r.scale, r.underflow as f32, r.saturated as f32, r.zeros as f32, r.nan as f32],
                     ));
+                    let ch = r.channels.expect("channel statistics at the full level");
+                    out.borrow_mut().push((format!("report.{name}.{side}.amax_channel"), vec![ch.amax_channel.map_or(-1.0, |c| c as f32)]));
+                    out.borrow_mut().push((format!("channel_share.{name}.{side}"), vec![ch.top_channel_sq_frac.map_or(-1.0, |f| f as f32)]));
                 }
             }
         }

@@ -29,9 +29,10 @@ pub use arrow as arrow_reexport;
 /// the manifest's fields or the layout; readers accept exactly the versions in
 /// [`SUPPORTED_SCHEMA_VERSIONS`].
 ///
-/// Version 2 added the manifest's `source` and `origin`, the nullable `rank` column of `stats`
-/// (whose statistics became nullable: runs from elsewhere lack some), and the `extra_stats` table.
-/// A version-1 run reads as a version-2 run without them.
+/// History: 1, the first format; 2 added the manifest's `source` and `origin`, the stats table's
+/// `amax_channel` and `top_channel_sq_frac` and its nullable `rank` (at the end; its statistics
+/// became nullable, since runs from elsewhere lack some), and the `extra_stats` table. A version-1
+/// run reads as a version-2 run without them ([`tables::STATS_COLUMNS_SINCE_V2`]).
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Versions this build can read.

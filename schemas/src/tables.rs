@@ -47,6 +47,8 @@ pub mod col {
     pub const DYNAMIC_RANGE_LOG2: &str = "dynamic_range_log2";
     pub const QUANT_MSE: &str = "quant_mse";
     pub const QUANT_COS: &str = "quant_cos";
+    pub const AMAX_CHANNEL: &str = "amax_channel";
+    pub const TOP_CHANNEL_SQ_FRAC: &str = "top_channel_sq_frac";
     pub const RANK: &str = "rank";
     pub const TENSOR: &str = "tensor";
     pub const STAT: &str = "stat";
@@ -119,9 +121,17 @@ static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(DYNAMIC_RANGE_LOG2, DataType::Float64, true),
         f(QUANT_MSE, DataType::Float64, true),
         f(QUANT_COS, DataType::Float64, true),
+        // Since schema version 2; runs of version 1 read them as null (see `STATS_COLUMNS_SINCE_V2`).
+        f(AMAX_CHANNEL, DataType::Int32, true),
+        f(TOP_CHANNEL_SQ_FRAC, DataType::Float64, true),
         f(RANK, DataType::Int32, true),
     ]))
 });
+
+/// Columns of the stats table that schema version 1 did not have. A reader takes a version-1 part
+/// as holding them all null; `SCHEMA_VERSION` 2 added them at the end, so every older column keeps
+/// its position.
+pub const STATS_COLUMNS_SINCE_V2: [&str; 2] = [col::AMAX_CHANNEL, col::TOP_CHANNEL_SQ_FRAC];
 
 static TENSORS: LazyLock<SchemaRef> = LazyLock::new(|| {
     use col::*;
@@ -273,6 +283,10 @@ pub struct StatRow {
     pub dynamic_range_log2: f64,
     pub quant_mse: Option<f64>,
     pub quant_cos: Option<f64>,
+    /// The channel (column of the operand's row-major layout) holding the amax, lowest on ties.
+    pub amax_channel: Option<u32>,
+    /// Share of Σx² held by the top max(1, ⌊channels / 100⌋) channels by Σx².
+    pub top_channel_sq_frac: Option<f64>,
 }
 
 impl Row for StatRow {
@@ -307,6 +321,8 @@ impl Row for StatRow {
                 f64s(|r| r.dynamic_range_log2),
                 opt(|r| r.quant_mse),
                 opt(|r| r.quant_cos),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
+                opt(|r| r.top_channel_sq_frac),
                 Arc::new(Int32Array::new_null(rows.len())),
             ],
         )
@@ -342,6 +358,8 @@ pub struct ExternalStatRow {
     pub dynamic_range_log2: Option<f64>,
     pub quant_mse: Option<f64>,
     pub quant_cos: Option<f64>,
+    pub amax_channel: Option<u32>,
+    pub top_channel_sq_frac: Option<f64>,
 }
 
 impl ExternalStatRow {
@@ -371,6 +389,8 @@ impl ExternalStatRow {
             dynamic_range_log2: None,
             quant_mse: None,
             quant_cos: None,
+            amax_channel: None,
+            top_channel_sq_frac: None,
         }
     }
 }
@@ -409,6 +429,8 @@ impl Row for ExternalStatRow {
                 f64s(|r| r.dynamic_range_log2),
                 f64s(|r| r.quant_mse),
                 f64s(|r| r.quant_cos),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
+                f64s(|r| r.top_channel_sq_frac),
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )

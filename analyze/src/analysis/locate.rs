@@ -38,7 +38,9 @@
 //! in reverse). A GEMM *crosses* the threshold at the first step after warm-up where it adds more
 //! than 1 − threshold error; the verdict is the GEMM that crossed first (earliest step, then
 //! execution order). Evidence: the underflow and saturation fractions (with amax and scale) of its
-//! operands in the stats table at that step (or the latest recorded before it).
+//! operands in the stats table at that step (or the latest recorded before it), and where the run
+//! has them (schema version 2 on), the channel that holds each operand's amax and the share of
+//! Σx² its top 1% of channels hold — an outlier channel shows as a share far above 1%.
 
 use crate::analysis::anomalies::{find_nonfinite, loss_curve};
 use crate::analysis::compare::compare_runs;
@@ -83,6 +85,23 @@ pub struct OperandEvidence {
     pub amax: Option<f64>,
     pub amax_used: Option<f64>,
     pub scale: Option<f64>,
+    /// The channel holding the amax (None in runs recorded before the column existed).
+    pub amax_channel: Option<i64>,
+    /// Share of Σx² held by the top 1% of channels (at least one).
+    pub top_channel_sq_frac: Option<f64>,
+}
+
+impl OperandEvidence {
+    /// "activation amax 412 in channel 1733, top 1% of channels hold 87% of Σx²", or None when the
+    /// run has no channel statistics for this operand.
+    pub fn channel_phrase(&self) -> Option<String> {
+        let ch = self.amax_channel?;
+        let mut s = format!("{} amax {} in channel {ch}", self.role, self.amax.map(crate::output::num).unwrap_or_else(|| "-".into()));
+        if let Some(f) = self.top_channel_sq_frac {
+            s += &format!(", top 1% of channels hold {} of Σx²", crate::output::pct(f));
+        }
+        Some(s)
+    }
 }
 
 /// One ranked GEMM.
@@ -312,7 +331,22 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
     let lf = run
         .scan(
             Table::Stats,
-            &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::RANK, col::FORMAT, col::UNDERFLOW_FRAC, col::SATURATED_FRAC, col::AMAX, col::AMAX_USED, col::SCALE],
+            &[
+                col::STEP,
+                col::LAYER,
+                col::MODULE,
+                col::GEMM,
+                col::ROLE,
+                col::RANK,
+                col::FORMAT,
+                col::UNDERFLOW_FRAC,
+                col::SATURATED_FRAC,
+                col::AMAX,
+                col::AMAX_USED,
+                col::SCALE,
+                col::AMAX_CHANNEL,
+                col::TOP_CHANNEL_SQ_FRAC,
+            ],
         )?
         .filter(
             col(col::LAYER)
@@ -336,6 +370,7 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
         f64s(&df, col::AMAX_USED).map_err(e)?,
         f64s(&df, col::SCALE).map_err(e)?,
     );
+    let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
     Ok((0..df.height())
         .map(|i| OperandEvidence {
             role: ro[i].clone().unwrap_or_default(),
@@ -347,6 +382,8 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
             amax: am[i],
             amax_used: au[i],
             scale: sc[i],
+            amax_channel: ch[i],
+            top_channel_sq_frac: tf[i],
         })
         .collect())
 }

@@ -112,5 +112,20 @@ fn render(r: &LocateReport, top: usize) -> String {
         }
         None => s += &format!("\nno GEMM adds more than {} (1 − {})\n", num(1.0 - r.threshold), r.threshold),
     }
+    s += &channel_lines(r);
     s
+}
+
+/// Where the amax of the verdict's operands sits (the first to cross, else the top-ranked GEMM):
+/// "channels of layers.1.fc1.fprop's operands at step 120: activation amax 412 in channel 33, top
+/// 1% of channels hold 87.00% of Σx²; …". Empty when the run has no channel statistics (recorded
+/// before schema version 2).
+fn channel_lines(r: &LocateReport) -> String {
+    let g = r.first.as_ref().and_then(|n| r.ranked.iter().find(|g| &g.gemm_name == n)).or(r.ranked.first());
+    let Some(g) = g else { return String::new() };
+    let phrases: Vec<String> = g.evidence.iter().filter_map(OperandEvidence::channel_phrase).collect();
+    match g.evidence.first() {
+        Some(e) if !phrases.is_empty() => format!("channels of {}'s operands at step {}: {}\n", g.gemm_name, e.step, phrases.join("; ")),
+        _ => String::new(),
+    }
 }

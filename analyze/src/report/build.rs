@@ -6,13 +6,13 @@
 
 use crate::analysis::anomalies::{find_anomalies, loss_curve, AnomalyParams, AnomalyReport};
 use crate::analysis::compare::{compare_runs, CompareReport};
-use crate::analysis::locate::{locate, LocateReport};
+use crate::analysis::locate::{locate, LocateReport, LocatedGemm};
 use crate::analysis::summary::{summarize, Summary};
 use crate::analysis::detect;
 use crate::error::AnalyzeError;
 use crate::load::{distinct_i64, f64s, i64s, strs, Run};
 use crate::output;
-use crate::report::{self, amax, heatmap, histogram, loss, sites, slug, Chart, DrawError};
+use crate::report::{self, amax, channels, heatmap, histogram, loss, sites, slug, Chart, DrawError};
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
 use fp8scope_schemas::tables::col;
@@ -200,6 +200,38 @@ fn tensor_sample(run: &Run, step: i64, layer: i64, module: &str, role: &str) -> 
     }))
 }
 
+/// The dump rows of the activation of `layers.{layer}.{module}` at `step`, as per-channel maxima;
+/// None when the run did not dump it there.
+fn channel_sample(run: &Run, step: i64, layer: i64, module: &str) -> Result<Option<channels::ChannelAmax>, AnalyzeError> {
+    let lf = run
+        .scan(Table::Tensors, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::SHAPE, col::OFFSET, col::STRIDE, col::VALUES])?
+        .filter(
+            col(col::STEP)
+                .eq(lit(step))
+                .and(col(col::LAYER).cast(DataType::Int64).eq(lit(layer)))
+                .and(col(col::MODULE).eq(lit(module.to_string())))
+                .and(col(col::ROLE).eq(lit(Role::Activation.as_str()))),
+        );
+    let df = run.collect(Table::Tensors, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "tensors", e);
+    let (off, stride) = (i64s(&df, col::OFFSET).map_err(e)?, i64s(&df, col::STRIDE).map_err(e)?);
+    let list = |name: &str, dt: DataType| -> Result<Vec<Series>, AnalyzeError> {
+        let l = df.column(name).map_err(e)?.list().map_err(e)?.clone();
+        l.amortized_iter().map(|s| s.map(|s| s.as_ref().cast(&dt)).unwrap_or_else(|| Ok(Series::new_empty("".into(), &dt))).map_err(e)).collect()
+    };
+    let (shapes, values) = (list(col::SHAPE, DataType::Int64)?, list(col::VALUES, DataType::Float32)?);
+    let mut rows = Vec::new();
+    for i in 0..df.height() {
+        rows.push(channels::DumpRow {
+            shape: shapes[i].i64().map_err(e)?.iter().map(|v| v.unwrap_or(0)).collect(),
+            offset: off[i].unwrap_or(0),
+            stride: stride[i].unwrap_or(1),
+            values: values[i].f32().map_err(e)?.iter().map(|v| v.unwrap_or(f32::NAN)).collect(),
+        });
+    }
+    Ok(channels::ChannelAmax::of(format!("layers.{layer}.{module}.activation at step {step}"), &rows))
+}
+
 /// What one run contributes: findings and the charts to draw (drawn later, in parallel).
 struct RunWork {
     findings: RunFindings,
@@ -213,12 +245,13 @@ enum Job {
     Sites { chart: Chart, threshold: f64, bars: Vec<sites::Bar> },
     Amax { chart: Chart, gemms: Vec<amax::GemmSeries> },
     Histogram { chart: Chart, tensors: Vec<histogram::TensorSample> },
+    Channels { chart: Chart, tensor: channels::ChannelAmax },
 }
 
 impl Job {
     fn chart(&self) -> &Chart {
         match self {
-            Job::Heatmap { chart, .. } | Job::Sites { chart, .. } | Job::Amax { chart, .. } | Job::Histogram { chart, .. } => chart,
+            Job::Heatmap { chart, .. } | Job::Sites { chart, .. } | Job::Amax { chart, .. } | Job::Histogram { chart, .. } | Job::Channels { chart, .. } => chart,
         }
     }
     fn draw(&self, dir: &Path) -> Result<(), DrawError> {
@@ -228,6 +261,7 @@ impl Job {
             Job::Sites { chart, threshold, bars } => sites::draw(&path, chart.run.as_deref().unwrap_or(""), *threshold, bars),
             Job::Amax { chart, gemms } => amax::draw(&path, chart.run.as_deref().unwrap_or(""), gemms),
             Job::Histogram { chart, tensors } => histogram::draw(&path, chart.run.as_deref().unwrap_or(""), tensors),
+            Job::Channels { chart, tensor } => channels::draw(&path, chart.run.as_deref().unwrap_or(""), tensor),
         }
     }
 }
@@ -359,13 +393,13 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
 
     // locate: shadow records, or the baseline's tensors.
     let located = if is_bf16 {
-        not_drawn.push("locate's ranking, amax and histograms: the run is BF16 (no FP8 GEMM to blame)".into());
+        not_drawn.push("locate's ranking, amax, histograms and channels: the run is BF16 (no FP8 GEMM to blame)".into());
         None
     } else {
         match locate(run, base, threshold) {
             Ok(l) => Some(l),
             Err(e) => {
-                not_drawn.push(format!("locate's ranking, amax and histograms: {e}"));
+                not_drawn.push(format!("locate's ranking, amax, histograms and channels: {e}"));
                 None
             }
         }
@@ -444,6 +478,10 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                     ),
                     gemms,
                 });
+            }
+            // Per-channel max |x| of the activation of the top GEMM's site.
+            if let Some(job) = channel_job(run, &l.ranked[0], has_tensors, file_stem, &mut not_drawn)? {
+                jobs.push(job);
             }
             // Histograms of the top GEMMs' operands at the step they crossed (or peaked).
             if !has_tensors {
@@ -535,6 +573,38 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         curve,
         jobs,
     })
+}
+
+/// The channel chart of the activation of `g`'s site at the dump step at or before the step `g`
+/// crossed (or peaked), or why it cannot be drawn (pushed to `not_drawn`).
+fn channel_job(run: &Run, g: &LocatedGemm, has_tensors: bool, file_stem: &str, not_drawn: &mut Vec<String>) -> Result<Option<Job>, AnalyzeError> {
+    let what = format!("per-channel max|x| of {}.activation", g.site);
+    if !has_tensors {
+        not_drawn.push(format!("{what}: the run has no dump of it (it dumped no tensors; record with --dump-every N)"));
+        return Ok(None);
+    }
+    let want = g.first_crossed.unwrap_or(g.peak_step);
+    let dump_steps = distinct_i64(run, Table::Tensors, col::STEP)?;
+    let step = dump_steps.range(..=want).next_back().or(dump_steps.iter().next()).copied();
+    let Some(t) = step.map(|s| channel_sample(run, s, g.layer, &g.module)).transpose()?.flatten() else {
+        not_drawn.push(format!("{what}: the run has no dump of it (record with --dump-roles including activation and --dump-layers matching {})", g.site));
+        return Ok(None);
+    };
+    let caption = format!(
+        "Per-channel max|x| of the dumped values of {}.activation, the input of the site of locate's top GEMM {} (a channel is a column of the {}×{} tensor), over {} of its {} rows ({} values): {}. One tall bar is an outlier channel, which a per-tensor scale must fit at the expense of every other channel.",
+        g.site,
+        g.gemm_name,
+        t.rows,
+        t.amax.len(),
+        t.rows_seen,
+        t.rows,
+        t.values,
+        t.headline()
+    );
+    Ok(Some(Job::Channels {
+        chart: chart(format!("{file_stem}-channels.png"), "channels", &run.name, report::CHANNELS_SIZE, format!("{}: per-channel max|x| of {}", run.name, t.label), caption),
+        tensor: t,
+    }))
 }
 
 fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
@@ -639,6 +709,10 @@ fn locate_sentences(l: &LocateReport) -> Vec<String> {
         .collect();
     if !ev.is_empty() {
         s += &format!(" Its operands at step {}: {}.", g.evidence[0].step, ev.join("; "));
+    }
+    let channels: Vec<String> = g.evidence.iter().filter_map(|e| e.channel_phrase()).collect();
+    if !channels.is_empty() {
+        s += &format!(" Channels: {}.", channels.join("; "));
     }
     vec![s]
 }

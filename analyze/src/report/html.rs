@@ -47,7 +47,7 @@ fn sites_table(f: &RunFindings) -> String {
         return String::new();
     }
     let mut o = String::from(
-        "<table><tr><th>#</th><th class=l>GEMM</th><th>error added (1 − cos)</th><th>at step</th><th>first crossed</th><th class=l>operand</th><th>format</th><th>saturated</th><th>underflow</th><th>amax</th><th>amax used</th><th>scale</th></tr>\n",
+        "<table><tr><th>#</th><th class=l>GEMM</th><th>error added (1 − cos)</th><th>at step</th><th>first crossed</th><th class=l>operand</th><th>format</th><th>saturated</th><th>underflow</th><th>amax</th><th>amax used</th><th>scale</th><th>amax channel</th><th>top 1% channels' Σx²</th></tr>\n",
     );
     for (i, g) in l.ranked.iter().take(10).enumerate() {
         let span = g.evidence.len().max(1);
@@ -60,12 +60,12 @@ fn sites_table(f: &RunFindings) -> String {
             g.first_crossed.map(|s| s.to_string()).unwrap_or_else(|| "–".into())
         );
         if g.evidence.is_empty() {
-            o += &format!("<tr>{head}<td class=l colspan=7>no stats at that step</td></tr>\n");
+            o += &format!("<tr>{head}<td class=l colspan=9>no stats at that step</td></tr>\n");
         }
         for (k, e) in g.evidence.iter().enumerate() {
             let opt = |x: Option<f64>, f: fn(f64) -> String| x.map(f).unwrap_or_else(|| "–".into());
             o += &format!(
-                "<tr>{}<td class=l>{} (step {})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr>{}<td class=l>{} (step {})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                 if k == 0 { head.as_str() } else { "" },
                 esc(&e.role),
                 e.step,
@@ -74,7 +74,9 @@ fn sites_table(f: &RunFindings) -> String {
                 opt(e.underflow_frac, percent),
                 opt(e.amax, short),
                 opt(e.amax_used, short),
-                opt(e.scale, short)
+                opt(e.scale, short),
+                e.amax_channel.map(|c| c.to_string()).unwrap_or_else(|| "–".into()),
+                opt(e.top_channel_sq_frac, percent)
             );
         }
     }
@@ -170,7 +172,7 @@ pub fn page(r: &Report) -> String {
             o += "<h3>Worst sites (locate), with their operands' FP8 statistics</h3>\n";
             o += &t;
         }
-        for kind in ["amax", "histogram", "heatmap-cosine", "heatmap-saturated", "heatmap-underflow"] {
+        for kind in ["amax", "channels", "histogram", "heatmap-cosine", "heatmap-saturated", "heatmap-underflow"] {
             for c in mine.iter().filter(|c| c.kind == kind) {
                 o += &figure(c);
             }

@@ -5,7 +5,8 @@
 //! One file per chart family: [`loss`] (loss overlay and relative-gap panel), [`heatmap`]
 //! (layer × step maps with a colour bar), [`amax`] (amax against the amax the scale came from, and
 //! the scale), [`histogram`] (log2|x| against the FP8 format's range), [`sites`] (bars of the
-//! error each GEMM adds); [`html`] writes the page.
+//! error each GEMM adds), [`channels`] (per-channel max |x| of the top site's activation);
+//! [`html`] writes the page.
 //!
 //! Every chart has a fixed size (the constants below, documented in README.md), the Okabe-Ito
 //! palette for lines (safe for the common colour-vision deficiencies), and viridis / cividis for
@@ -13,6 +14,7 @@
 
 pub mod build;
 pub mod amax;
+pub mod channels;
 pub mod heatmap;
 pub mod histogram;
 pub mod html;
@@ -34,6 +36,8 @@ pub const AMAX_SIZE: (u32, u32) = (1200, 900);
 pub const HISTOGRAM_SIZE: (u32, u32) = (1200, 800);
 /// Size of each bar chart of the error each GEMM adds.
 pub const SITES_SIZE: (u32, u32) = (1200, 600);
+/// Size of each per-channel max |x| chart (the activation of the top GEMM's site).
+pub const CHANNELS_SIZE: (u32, u32) = (1200, 600);
 
 /// The font family every chart uses: DejaVu Sans, registered from the bytes in the binary.
 /// Sizes are even: plotters' ab_glyph renderer places each glyph at size/2 truncated, so an odd
@@ -144,7 +148,7 @@ pub struct Chart {
     /// File name inside the output directory.
     pub file: String,
     /// `loss`, `heatmap-cosine`, `heatmap-underflow`, `heatmap-saturated`, `amax`, `histogram`,
-    /// `sites`.
+    /// `sites`, `channels`.
     pub kind: &'static str,
     /// The run it shows (None for the loss chart, which shows them all).
     pub run: Option<String>,

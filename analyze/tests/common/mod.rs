@@ -154,6 +154,9 @@ pub struct Plan {
     pub shadow: Vec<ShadowRow>,
     /// Close a tensors part every this many dump steps (varies between runs on purpose).
     pub tensor_flush: usize,
+    /// (layer, module, channel, factor): that site's dumped activation (512 × 64) has the channel's
+    /// values multiplied by the factor, before the planted cosine is applied (so cosines hold).
+    pub outlier_channel: Option<(u32, Module, usize, f64)>,
 }
 
 impl Plan {
@@ -170,6 +173,7 @@ impl Plan {
             events: vec![],
             shadow: vec![],
             tensor_flush: 5,
+            outlier_channel: None,
         }
     }
 }
@@ -198,6 +202,8 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         dynamic_range_log2: 12.0,
         quant_mse: None,
         quant_cos: None,
+        amax_channel: Some(7),
+        top_channel_sq_frac: Some(0.03),
     }
 }
 
@@ -250,7 +256,12 @@ pub fn write_run(parent: &Path, plan: &Plan) -> PathBuf {
                 for role in Role::ALL {
                     let c = (plan.cosine)(s, layer, module, role);
                     for (offset, n) in chunks(role) {
-                        let b = base_values(s, layer, module, role, offset, n);
+                        let mut b = base_values(s, layer, module, role, offset, n);
+                        if let Some((l, m, ch, factor)) = plan.outlier_channel
+                            && (l, m, Role::Activation) == (layer, module, role)
+                        {
+                            (0..n).filter(|i| (offset + i) % 64 == ch).for_each(|i| b[i] *= factor);
+                        }
                         let a = rotate(&b, c, (s as u64) << 20 | (layer as u64) << 12 | (module as u64) << 8 | (role as u64) << 4 | offset as u64);
                         tensors.push(TensorRow {
                             step: s,
@@ -306,9 +317,20 @@ pub fn bf16(parent: &Path) -> PathBuf {
     write_run(parent, &Plan::new("bf16", RecipeKind::Bf16))
 }
 
+/// The channel that holds layers.1.fc1's activation amax in the FP8 run's stats from DRIFT_STEP,
+/// and the share of Σx² its top channels hold (elsewhere: channel 7, 3%).
+pub const OUTLIER_CHANNEL: u32 = 33;
+pub const OUTLIER_SHARE: f64 = 0.87;
+
 /// The FP8 run: planted cosines, drift from DRIFT_STEP, layers.1.fc1's activation underflowing
-/// 30% from DRIFT_STEP (fprop), layers.0.qkv's activation saturating 5% (fprop).
+/// 30% from DRIFT_STEP (fprop) with its amax in channel OUTLIER_CHANNEL, layers.0.qkv's activation
+/// saturating 5% (fprop).
 pub fn fp8(parent: &Path) -> PathBuf {
+    write_run(parent, &fp8_plan())
+}
+
+/// The plan of [`fp8`].
+pub fn fp8_plan() -> Plan {
     let mut p = Plan::new("fp8", RecipeKind::Delayed);
     p.loss = Box::new(fp8_loss);
     p.cosine = Box::new(planted_cosine);
@@ -316,12 +338,14 @@ pub fn fp8(parent: &Path) -> PathBuf {
     p.stat = Box::new(|r| {
         if (r.layer, r.module, r.gemm, r.role) == (1, Module::Fc1, Gemm::Fprop, Role::Activation) && r.step >= DRIFT_STEP {
             r.underflow_frac = 0.3;
+            r.amax_channel = Some(OUTLIER_CHANNEL);
+            r.top_channel_sq_frac = Some(OUTLIER_SHARE);
         }
         if (r.layer, r.module, r.gemm, r.role) == (0, Module::Qkv, Gemm::Fprop, Role::Activation) {
             r.saturated_frac = 0.05;
         }
     });
-    write_run(parent, &p)
+    p
 }
 
 /// A run with a spike at 150–153 and no baseline needed.
@@ -436,6 +460,38 @@ pub fn gapped(parent: &Path, name: &str, gap: f64) -> PathBuf {
     let mut p = Plan::new(name, RecipeKind::Delayed);
     p.loss = Box::new(move |s| base_loss(s) * (1.0 + if s >= DRIFT_STEP { gap } else { 0.0 }) * (1.0 + 0.001 * unit(&[s as u64, 2])));
     write_run(parent, &p)
+}
+
+// ---------------------------------------------------------------- runs of older versions
+
+/// Rewrites the run at `dir` as schema version 1 wrote it: every part's metadata says version 1,
+/// the stats parts lack the columns version 2 added, and so does the manifest's version.
+pub fn downgrade_to_v1(dir: &Path) {
+    use fp8scope_schemas::layout::Table;
+    use fp8scope_schemas::tables::STATS_COLUMNS_SINCE_V2;
+    use fp8scope_schemas::{META_SCHEMA_VERSION, META_TABLE};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::metadata::KeyValue;
+    use parquet::file::properties::WriterProperties;
+    let run = RunDir::new(dir);
+    for table in Table::ALL {
+        for part in run.parts(table).unwrap() {
+            let batches = fp8scope_schemas::parts::read_part(&part, table).unwrap();
+            let schema = batches[0].schema();
+            let keep: Vec<usize> = (0..schema.fields().len()).filter(|&i| !(table == Table::Stats && STATS_COLUMNS_SINCE_V2.contains(&schema.field(i).name().as_str()))).collect();
+            let props = WriterProperties::builder()
+                .set_key_value_metadata(Some(vec![KeyValue::new(META_SCHEMA_VERSION.into(), "1".to_string()), KeyValue::new(META_TABLE.into(), table.as_str().to_string())]))
+                .build();
+            let projected: Vec<_> = batches.iter().map(|b| b.project(&keep).unwrap()).collect();
+            let mut w = ArrowWriter::try_new(std::fs::File::create(&part).unwrap(), projected[0].schema(), Some(props)).unwrap();
+            projected.iter().for_each(|b| w.write(b).unwrap());
+            w.close().unwrap();
+        }
+    }
+    let path = run.manifest();
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["schema_version"] = 1.into();
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
 }
 
 // ---------------------------------------------------------------- running the binary

@@ -7,7 +7,7 @@
 //! [`Backend::gemm`], a linear-layer GEMM whose operands are cast to FP8 (or rounded to BF16) as the
 //! call says, with the cast statistics the recorder needs.
 //!
-//! The CPU backend (`cpu.rs`) is the reference: exact FP8 emulation, BF16 rounding emulated with
+//! The CPU backend (`cpu/`) is the reference: exact FP8 emulation, BF16 rounding emulated with
 //! `half`, FP32 accumulation. Other backends must agree with it (bit-exact casts,
 //! tolerance-bounded layers).
 //!
@@ -16,7 +16,10 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod operands;
 
+pub use crate::channel_stats::ChannelStats;
+pub use crate::tensor_stats::Moments;
 use crate::fp8::Fp8Format;
 use fp8scope_schemas::names::{Gemm, Module, Role};
 
@@ -94,7 +97,8 @@ impl OperandFault {
 pub enum StatsLevel {
     /// Only the amax (the recipes need it every step).
     Amax,
-    /// Every cheap column: counts, min/max, mean/std, dynamic range.
+    /// Every cheap column: counts, min/max, mean/std, dynamic range, and the per-channel
+    /// statistics (amax channel, top channels' share of Σx²).
     Cheap,
     /// Cheap plus the quantization error (x vs dequant(cast(x))).
     Full,
@@ -152,23 +156,15 @@ pub struct CastReport {
     pub zeros: u64,
     /// Filled from `StatsLevel::Cheap` on.
     pub moments: Option<Moments>,
+    /// Filled from `StatsLevel::Cheap` on: where the amax sits and how much of Σx² the top channels
+    /// (columns of the operand's row-major layout) hold ([`crate::channel_stats`]).
+    pub channels: Option<ChannelStats>,
     /// Filled at `StatsLevel::Full`: (MSE, cosine) of x against dequant(cast(x)).
     pub quant_error: Option<(f64, f64)>,
     /// With `keep_quantized`: the FP8 bytes, row-major in the operand's layout.
     pub quantized: Option<Vec<u8>>,
     /// With `keep_quantized` and block scaling: tile scales, row-major over tiles, and the tile.
     pub block_scales: Option<(Vec<f32>, usize, usize)>,
-}
-
-/// Plain statistics of a tensor's finite values.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Moments {
-    pub min: f32,
-    pub max: f32,
-    pub mean: f64,
-    pub std: f64,
-    /// log2(max |x| / min non-zero |x|), 0 when there is no non-zero value.
-    pub dynamic_range_log2: f64,
 }
 
 /// Output error of an FP8 GEMM against the BF16 GEMM on the same inputs.

@@ -38,6 +38,8 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
         dynamic_range_log2: m.dynamic_range_log2,
         quant_mse: cast.quant_error.map(|e| e.0),
         quant_cos: cast.quant_error.map(|e| e.1),
+        amax_channel: cast.channels.and_then(|c| c.amax_channel),
+        top_channel_sq_frac: cast.channels.and_then(|c| c.top_channel_sq_frac),
     })
 }
 

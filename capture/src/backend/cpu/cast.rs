@@ -2,16 +2,12 @@
 //! dequantized back to f32 for the FP32-accumulating GEMM, with the statistics the recorder needs.
 //! This is the exact emulation the GPU casts are checked against.
 
+use crate::backend::operands::outlier_indices;
 use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use crate::fp8::{self, Fp8Format};
-use crate::tensor_stats;
+use crate::{channel_stats, tensor_stats};
 use half::bf16;
 use rayon::prelude::*;
-
-/// Indices of the elements a planted outlier fault multiplies: four, spread over the tensor.
-pub fn outlier_indices(numel: usize) -> impl Iterator<Item = usize> {
-    (0..4).map(move |j| (j * numel / 4 + numel / 8).min(numel.saturating_sub(1))).filter(move |_| numel > 0)
-}
 
 /// Rounds to BF16 (nearest even) and back.
 #[inline]
@@ -140,6 +136,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
     };
     if level >= StatsLevel::Cheap {
         report.moments = Some(tensor_stats::moments(x));
+        report.channels = Some(channel_stats::channel_stats(x, rows, cols));
     }
     if level >= StatsLevel::Full {
         report.quant_error = Some(tensor_stats::quant_error(x, &dequantized));
@@ -230,5 +227,31 @@ mod tests {
         assert_eq!((c.report.inf, c.dequantized[1], c.dequantized[2]), (2, f32::INFINITY, f32::NEG_INFINITY));
         let sat = cast_operand(&x, 1, 5, how(Fp8Format::E4M3), OperandFault::NONE, StatsLevel::Amax, false);
         assert_eq!((sat.report.nan, sat.report.saturated), (0, 3));
+    }
+
+    #[test]
+    fn channel_statistics_come_with_the_moments_and_see_the_planted_outliers() {
+        // 5 × 16: the planted outliers sit at elements 10, 30, 50, 70 — channels 10, 14, 2, 6.
+        let (rows, cols) = (5, 16);
+        let x: Vec<f32> = (0..rows * cols).map(|i| 1.0 + (i % 7) as f32 / 8.0).collect();
+        let how = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+        let fault = OperandFault { outlier_factor: 1000.0, ..OperandFault::NONE };
+        let amax_only = cast_operand(&x, rows, cols, how, fault, StatsLevel::Amax, false).report;
+        assert_eq!(amax_only.channels, None, "not measured at the amax level");
+        let r = cast_operand(&x, rows, cols, how, fault, StatsLevel::Cheap, false).report;
+        let c = r.channels.expect("measured from the cheap level on");
+        // |x| of the outliers: 1000 × (1 + (i % 7) / 8) for i = 10, 30, 50, 70 → 1375, 1250, 1125, 1000.
+        assert_eq!(c.amax_channel, Some(10), "element 10 holds the largest outlier");
+        assert_eq!(r.amax, 1375.0);
+        // Channel 10 holds 1375² + four ordinary values; the rest of Σx² is three more outliers and
+        // 76 ordinary values: recompute in f64 from the faulted tensor.
+        let mut faulted = x.clone();
+        for i in [10, 30, 50, 70] {
+            faulted[i] *= 1000.0;
+        }
+        let col = |c: usize| (0..rows).map(|r| (faulted[r * cols + c] as f64).powi(2)).sum::<f64>();
+        let total: f64 = faulted.iter().map(|&v| (v as f64).powi(2)).sum();
+        let want = col(10) / total;
+        assert!((c.top_channel_sq_frac.unwrap() - want).abs() < 1e-15, "{:?} vs {want}", c.top_channel_sq_frac);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod cast;
 
+use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, GemmCall, GemmReport, LinearDims, OperandCast, ShadowError};
 use crate::layers;
 use crate::tensor_stats;
@@ -32,15 +33,6 @@ impl CpuBackend {
             self.rope = Some((key, layers::rope::rope_table(t, hd, theta)));
         }
         self.rope.as_ref().map_or(&[], |(_, tab)| tab.as_slice())
-    }
-}
-
-/// Shapes (rows, cols) of operand A and B of a GEMM, row-major, as the model stores them.
-pub fn operand_shapes(gemm: Gemm, d: LinearDims) -> [(usize, usize); 2] {
-    match gemm {
-        Gemm::Fprop => [(d.n, d.k), (d.m, d.k)],
-        Gemm::Dgrad => [(d.n, d.m), (d.m, d.k)],
-        Gemm::Wgrad => [(d.n, d.m), (d.n, d.k)],
     }
 }
 

@@ -14,7 +14,7 @@
 use super::blas::OpType;
 use super::kernels::{self, CastLayout};
 use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
-use crate::backend::cpu::cast::outlier_indices;
+use crate::backend::operands::outlier_indices;
 use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use fp8scope_schemas::names::{Gemm, Module, Role};
@@ -168,6 +168,11 @@ impl CudaBackend {
         };
         let reported = slot.filter(|_| report);
         self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t)?;
+        if let Some(s) = reported
+            && level >= StatsLevel::Cheap
+        {
+            self.launch_channel_stats(x, rows, cols, fault, s)?;
+        }
         Ok((self.prepared(ty, dst, slot), reported))
     }
 
@@ -296,6 +301,7 @@ impl CudaBackend {
         b.record(&self.stream)?;
         self.stream.synchronize()?;
         self.next_slot = 0;
+        self.chan.reset();
         self.expire_kept_casts();
         Ok(a.elapsed_ms(&b)? as f64 * 1e3 / reps.max(1) as f64)
     }

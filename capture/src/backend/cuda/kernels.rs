@@ -104,7 +104,7 @@ impl Family {
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
             Family::Cast => &CAST_KERNELS,
-            Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite"],
+            Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],

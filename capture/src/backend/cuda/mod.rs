@@ -11,8 +11,9 @@
 //!   two GEMMs ([`cast`]). Scales stay on the device: a delayed scale is a
 //!   kernel argument written to a device slot, a current scale is computed on the device from the
 //!   amax, and cuBLASLt reads the dequantisation factor through a device pointer.
-//! - Statistics land in device records, one per operand cast; [`Backend::take_reports`] copies
-//!   them to the host once per step (the only synchronisation a step needs besides the loss and the
+//! - Statistics land in device records, one per operand cast (and, from the cheap level on, the
+//!   operand's per-channel sums: [`channels`]); [`Backend::take_reports`] copies them to the host
+//!   once per step (the only synchronisation a step needs besides the loss and the
 //!   gradient norm).
 //! - Determinism: no floating-point atomics; every reduction is a fixed-order tree; cuBLASLt plans
 //!   are cached per shape so a shape always runs the same algorithm.
@@ -21,7 +22,7 @@ pub mod blas;
 pub mod kernels;
 mod prof;
 
-use crate::backend::cpu::operand_shapes;
+use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
 use blas::{Batched, Blas, Lt, OpType};
@@ -189,6 +190,8 @@ pub struct CudaBackend {
     cast_grid: usize,
     /// Transposed casts kept for the second GEMM of their site ([`cast`]).
     kept: cast::KeptCasts,
+    /// Per-channel statistics of the step's recorded casts ([`channels`]).
+    chan: channels::ChannelRecords,
     pending: Vec<PendingGemm>,
     /// GEMM shapes cuBLASLt runs only with BF16 output.
     bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
@@ -250,6 +253,7 @@ macro_rules! launch {
 }
 
 mod cast;
+mod channels;
 
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
     if buf.len() < n {
@@ -298,6 +302,7 @@ impl CudaBackend {
             partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
             cast_grid: 0,
             kept: Default::default(),
+            chan: channels::ChannelRecords::new(s)?,
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
             scales: s.alloc_zeros(MAX_SLOTS * SLOT_FLOATS)?,
             cast_counter: s.alloc_zeros(1)?,
@@ -571,6 +576,7 @@ impl CudaBackend {
         } else {
             Vec::new()
         };
+        let chans = self.download_channels()?;
         if ng > 0 {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;
@@ -623,6 +629,7 @@ impl CudaBackend {
                 zeros: r[stat::ZEROS] as u64,
                 moments,
                 quant_error,
+                channels: (p.level >= StatsLevel::Cheap).then(|| chans.stats(p.slot)).flatten(),
                 quantized: p.quantized,
                 block_scales: None,
             }

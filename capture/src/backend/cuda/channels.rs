@@ -1,0 +1,152 @@
+//! Per-channel statistics of recorded operand casts on the GPU (`kernels/stats.cu`:
+//! `channel_stats_partial`, `channel_stats_reduce`): for each cast recorded at the cheap level or
+//! above, the per-column Σx² (f64) and max |x| land in a step-long device buffer, at an offset kept
+//! with the cast's statistics slot; [`CudaBackend::download_channels`] copies the buffer to the host
+//! with the step's other statistics (no synchronisation of its own), and
+//! [`crate::channel_stats::summarize`] finishes on the host exactly as the CPU reference does.
+//!
+//! Determinism: each (column, chunk of rows) is summed by one thread in row order and the chunks
+//! by one thread per column in chunk order; the chunking depends only on the shape.
+
+use super::{CudaBackend, CudaError, cfg};
+use crate::backend::OperandFault;
+use crate::backend::operands::outlier_indices;
+use crate::channel_stats::{ChannelStats, summarize};
+use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use std::sync::Arc;
+
+/// Blocks the partial pass aims for: two per SM of an H200.
+const TARGET_BLOCKS: usize = 264;
+
+/// The step's per-channel records on the device and where each recorded cast's columns are.
+pub(super) struct ChannelRecords {
+    part_sq: CudaSlice<f64>,
+    part_amax: CudaSlice<f32>,
+    sq: CudaSlice<f64>,
+    amax: CudaSlice<f32>,
+    /// Columns used in `sq` / `amax` this step.
+    next: usize,
+    /// Statistics slot → (offset, columns) in `sq` / `amax`.
+    by_slot: Vec<Option<(usize, usize)>>,
+}
+
+impl ChannelRecords {
+    pub(super) fn new(stream: &Arc<CudaStream>) -> Result<ChannelRecords, CudaError> {
+        Ok(ChannelRecords {
+            part_sq: stream.alloc_zeros(1 << 12)?,
+            part_amax: stream.alloc_zeros(1 << 12)?,
+            sq: stream.alloc_zeros(1 << 14)?,
+            amax: stream.alloc_zeros(1 << 14)?,
+            next: 0,
+            by_slot: Vec::new(),
+        })
+    }
+
+    /// Forgets the step's records (their slots are about to be reused).
+    pub(super) fn reset(&mut self) {
+        self.next = 0;
+        self.by_slot.clear();
+    }
+}
+
+/// The step's per-channel sums on the host, by statistics slot.
+pub(super) struct HostChannels {
+    sq: Vec<f64>,
+    amax: Vec<f32>,
+    by_slot: Vec<Option<(usize, usize)>>,
+}
+
+impl HostChannels {
+    /// The channel statistics of the cast recorded in `slot`, if it measured them.
+    pub(super) fn stats(&self, slot: usize) -> Option<ChannelStats> {
+        let (off, cols) = (*self.by_slot.get(slot)?)?;
+        Some(summarize(&self.sq[off..off + cols], &self.amax[off..off + cols]))
+    }
+}
+
+/// (threads per block, column blocks, chunks, rows per chunk) of the partial pass.
+fn plan(rows: usize, cols: usize) -> (u32, usize, usize, usize) {
+    let threads = cols.next_multiple_of(32).clamp(32, 256);
+    let col_blocks = cols.div_ceil(threads);
+    let want = TARGET_BLOCKS.div_ceil(col_blocks).clamp(1, rows.max(1));
+    let per = rows.div_ceil(want).max(1);
+    (threads as u32, col_blocks, rows.div_ceil(per).max(1), per)
+}
+
+/// Grows `buf` to hold `n` values, keeping its first `used` (queued on `stream`, like every use).
+fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, used: usize, n: usize) -> Result<(), CudaError> {
+    if buf.len() >= n {
+        return Ok(());
+    }
+    let mut bigger = stream.alloc_zeros::<T>(n.next_power_of_two())?;
+    if used > 0 {
+        stream.memcpy_dtod(&buf.slice(0..used), &mut bigger)?;
+    }
+    *buf = bigger;
+    Ok(())
+}
+
+impl CudaBackend {
+    /// Queues the per-channel statistics of `x` (rows × cols, row-major, `fault`'s planted
+    /// outliers applied) for the cast recorded in `slot`.
+    pub(super) fn launch_channel_stats(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, fault: OperandFault, slot: usize) -> Result<(), CudaError> {
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let (threads, col_blocks, chunks, per) = plan(rows, cols);
+        let stream = self.stream.clone();
+        let c = &mut self.chan;
+        super::grow(&stream, &mut c.part_sq, chunks * cols)?;
+        super::grow(&stream, &mut c.part_amax, chunks * cols)?;
+        let off = c.next;
+        grow_keep(&stream, &mut c.sq, off, off + cols)?;
+        grow_keep(&stream, &mut c.amax, off, off + cols)?;
+        c.next += cols;
+        if c.by_slot.len() <= slot {
+            c.by_slot.resize(slot + 1, None);
+        }
+        c.by_slot[slot] = Some((off, cols));
+        let mut o = [u64::MAX; 4];
+        if fault.outlier_factor != 1.0 {
+            for (j, i) in outlier_indices(rows * cols).enumerate() {
+                o[j] = i as u64;
+            }
+        }
+        let (xp, psq, pam) = (self.ptr(x), self.ptr(&self.chan.part_sq), self.ptr(&self.chan.part_amax));
+        let (sq, am) = (self.ptr(&self.chan.sq) + (off * 8) as u64, self.ptr(&self.chan.amax) + (off * 4) as u64);
+        #[rustfmt::skip]
+        launch!(self, "channel_stats_partial", cfg((col_blocks as u32, chunks as u32, 1), threads), xp, rows as i32, cols as i32, per as i32,
+            o[0], o[1], o[2], o[3], fault.outlier_factor, psq, pam)?;
+        launch!(self, "channel_stats_reduce", cfg((col_blocks as u32, 1, 1), threads), psq, pam, chunks as i32, cols as i32, sq, am)?;
+        Ok(())
+    }
+
+    /// Copies the step's per-channel records to the host (the stream must be synchronised, as
+    /// `download_all` does first) and forgets them on the device.
+    pub(super) fn download_channels(&mut self) -> Result<HostChannels, CudaError> {
+        let n = self.chan.next;
+        let (sq, amax) = if n > 0 {
+            (self.stream.clone_dtoh(&self.chan.sq.slice(0..n))?, self.stream.clone_dtoh(&self.chan.amax.slice(0..n))?)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let by_slot = std::mem::take(&mut self.chan.by_slot);
+        self.chan.reset();
+        Ok(HostChannels { sq, amax, by_slot })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    #[test]
+    fn the_partial_pass_covers_every_row_once_in_at_most_65535_chunks() {
+        for (rows, cols) in [(1, 1), (512, 64), (2048, 1024), (2048, 4096), (8192, 3072), (7, 10000), (1_000_000, 33)] {
+            let (threads, col_blocks, chunks, per) = plan(rows, cols);
+            assert!(threads % 32 == 0 && threads <= 256 && col_blocks * threads as usize >= cols);
+            assert!(chunks * per >= rows && (chunks - 1) * per < rows, "{rows}×{cols}: {chunks} × {per}");
+            assert!(chunks <= 65535);
+        }
+    }
+}
