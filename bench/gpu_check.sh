@@ -4,8 +4,8 @@
 #     family's included, vs the CPU reference within its tolerance table, and bit-identical on a
 #     rerun; the per-channel statistics of operand casts — amax channel exact, top channels' share
 #     of sum x^2 to f64 rounding — vs the CPU's),
-#  2. parity: `small` preset, same seed, 100 steps, bf16 and delayed: GPU loss within 1% of the
-#     CPU's at every step,
+#  2. parity: `small` and `llama-small` presets, same seed, 100 steps, bf16 and delayed: GPU loss
+#     within 1% of the CPU's at every step,
 #  3. determinism: two identical GPU runs give bit-identical loss columns.
 # Usage: bench/gpu_check.sh BIN_DIR OUT_DIR   (BIN_DIR holds fp8-capture and the test binaries
 # cuda_layers, cuda_kernels; build them with bench/stage.sh on the build machine).
@@ -21,14 +21,16 @@ for t in cuda_kernels cuda_layers; do
   grep -q "test result: ok" "$OUT/test_$t.log" || status=1
 done
 cap() { "$BIN/fp8-capture" train --quiet "$@"; }
-echo "== parity: small preset, 100 steps, CPU vs GPU"
-for r in bf16 delayed; do
-  cap --device cpu --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-cpu" &
-  cap --device cuda --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-gpu" || status=1
-  cap --device cuda --preset small --recipe $r --steps 100 --out "$OUT/runs/small-$r-gpu2" || status=1
-  wait || status=1
-  python3 "$HERE/runs.py" parity "$OUT/runs/small-$r-cpu" "$OUT/runs/small-$r-gpu" | tee -a "$OUT/checks.jsonl" || status=1
-  python3 "$HERE/runs.py" same "$OUT/runs/small-$r-gpu" "$OUT/runs/small-$r-gpu2" | tee -a "$OUT/checks.jsonl" || status=1
+for p in ${PRESETS:-small llama-small}; do
+  echo "== parity: $p preset, 100 steps, CPU vs GPU"
+  for r in bf16 delayed; do
+    cap --device cpu --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-cpu" &
+    cap --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-gpu" || status=1
+    cap --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-gpu2" || status=1
+    wait || status=1
+    python3 "$HERE/runs.py" parity "$OUT/runs/$p-$r-cpu" "$OUT/runs/$p-$r-gpu" | tee -a "$OUT/checks.jsonl" || status=1
+    python3 "$HERE/runs.py" same "$OUT/runs/$p-$r-gpu" "$OUT/runs/$p-$r-gpu2" | tee -a "$OUT/checks.jsonl" || status=1
+  done
 done
 echo "== gpu_check status $status"
 exit $status
