@@ -109,3 +109,51 @@ fn dump_layers_searches_site_names_and_refuses_a_selection_of_nothing() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("selects no site") && err.contains("layers.0.qkv"), "{err}");
 }
+
+/// One value of the stats table of `run`: fc2's fprop activation cast of `layer` at `step`.
+fn fc2_input(run: &Path, layer: u32, step: u32, column: &str) -> f64 {
+    let sql = format!(
+        "SELECT {column} AS v FROM stats WHERE module = 'fc2' AND role = 'activation' AND gemm = 'fprop' AND layer = {layer} AND step = {step}"
+    );
+    let q = analyze(&["query", &run.display().to_string(), "--sql", &sql, "--json"]);
+    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    let rows = v.get("rows").and_then(|r| r.as_array()).cloned().or_else(|| v.as_array().cloned()).expect("rows");
+    rows[0]["v"].as_f64().unwrap_or_else(|| panic!("{column} at step {step}: {v}"))
+}
+
+#[test]
+fn the_llama_scenarios_reproduce_their_fp8_mechanism_in_the_statistics() {
+    let _g = HEAVY.lock();
+    let dir = tempfile::tempdir().unwrap();
+    // swiglu-outliers: at step 200 the trigger drives the aligned channel of fc2's input far past
+    // the delayed amax (saturation); for the 16 steps of history after it the scale sized for the
+    // outlier flushes much of the ordinary input to zero.
+    let sw = dir.path().join("swiglu");
+    let o = train(&sw, &["--preset", "llama-tiny", "--scenario", "swiglu-outliers", "--steps", "203"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (amax, used) = (fc2_input(&sw, 0, 200, "amax"), fc2_input(&sw, 0, 200, "amax_used"));
+    assert!(amax > 100.0 * used, "the outlier at step 200 ({amax}) is far past the delayed amax ({used})");
+    assert!(fc2_input(&sw, 0, 200, "saturated_frac") > 0.0);
+    assert_eq!(fc2_input(&sw, 0, 200, "amax_channel"), 0.0, "the aligned channel holds the amax");
+    assert!(fc2_input(&sw, 0, 199, "underflow_frac") < 0.05);
+    assert!(fc2_input(&sw, 0, 201, "underflow_frac") > 0.3, "after it, the ordinary input underflows");
+
+    // massive-activations: from the first step, the topic markers' value in channel 0 holds
+    // nearly all of Σx² of fc2's input, and most of the rest flushes to zero.
+    let ma = dir.path().join("massive");
+    let o = train(&ma, &["--preset", "llama-tiny", "--scenario", "massive-activations", "--steps", "5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Against an amax below 1 in an ordinary layer's fc2 input (layer 1 at step 1 of this run).
+    assert!(fc2_input(&ma, 0, 5, "amax") > 1e4, "a massive value: {}", fc2_input(&ma, 0, 5, "amax"));
+    assert!(fc2_input(&ma, 1, 1, "amax") < 1.0);
+    assert_eq!(fc2_input(&ma, 0, 5, "amax_channel"), 0.0);
+    assert!(fc2_input(&ma, 0, 5, "top_channel_sq_frac") > 0.99);
+    assert!(fc2_input(&ma, 0, 5, "underflow_frac") > 0.8);
+
+    // Both need the Llama architecture, and say so.
+    let o = train(&dir.path().join("gpt"), &["--preset", "tiny", "--scenario", "massive-activations", "--steps", "5"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("llama-tiny"), "{err}");
+}
