@@ -63,10 +63,23 @@ fn render(run: &Run, s: &Summary) -> String {
             if modules.len() > shown.len() { ", …" } else { "" }
         );
     } else {
+        let llama = match d.arch {
+            fp8scope_schemas::config::Arch::Llama => format!(
+                ", llama: KVH={} rope θ={} eps={}{}",
+                d.kv_heads(),
+                d.rope_theta.unwrap_or(0.0),
+                d.norm_eps.unwrap_or(0.0),
+                if d.tie_embeddings { ", tied embeddings" } else { "" }
+            ),
+            fp8scope_schemas::config::Arch::Gpt => String::new(),
+        };
         o += &format!(
-            "  model      {} (V={} C={} F={} NH={} L={} B={} T={})\n",
+            "  model      {} (V={} C={} F={} NH={} L={} B={} T={}{llama})\n",
             c.preset, d.vocab, d.channels, d.ffn, d.heads, d.layers, d.batch, d.seq
         );
+        if let Some(mc) = &c.model_config {
+            o += &format!("  shape of   {mc}\n");
+        }
     }
     o += &format!(
         "  recipe     {} format={:?} amax_history={} amax_algo={:?} margin={}\n",
@@ -79,7 +92,13 @@ fn render(run: &Run, s: &Summary) -> String {
     .to_lowercase();
     let rt = &c.routing;
     if !(rt.bf16_gemms.is_empty() && rt.bf16_layers.is_empty() && rt.bf16_sites.is_empty()) {
-        o += &format!("  bf16       gemms={:?} layers={:?} sites={:?}\n", rt.bf16_gemms, rt.bf16_layers, rt.bf16_sites);
+        let list = |v: Vec<String>| format!("[{}]", v.join(", "));
+        o += &format!(
+            "  bf16       gemms={} layers={:?} sites={}\n",
+            list(rt.bf16_gemms.iter().map(|g| g.to_string()).collect()),
+            rt.bf16_layers,
+            list(rt.bf16_sites.iter().map(|s| s.to_string()).collect())
+        );
     }
     if external {
         o += "  data       external (not known to fp8scope)\n";
@@ -92,6 +111,10 @@ fn render(run: &Run, s: &Summary) -> String {
         output::opt(m.data.entropy_floor.map(num)),
         num(m.data.ln_vocab)
         );
+        if c.data.kind == fp8scope_schemas::config::DataKind::Text {
+            let files = if c.data.paths.is_empty() { c.data.path.iter().cloned().collect() } else { c.data.paths.clone() };
+            o += &format!("  text       {} ({})\n", files.join(", "), c.data.tokenizer.as_deref().map_or("bytes as tokens".to_string(), |t| format!("tokenizer {t}")));
+        }
     }
     o += &format!("  device     {} ({}), started {}, ended {}\n", m.device.kind, m.device.name, m.started_at, output::opt(m.ended_at.as_deref()));
     for inj in &c.injections {
