@@ -7,13 +7,15 @@
 //! - the names used everywhere for layers, modules, GEMMs and tensor roles ([`names`]),
 //! - the Arrow schemas of the `steps`, `stats`, `tensors`, `events`, `shadow` and `extra_stats`
 //!   tables with their column-name constants ([`tables`]),
-//! - the crash-safe Parquet part writer and the checked part reader ([`parts`]).
+//! - the crash-safe Parquet part writer and the checked part reader ([`parts`]),
+//! - all of the above as JSON for writers in other languages ([`export`]).
 //!
 //! A schema version travels in the manifest and in every Parquet file's key-value metadata; readers
 //! refuse versions they do not know.
 
 pub mod config;
 pub mod error;
+pub mod export;
 pub mod layout;
 pub mod manifest;
 pub mod names;

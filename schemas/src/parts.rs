@@ -66,7 +66,7 @@ impl<R: Row> PartWriter<R> {
 }
 
 /// Writer properties every part uses: snappy, the table and schema version in the metadata.
-fn properties(table: Table) -> WriterProperties {
+pub(crate) fn properties(table: Table) -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_key_value_metadata(Some(vec![

@@ -1,0 +1,438 @@
+"""`Recorder`: records a PyTorch training loop into an fp8scope run directory.
+
+For every GEMM site (see `discover`), hooks see the three GEMMs' operands with fp8-capture's roles:
+fprop (activation X = the module's input, weight W), dgrad (gradient dY = the gradient arriving at the
+module's output, weight) and wgrad (gradient, activation). Each operand's statistics are those of the
+cast the recipe implies (fp8scope's saturating, round-to-nearest-even cast with the recipe's scale),
+computed on the device into small float64 vectors; `step()` concatenates the step's vectors and
+copies them to the host once (one device-to-host copy per step), then hands them to
+`fp8scope.session.Session`, which writes the tables.
+
+Hooks: a forward hook per site (X, W, output Y; non-finite outputs in execution order), a tensor
+hook on Y for dY, and on the sites that are dumped a tensor hook on X for the dgrad dump (the
+gradient arriving at the module's input) and a post-accumulate-grad hook on W for the wgrad dump.
+The hooks are excluded from torch.compile (`torch._dynamo.disable`): a compiled model breaks its
+graph at each recorded module and the hooks run eagerly there; the statistics themselves are
+compiled functions (`fused`). Forwards run with gradients disabled (validation under
+`torch.no_grad()`) and forwards inside `with rec.paused():` are not recorded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import os
+import re
+import sys
+import time
+import warnings
+import weakref
+
+import numpy as np
+import torch
+
+from .. import manifest as mf
+from .. import stats as st
+from ..recipe import QUANTIZED_ROLES, Recipe
+from ..session import CHEAP, FULL, Session, StepRecord
+from . import discover
+from .cast import cast_fp8, dequantize_fp8, round_bf16
+from .stats import DEVICE_FIELDS, Kernels, nonfinite_count, shadow_stats
+
+_disable = getattr(getattr(torch, "_dynamo", None), "disable", lambda f: f)
+
+
+class Recorder:
+    """Records the training loop of `model` into the run directory `out` (created; must not exist
+    or be empty).
+
+    Call `step(loss)` after each optimizer step and `close()` at the end (or use it as a context
+    manager); an exception or Ctrl-C that leaves the `with` block, or reaches the top of the program,
+    marks the run crashed with the error; a non-finite loss marks it diverged and stops recording.
+
+    recipe: "delayed" (Transformer Engine's DelayedScaling: amax_history, amax_algo "max" or
+        "most_recent", margin), "current" (scale from the tensor's own amax), or "bf16" (the baseline:
+        statistics of BF16 casts). format: "hybrid" (E4M3 forward, E5M2 gradients) or "e4m3".
+    stats_every / quant_error_every: statistics every N steps and at step 1; quant_mse / quant_cos
+        every N statistics steps and at dump steps (fp8-capture's cadence).
+    dump_every / dump_layers / dump_roles / dump_max_elems / dump_sample: tensor dumps (values and
+        FP8 bytes) every N steps and at step 1, of the modules whose path matches dump_layers
+        (re.search).
+    shadow: at dump steps, each dumped module's three GEMMs are also computed in emulated FP8 and in
+        BF16 on the same inputs, and their output error is recorded (the shadow table).
+    modules: a regex (re.search) over module paths choosing which sites to record (default all).
+    fused: compile the statistics with torch.compile (True / False / "auto" = on CUDA).
+    vocab, optimizer, steps: optional facts for the manifest (ln V; lr, betas, eps, weight decay; the
+        planned number of steps). lr is read from the optimizer when `step` is not given one.
+    """
+
+    def __init__(self, model: torch.nn.Module, out: str, recipe: str = "delayed", *, format: str = "hybrid",
+                 amax_history: int = 1024, amax_algo: str = "max", margin: int = 0, stats_every: int = 1,
+                 quant_error_every: int = 10, dump_every: int = 0, dump_layers: str = ".*", dump_roles=mf.ROLES,
+                 dump_max_elems: int = 4096, dump_sample: str = "first", shadow: bool = False, flush_every: int = 25,
+                 modules: str | None = None, fused="auto", vocab: int | None = None, optimizer=None,
+                 steps: int | None = None, notes=()):
+        found, skipped = discover.sites(model, modules)
+        if not found:
+            raise ValueError("fp8scope: no nn.Linear (or Transformer Engine Linear) in the model"
+                             + (f" matches modules={modules!r}" if modules is not None else ""))
+        self.paths = [p for p, _, _ in found]
+        try:
+            dump_re = re.compile(dump_layers)
+        except re.error as e:
+            raise ValueError(f"fp8scope: dump_layers: the regex {dump_layers!r} does not compile: {e}") from None
+        self.dump_paths = {p for p in self.paths if dump_re.search(p)}
+        if dump_every > 0 and not self.dump_paths:
+            raise ValueError(f"fp8scope: dump_layers={dump_layers!r} matches none of the {len(self.paths)} recorded "
+                             f"modules, e.g. {', '.join(self.paths[:8])}")
+        param = next(model.parameters(), None)
+        dev = param.device if param is not None else torch.device("cpu")
+        self.recipe = Recipe(recipe, format=format, amax_history=amax_history, amax_algo=amax_algo, margin=margin)
+        kinds = sorted({k for _, _, k in found})
+        note_list = [
+            "statistics describe the cast the recipe implies for each operand (fp8scope's saturating, "
+            "round-to-nearest-even cast and the recipe's scale), which is the model's own cast only if it "
+            "casts that way",
+            "dgrad dumps are the gradient arriving at the module's input",
+            f"GEMM sites: {', '.join(kinds)} linear modules",
+        ] + [f"not recorded (GEMM input inside the module): {p}" for p in skipped] + list(notes)
+        layers = {st.layer_of(p) for p in self.paths if any(c.isdigit() for c in p.split("."))}
+        train = {"steps": int(steps or 0)}
+        if optimizer is not None:
+            g = optimizer.param_groups[0]
+            train.update(lr=float(g.get("lr", 0.0)), weight_decay=float(g.get("weight_decay", 0.0)),
+                         eps=float(g.get("eps", 0.0)))
+            if "betas" in g:
+                train.update(beta1=float(g["betas"][0]), beta2=float(g["betas"][1]))
+        self.optimizer = optimizer
+        self.session = Session(
+            out, self.recipe, stats_every=stats_every, quant_error_every=quant_error_every, dump_every=dump_every,
+            dump_layers=dump_layers, dump_roles=dump_roles, dump_max_elems=dump_max_elems, dump_sample=dump_sample,
+            shadow=shadow, flush_every=flush_every, framework=f"torch {torch.__version__}", device=_device_info(dev),
+            libraries=_libraries(), model={"layers": (max(layers) + 1) if layers else 0, "vocab": int(vocab or 0)},
+            train=train, ln_vocab=math.log(vocab) if vocab else 0.0, notes=note_list)
+        self.out = out
+        self.kernels = Kernels(fused, dev.type)
+        self.slots = {(p, r): i for i, (p, r) in enumerate((p, r) for p in self.paths for r in QUANTIZED_ROLES)}
+        # Row 0 the scales, row 1 the amaxes they came from: (1, 0) while delayed scaling's history is empty.
+        self._scale_host = np.stack([np.ones(len(self.slots)), np.zeros(len(self.slots))]).astype(np.float32)
+        self._scale_dev: dict[torch.device, torch.Tensor] = {}
+        self._pieces: list[torch.Tensor] = []
+        self._descs: list[tuple] = []
+        self._wgrad_done: set[str] = set()
+        self._paused = 0
+        self.step_no = 1
+        self.plan = self.session.plan(1)
+        self.closed = False
+        self._t0 = time.perf_counter()
+        self._handles = []
+        for p, m, _ in found:
+            self._handles.append(m.register_forward_hook(_disable(self._forward_hook(p))))
+            w = getattr(m, "weight", None)
+            if p in self.dump_paths and "wgrad" in self.session.dump_roles and isinstance(w, torch.nn.Parameter) \
+                    and hasattr(w, "register_post_accumulate_grad_hook"):
+                self._handles.append(w.register_post_accumulate_grad_hook(_disable(self._wgrad_hook(p))))
+        _live.add(self)
+        _install_exit_hooks()
+
+    # ---------------------------------------------------------------- hooks
+    def _recording(self) -> bool:
+        return not self.closed and not self._paused and torch.is_grad_enabled()
+
+    def _add(self, desc: tuple, piece: torch.Tensor) -> None:
+        self._descs.append(desc)
+        self._pieces.append(piece)
+
+    def _scales(self, device: torch.device) -> torch.Tensor:
+        s = self._scale_dev.get(device)
+        if s is None:
+            s = self._scale_dev[device] = torch.from_numpy(self._scale_host.copy()).to(device)
+        return s
+
+    def _operand(self, path: str, role: str, t: torch.Tensor, level: int, need_scale: bool):
+        """Queues the statistics of one operand; returns the scale of its cast (a 0-d device tensor)."""
+        fmt = self.recipe.format_for(role)
+        if self.recipe.kind == "current" and (need_scale or level >= CHEAP):
+            scale, used = self.kernels.current(t, fmt, self.recipe.margin)
+        else:
+            buf = self._scales(t.device)
+            i = self.slots[(path, role)]
+            scale, used = buf[0, i], buf[1, i]
+        self._add(("operand", path, role, level, t.numel()), self.kernels.operand(t, fmt, scale, used, level))
+        return scale
+
+    def _dump(self, path: str, role: str, t: torch.Tensor, scale) -> None:
+        if role not in self.session.dump_roles:
+            return
+        t = t.detach()
+        cols = t.shape[-1] if t.dim() else 1
+        rows = t.numel() // max(cols, 1)
+        off, n, stride = st.dump_window(rows, cols, self.session.dump_max_elems, self.session.dump_strided)
+        vals = t.reshape(-1)[off: off + n * stride: stride].float()
+        fp8 = scale is not None and self.recipe.is_fp8 and role in QUANTIZED_ROLES
+        if fp8:
+            codes = cast_fp8(vals, self.recipe.format_for(role), scale)
+            piece = torch.cat([scale.reshape(1).double(), vals.double(), codes.double()])
+        else:
+            piece = vals.double()
+        self._add(("dump", path, role, (rows, cols), off, stride, vals.numel(), fp8), piece)
+
+    def _emulated(self, t: torch.Tensor, role: str, scale) -> torch.Tensor:
+        fmt = self.recipe.format_for(role)
+        return dequantize_fp8(cast_fp8(t, fmt, scale), fmt, scale)
+
+    def _shadow(self, path: str, gemm: str, a, ra, sa, b, rb, sb, bias=None) -> None:
+        """FP8-emulated vs BF16 GEMM on the same inputs: fprop a·bᵀ, dgrad a·b, wgrad aᵀ·b."""
+        def mm(x, y):
+            if gemm == "fprop":
+                return x @ y.t()
+            return x @ y if gemm == "dgrad" else x.t() @ y
+        with _exact_f32_matmul():
+            bb = 0.0 if bias is None else round_bf16(bias.detach())
+            test = round_bf16(mm(self._emulated(a, ra, sa), self._emulated(b, rb, sb)) + bb)
+            ref = round_bf16(mm(round_bf16(a), round_bf16(b)) + bb)
+        self._add(("shadow", path, gemm, test.numel()), shadow_stats(test, ref))
+
+    def _forward_hook(self, path: str):
+        def hook(module, args, output):
+            if not self._recording() or not args or not isinstance(args[0], torch.Tensor):
+                return
+            plan = self.plan
+            x, w = args[0], module.weight
+            y = output[0] if isinstance(output, (tuple, list)) else output
+            dumped = plan.dump and path in self.dump_paths
+            x2 = x.detach().reshape(-1, x.shape[-1])
+            sx = self._operand(path, "activation", x2, plan.level, dumped)
+            sw = self._operand(path, "weight", w, plan.level, dumped)
+            self._add(("output", path), nonfinite_count(y))
+            if dumped:
+                self._dump(path, "activation", x2, sx)
+                self._dump(path, "weight", w, sw)
+                self._dump(path, "output", y, None)
+                if x.requires_grad and "dgrad" in self.session.dump_roles:
+                    x.register_hook(_disable(self._dgrad_hook(path)))
+            shadow = plan.shadow and dumped
+            if shadow:
+                self._shadow(path, "fprop", x2, "activation", sx, w.detach(), "weight", sw,
+                             getattr(module, "bias", None))
+            if isinstance(y, torch.Tensor) and y.requires_grad:
+                saved = (x2, w.detach(), sx, sw) if shadow else None
+                y.register_hook(_disable(self._grad_hook(path, dumped, saved)))
+        return hook
+
+    def _grad_hook(self, path: str, dumped: bool, saved):
+        def hook(g):
+            if self.closed:
+                return
+            g2 = g.detach().reshape(-1, g.shape[-1])
+            sg = self._operand(path, "gradient", g2, self.plan.level, dumped)
+            if dumped:
+                self._dump(path, "gradient", g2, sg)
+            if saved is not None:
+                x2, w, sx, sw = saved
+                self._shadow(path, "dgrad", g2, "gradient", sg, w, "weight", sw)
+                self._shadow(path, "wgrad", g2, "gradient", sg, x2, "activation", sx)
+        return hook
+
+    def _dgrad_hook(self, path: str):
+        def hook(g):
+            if not self.closed:
+                self._dump(path, "dgrad", g.detach().reshape(-1, g.shape[-1]), None)
+        return hook
+
+    def _wgrad_hook(self, path: str):
+        def hook(param):
+            # Backward runs with gradients disabled: only closed and paused count here.
+            if not self.closed and not self._paused and self.plan.dump and path not in self._wgrad_done \
+                    and param.grad is not None:
+                self._wgrad_done.add(path)
+                self._dump(path, "wgrad", param.grad, None)
+        return hook
+
+    # ---------------------------------------------------------------- the step
+    def step(self, loss, *, grad_norm=None, lr=None, tokens: int | None = None) -> None:
+        """Ends a step: copies its statistics to the host (one copy), writes its rows, prepares the
+        next step's scales. `loss` (and `grad_norm`) may be tensors; `lr` defaults to the
+        optimizer's when one was given."""
+        if self.closed:
+            raise RuntimeError(f"fp8scope: the recording of {self.out} is closed")
+        descs, pieces = self._descs, self._pieces
+        self._descs, self._pieces = [], []
+        extra = []
+        for name, v in (("loss", loss), ("grad_norm", grad_norm)):
+            if isinstance(v, torch.Tensor):
+                extra.append(name)
+                descs.append((name,))
+                pieces.append(v.detach().reshape(-1)[:1].double())
+        values = _to_host(pieces)
+        step_ms = (time.perf_counter() - self._t0) * 1e3
+        rec, got = self._observations(descs, values)
+        loss_v = got.get("loss", loss)
+        gn = got.get("grad_norm", grad_norm)
+        if lr is None and self.optimizer is not None:
+            lr = self.optimizer.param_groups[0].get("lr")
+        go_on = self.session.end_step(self.step_no, rec, loss=float(loss_v), step_ms=step_ms, grad_norm=gn, lr=lr,
+                                      tokens=tokens, plan=self.plan)
+        if not go_on:
+            self._stop()
+            warnings.warn(f"fp8scope: non-finite loss at step {self.step_no}; the run {self.out} is marked diverged "
+                          "and recording stopped", RuntimeWarning, stacklevel=2)
+            return
+        self.step_no += 1
+        self.plan = self.session.plan(self.step_no)
+        self._wgrad_done = set()
+        if self.recipe.kind == "delayed":
+            for (p, r), i in self.slots.items():
+                self._scale_host[:, i] = self.recipe.delayed_scale(p, r)
+            for d in list(self._scale_dev):
+                src = torch.from_numpy(self._scale_host.copy())
+                self._scale_dev[d] = src.pin_memory().to(d, non_blocking=True) if d.type == "cuda" else src.to(d)
+        self._t0 = time.perf_counter()
+
+    def _observations(self, descs, values) -> tuple[StepRecord, dict]:
+        rec, got = StepRecord(), {}
+        for d, v in zip(descs, values):
+            kind = d[0]
+            if kind == "operand":
+                _, path, role, level, numel = d
+                raw = np.full(len(st.RAW), np.nan)
+                for name, x in zip(DEVICE_FIELDS[level], v):
+                    raw[st.IX[name]] = x
+                raw[st.IX["numel"]] = numel
+                raw[st.IX["inf"]] = numel - raw[st.IX["nan"]] - raw[st.IX["n_finite"]]
+                if self.recipe.format_for(role) == "bf16":
+                    raw[st.IX["amax_used"]] = raw[st.IX["amax"]]
+                rec.observations.append(("operand", path, role, raw))
+            elif kind == "output":
+                rec.observations.append(("output", d[1], float(v[0])))
+            elif kind == "dump":
+                _, path, role, shape, off, stride, n, fp8 = d
+                if fp8:
+                    scale, vals, codes = float(v[0]), v[1:1 + n].astype(np.float32), v[1 + n:].astype(np.uint8)
+                else:
+                    scale, vals, codes = None, v.astype(np.float32), None
+                rec.observations.append(("dump", path, role, shape, off, stride, vals, codes, scale))
+            elif kind == "shadow":
+                rec.observations.append(("shadow", d[1], d[2], np.concatenate([[d[3]], v])))
+            else:
+                got[kind] = float(v[0])
+        return rec, got
+
+    # ---------------------------------------------------------------- the end
+    @contextlib.contextmanager
+    def paused(self):
+        """Forwards and backwards inside this block are not recorded (e.g. evaluation with grads)."""
+        self._paused += 1
+        try:
+            yield self
+        finally:
+            self._paused -= 1
+
+    def _stop(self):
+        self.closed = True
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._descs, self._pieces = [], []
+        _live.discard(self)
+
+    def close(self, status: str = "completed", error: str | None = None) -> None:
+        """Finishes the run (a step begun but not ended by `step()` is dropped)."""
+        if self.closed:
+            return
+        self._stop()
+        self.session.finish(status, error)
+
+    def crash(self, exc: BaseException) -> None:
+        """Marks the run crashed by `exc` (what leaving the `with` block with an exception does)."""
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed"
+        msg = f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")
+        self.close("crashed", f"{msg} (after step {self.step_no - 1})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            self.crash(exc)
+        else:
+            self.close()
+        return False
+
+
+class _exact_f32_matmul(contextlib.ContextDecorator):
+    """float32 matmuls without TF32 inside the block (the shadow GEMMs' reference precision)."""
+
+    def __enter__(self):
+        self.saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return self
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self.saved
+        return False
+
+
+def _to_host(pieces: list[torch.Tensor]) -> list[np.ndarray]:
+    """Every piece on the host: one concatenation and one copy per device."""
+    out: list[np.ndarray | None] = [None] * len(pieces)
+    by_dev: dict[torch.device, list[int]] = {}
+    for i, p in enumerate(pieces):
+        by_dev.setdefault(p.device, []).append(i)
+    for idx in by_dev.values():
+        flat = torch.cat([pieces[i].reshape(-1) for i in idx]).cpu().numpy()
+        at = 0
+        for i in idx:
+            n = pieces[i].numel()
+            out[i] = flat[at: at + n]
+            at += n
+    return out
+
+
+def _device_info(dev: torch.device) -> dict:
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        return {"kind": "cuda", "name": p.name, "compute_capability": f"{p.major}.{p.minor}",
+                "parallelism": p.multi_processor_count, "block_gemm": None}
+    import platform
+
+    return {"kind": dev.type, "name": platform.processor() or platform.machine(), "compute_capability": None,
+            "parallelism": os.cpu_count() or 1, "block_gemm": None}
+
+
+def _libraries() -> dict:
+    libs = {"torch": torch.__version__}
+    if torch.version.cuda:
+        libs["cuda"] = torch.version.cuda
+    for name in ("transformer_engine", "torchao"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            libs[name] = str(getattr(mod, "__version__", "?"))
+    return libs
+
+
+# ---- runs left open when the program ends: crashed by an uncaught exception, else completed.
+_live: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
+_installed = False
+
+
+def _install_exit_hooks():
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    previous = sys.excepthook
+
+    def excepthook(t, v, tb):
+        for rec in list(_live):
+            rec.crash(v)
+        previous(t, v, tb)
+
+    def at_exit():
+        for rec in list(_live):
+            rec.session.notes.append("closed at interpreter exit without Recorder.close()")
+            rec.close()
+
+    sys.excepthook = excepthook
+    atexit.register(at_exit)
