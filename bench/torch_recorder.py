@@ -12,7 +12,8 @@ linear1, linear2 (plus head).
                              recipe's casts against BF16)
   train --variant fp8-fault  fp8, with a planted fault: from --fault-step on, the activation cast of
                              --fault-module's fprop uses a scale 2^--fault-exp too large (dequantized
-                             with the true one, as a stale or corrupted scale would be); no shadow
+                             with the true one, as a stale or corrupted scale would be); shadow GEMMs
+                             compare each FP8 layer's own output with BF16 on the same inputs
                              GEMMs: they emulate the recipe's correct cast, not the model's, so
                              `fp8-analyze locate` works from the dumps against the BF16 run
   overhead                   ms/step without and with the recorder (stats every step, no dumps),
@@ -110,7 +111,7 @@ def train(a):
     fp8 = a.variant.startswith("fp8")
     faulty = dict(model.named_modules())[a.fault_module] if a.variant == "fp8-fault" else None
     rec = fp8scope.torch.Recorder(model, out=a.out, recipe="current" if fp8 else "bf16", stats_every=1,
-                                  dump_every=a.dump_every, dump_layers=a.dump_layers, shadow=a.variant == "fp8",
+                                  dump_every=a.dump_every, dump_layers=a.dump_layers, shadow=fp8,
                                   vocab=tt.VOCAB,
                                   optimizer=opt, steps=a.steps,
                                   notes=[f"bench/torch_recorder.py train --variant {a.variant}"]

@@ -34,11 +34,12 @@ echo "== fp8-analyze on the pairs"
     echo "---- anomalies $run --baseline bf16"; "$ANALYZE" anomalies "$WORK/$run" --baseline "$WORK/bf16"
     echo "---- compare $run --baseline bf16 (cosine < 0.99 flagged)"; "$ANALYZE" compare "$WORK/$run" --baseline "$WORK/bf16" --only-flagged
     echo "---- locate $run --baseline bf16"; "$ANALYZE" locate "$WORK/$run" --baseline "$WORK/bf16"
+    echo "---- locate $run (shadow GEMMs)"; "$ANALYZE" locate "$WORK/$run"
   done
   echo "---- report fp8-fault --baseline bf16"
   "$ANALYZE" report "$WORK/fp8-fault" --baseline "$WORK/bf16" --out "$WORK/report"
 } >"$OUT/analyze.log" 2>&1 || fail=1
-grep -A12 -- "---- locate fp8-fault" "$OUT/analyze.log" | head -16
+grep -A12 -- "---- locate fp8-fault (shadow" "$OUT/analyze.log" | head -16
 tar -czf "$OUT/report.tar.gz" -C "$WORK" report 2>/dev/null || true
 
 echo "== overhead: recorder at stats_every=1 against none, eager and compiled"

@@ -59,8 +59,10 @@ class Recorder:
     dump_every / dump_layers / dump_roles / dump_max_elems / dump_sample: tensor dumps (values and
         FP8 bytes) every N steps and at step 1, of the modules whose path matches dump_layers
         (re.search).
-    shadow: at dump steps, each dumped module's three GEMMs are also computed in emulated FP8 and in
-        BF16 on the same inputs, and their output error is recorded (the shadow table).
+    shadow: at dump steps, each dumped module's three GEMMs are also computed in BF16 on the same
+        inputs and compared with FP8: the module's own output for fprop when it is not a plain
+        nn.Linear (a Transformer Engine, torchao or custom FP8 layer: its real casts, faults
+        included), the recipe's emulated FP8 GEMM otherwise; the error goes to the shadow table.
     modules: a regex (re.search) over module paths choosing which sites to record (default all).
     fused: compile the statistics with torch.compile (True / False / "auto" = on CUDA).
     vocab, optimizer, steps: optional facts for the manifest (ln V; lr, betas, eps, weight decay; the
@@ -182,15 +184,20 @@ class Recorder:
         fmt = self.recipe.format_for(role)
         return dequantize_fp8(cast_fp8(t, fmt, scale), fmt, scale)
 
-    def _shadow(self, path: str, gemm: str, a, ra, sa, b, rb, sb, bias=None) -> None:
-        """FP8-emulated vs BF16 GEMM on the same inputs: fprop a·bᵀ, dgrad a·b, wgrad aᵀ·b."""
+    def _shadow(self, path: str, gemm: str, a, ra, sa, b, rb, sb, bias=None, observed=None) -> None:
+        """FP8 vs BF16 GEMM on the same inputs: fprop a·bᵀ, dgrad a·b, wgrad aᵀ·b. The FP8 side is
+        `observed`, what the module itself computed, when given (a layer with its own FP8 forward:
+        whatever its cast does, faults included, is then measured), else the recipe's emulation."""
         def mm(x, y):
             if gemm == "fprop":
                 return x @ y.t()
             return x @ y if gemm == "dgrad" else x.t() @ y
         with _exact_f32_matmul():
             bb = 0.0 if bias is None else round_bf16(bias.detach())
-            test = round_bf16(mm(self._emulated(a, ra, sa), self._emulated(b, rb, sb)) + bb)
+            if observed is not None:
+                test = observed.detach().reshape(-1, observed.shape[-1]).float()
+            else:
+                test = round_bf16(mm(self._emulated(a, ra, sa), self._emulated(b, rb, sb)) + bb)
             ref = round_bf16(mm(round_bf16(a), round_bf16(b)) + bb)
         self._add(("shadow", path, gemm, test.numel()), shadow_stats(test, ref))
 
@@ -214,8 +221,12 @@ class Recorder:
                     x.register_hook(_disable(self._dgrad_hook(path)))
             shadow = plan.shadow and dumped
             if shadow:
+                # A plain nn.Linear runs in the model's own precision: its FP8 side is the
+                # recipe's emulation. Any other Linear (Transformer Engine's, torchao's, the
+                # user's own FP8 layer) computed its FP8 output itself: measure that one.
+                own = type(module) is not torch.nn.Linear and isinstance(y, torch.Tensor)
                 self._shadow(path, "fprop", x2, "activation", sx, w.detach(), "weight", sw,
-                             getattr(module, "bias", None))
+                             getattr(module, "bias", None), observed=y if own else None)
             if isinstance(y, torch.Tensor) and y.requires_grad:
                 saved = (x2, w.detach(), sx, sw) if shadow else None
                 y.register_hook(_disable(self._grad_hook(path, dumped, saved)))
