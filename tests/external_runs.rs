@@ -164,3 +164,22 @@ fn a_run_written_by_the_pytorch_recorder_is_read_by_summary_and_compare() {
     let text = ok(&["compare", ra, "--baseline", rb], 0);
     assert!(text.contains("nothing compared"), "{text}");
 }
+
+/// Logs written by nvdlfw_inspect 0.2.2 itself (its LogTensorStats feature through its YAML config,
+/// `bench/te_debug_logs.py` on an H200 with torch, 40 steps of a two-Linear MLP) import whole.
+#[test]
+fn real_nvdlfw_inspect_logs_import_line_for_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("real");
+    let r = run.to_str().unwrap();
+    let logs = repo_root().join("analyze/tests/fixtures/te_debug/real_nvdlfw_0.2.2_torch");
+    let imp = json(&["import", "te-debug", logs.to_str().unwrap(), "--out", r], 0);
+    assert_eq!(imp["stats_decimals"].as_u64(), Some(4), "{imp}");
+    let count = |sql: &str| json(&["query", r, "--sql", sql], 0)[0]["n"].as_i64().unwrap_or(-1);
+    // 2640 lines: min, max, mean, std map to columns; l1_norm and l2_norm are kept under their names.
+    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM extra_stats"), 880);
+    assert_eq!(count("SELECT CAST(COUNT(DISTINCT module) AS BIGINT) AS n FROM stats"), 2);
+    assert_eq!(count("SELECT CAST(MAX(step) AS BIGINT) AS n FROM stats"), 40);
+    let s = ok(&["summary", r], 0);
+    assert!(s.contains("model.0") && s.contains("rounded to 4 decimals"), "{s}");
+}

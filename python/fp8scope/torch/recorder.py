@@ -80,6 +80,10 @@ class Recorder:
             raise ValueError("fp8scope: no nn.Linear (or Transformer Engine Linear) in the model"
                              + (f" matches modules={modules!r}" if modules is not None else ""))
         self.paths = [p for p, _, _ in found]
+        # Modules that run their own FP8 forward (any Linear but a plain nn.Linear). When the model
+        # has some, its plain nn.Linear modules run in BF16 (an lm_head, a gate): no shadow GEMM
+        # pretends they are FP8.
+        self.own_fp8 = {p for p, m, _ in found if type(m) is not torch.nn.Linear}
         try:
             dump_re = re.compile(dump_layers)
         except re.error as e:
@@ -219,12 +223,12 @@ class Recorder:
                 self._dump(path, "output", y, None)
                 if x.requires_grad and "dgrad" in self.session.dump_roles:
                     x.register_hook(_disable(self._dgrad_hook(path)))
-            shadow = plan.shadow and dumped
+            own = path in self.own_fp8 and isinstance(y, torch.Tensor)
+            shadow = plan.shadow and dumped and (own or not self.own_fp8)
             if shadow:
                 # A plain nn.Linear runs in the model's own precision: its FP8 side is the
                 # recipe's emulation. Any other Linear (Transformer Engine's, torchao's, the
                 # user's own FP8 layer) computed its FP8 output itself: measure that one.
-                own = type(module) is not torch.nn.Linear and isinstance(y, torch.Tensor)
                 self._shadow(path, "fprop", x2, "activation", sx, w.detach(), "weight", sw,
                              getattr(module, "bias", None), observed=y if own else None)
             if isinstance(y, torch.Tensor) and y.requires_grad:
