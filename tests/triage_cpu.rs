@@ -59,7 +59,7 @@ fn check_shape(v: &Value) {
     let keys: Vec<&str> = v.as_object().expect("object").keys().map(|k| k.as_str()).collect();
     let mut sorted = keys.clone();
     sorted.sort();
-    assert_eq!(sorted, ["anomaly", "confirmation", "culprits", "current_scaling_cures", "healthy", "inconclusive", "noise", "runs"], "verdict keys");
+    assert_eq!(sorted, ["anomaly", "block_scaling_cures", "confirmation", "culprits", "current_scaling_cures", "healthy", "inconclusive", "noise", "runs"], "verdict keys");
     for r in v["runs"].as_array().expect("runs") {
         let dir = r["dir"].as_str().expect("dir");
         assert!(Path::new(dir).join("run.json").is_file(), "run {} kept on disk at {dir}", r["name"]);

@@ -527,7 +527,7 @@ impl TrainArgs {
             if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {
                 bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.reserved_tokens());
             }
-            if !data_kind_is_synthetic(self.data) {
+            if !data_kind_is_synthetic(self.data) && s.needs_synthetic() {
                 bail!("--scenario {} plants its tokens in the synthetic language; use --data synthetic", s.name);
             }
             if let Some(&last) = s.steps.iter().max() {

@@ -153,6 +153,19 @@ impl Data {
         Ok(Data { source, vocab, batch: batch as usize, seq: seq as usize, seed, entropy_floor: floor })
     }
 
+    /// The delimiter tokens of the data: the synthetic language's topic markers (the first token
+    /// of every sequence), or the token(s) of a newline in text.
+    pub fn delimiters(&self, cfg: &DataConfig) -> Vec<u32> {
+        match &self.source {
+            Source::Synthetic(lang) => (0..lang.topics as u32).collect(),
+            Source::Text { .. } => match cfg.tokenizer.as_deref().and_then(|t| crate::text::load_tokenizer(t).ok()) {
+                Some(tk) => tk.encode("\n", false).map(|e| e.get_ids().to_vec()).unwrap_or_default(),
+                None => vec![u32::from(b'\n')],
+            },
+            Source::Uniform => vec![0],
+        }
+    }
+
     /// The batch of `step` (1-based).
     pub fn batch(&self, step: u32) -> Batch {
         let mut rng = step_rng(self.seed, step);

@@ -70,9 +70,9 @@ pub struct AlignedChannel {
 pub enum AlignedTokens {
     /// The trigger token (the top id), which only a [`Plant::Trigger`] batch contains.
     Trigger,
-    /// The synthetic language's topic markers, the first token of every sequence: the
-    /// "delimiter" tokens on which Sun et al. (2024) find massive activations.
-    TopicMarkers,
+    /// Delimiters, on which Sun et al. (2024) find massive activations: the synthetic language's
+    /// topic markers (the first token of every sequence), or the newline of text.
+    Delimiters,
 }
 
 /// A built-in scenario: the batches it plants and the recipe defaults it sets.
@@ -170,7 +170,7 @@ pub fn scenario(name: &str) -> Option<Scenario> {
             e4m3: None,
             overflow_nan: false,
             arch: Some(Arch::Llama),
-            aligned: Some(AlignedChannel { layer: 0, channel: 0, gain: MASSIVE_GAIN, tokens: AlignedTokens::TopicMarkers }),
+            aligned: Some(AlignedChannel { layer: 0, channel: 0, gain: MASSIVE_GAIN, tokens: AlignedTokens::Delimiters }),
         },
         _ => return None,
     };
@@ -181,7 +181,7 @@ pub fn scenario(name: &str) -> Option<Scenario> {
 const SWIGLU_STEP: u32 = 200;
 const SWIGLU_GAIN: f32 = 128.0;
 /// Gain of the `massive-activations` channel.
-const MASSIVE_GAIN: f32 = 128.0;
+const MASSIVE_GAIN: f32 = 512.0;
 
 impl Scenario {
     /// Token ids the scenario reserves at the top of the vocabulary (the synthetic language
@@ -242,9 +242,15 @@ impl Scenario {
         }
     }
 
+    /// Whether the scenario needs the synthetic language (it plants batches, or its tokens are a
+    /// trigger only the synthetic language leaves free).
+    pub fn needs_synthetic(&self) -> bool {
+        self.plant != Plant::Nothing || self.aligned.is_some_and(|a| a.tokens == AlignedTokens::Trigger)
+    }
+
     /// Applies the scenario's initialisation to a fresh model: the pad token's zero embedding,
     /// an aligned SwiGLU channel and the embeddings pointed along it.
-    pub fn init_model<B: Backend>(&self, be: &mut B, model: &mut Model<B>, topics: u32) {
+    pub fn init_model<B: Backend>(&self, be: &mut B, model: &mut Model<B>, delimiters: &[u32]) {
         let d = model.dims;
         self.init_embedding(be, &mut model.state.params[crate::model::WTE], d.v, d.c);
         let Some(al) = self.aligned else { return };
@@ -274,7 +280,7 @@ impl Scenario {
         let typical = 0.02 * (c as f32).sqrt();
         let chosen: Vec<usize> = match al.tokens {
             AlignedTokens::Trigger => vec![Self::pad_id(d.v as u32) as usize],
-            AlignedTokens::TopicMarkers => (0..topics as usize).collect(),
+            AlignedTokens::Delimiters => delimiters.iter().map(|&t| t as usize).collect(),
         };
         for t in 0..d.v {
             let row = &mut wte[t * c..][..c];

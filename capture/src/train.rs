@@ -135,7 +135,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let mut writer = Writer::start(run, manifest)?;
     let mut model: Model<B> = Model::new(be, dims, cfg.train.seed, cfg.train.init_jitter);
     if let Some(s) = &scenario {
-        s.init_model(be, &mut model, cfg.data.topics);
+        s.init_model(be, &mut model, &data.delimiters(&cfg.data));
     }
     let mut scaling = Scaling::new(cfg);
 

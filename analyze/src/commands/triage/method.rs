@@ -319,6 +319,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             anomaly: None,
             culprits: Vec::new(),
             current_scaling_cures: false,
+            block_scaling_cures: None,
             noise: noise_summary,
             confirmation: None,
             runs: t.runs.clone(),
@@ -355,6 +356,15 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         f.extend(c.injections());
         specs.push(RunSpec { name: "current".into(), flags: f });
     }
+    // Block scaling (1×128 / 128×128 tiles): the cure of an outlier a per-tensor scale cannot hold
+    // (one channel on a few tokens). Tried where it runs: the CPU (the CUDA backend has none yet).
+    let try_block = a.recipe != "block" && c.device == "cpu";
+    if try_block {
+        let mut f = c.common();
+        f.extend(["--recipe".into(), "block".into()]);
+        f.extend(c.injections());
+        specs.push(RunSpec { name: "block".into(), flags: f });
+    }
     // Delayed scaling lags: the same run with the max of a short amax history tells a stale
     // history (the outlier's amax remembered for many steps, or one quiet step's amax taken as the
     // forecast of the next) from a fault in the cast itself.
@@ -370,7 +380,8 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     }
     let cured = t.batch("kinds", "kind", &specs)?;
     let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
-    for e in t.runs.iter_mut().filter(|e| matches!(e.name.as_str(), "current" | "short-history" | "top-ranked")) {
+    let block_scaling_cures = try_block.then(|| t.entry("block").is_some_and(|e| e.outcome.cured == Some(true)));
+    for e in t.runs.iter_mut().filter(|e| matches!(e.name.as_str(), "current" | "block" | "short-history" | "top-ranked")) {
         e.outcome.purpose = e.name.clone();
     }
     let top_cures = top.is_some() && cured.last().copied().unwrap_or(false);
@@ -480,6 +491,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         anomaly: Some(anomaly),
         culprits: if confirmed { found } else { Vec::new() },
         current_scaling_cures,
+        block_scaling_cures,
         noise: noise_summary,
         confirmation,
         runs: t.runs.clone(),

@@ -172,6 +172,9 @@ pub struct Verdict {
     /// second seed confirmed it.
     pub culprits: Vec<Culprit>,
     pub current_scaling_cures: bool,
+    /// Whether block scaling (1×128 / 128×128 tiles) cures the run; None when it was not tried
+    /// (the FP8 run uses it, or the captures run on the GPU, which has no block scaling yet).
+    pub block_scaling_cures: Option<bool>,
     /// The noise band the verdict was judged against (None with --noise-runs 0).
     pub noise: Option<NoiseSummary>,
     /// The second seed's test of the culprits (None when there were none or --no-confirm).

@@ -169,6 +169,15 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         Some(e) => s += &format!("{} ({}, {})\n", if v.current_scaling_cures { "cures the run" } else { "does not cure the run" }, gap_text(e), e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())),
         None => s += "not tried (the FP8 run already uses it)\n",
     }
+    if let Some(e) = t.entry("block") {
+        let cures = e.outcome.cured == Some(true);
+        s += &format!(
+            "   block scaling (1×128 / 128×128 tiles): {} ({}, {})\n",
+            if cures { "cures the run" } else { "does not cure the run" },
+            gap_text(e),
+            e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())
+        );
+    }
     if let Some(e) = t.entry("short-history") {
         let cures = e.outcome.cured == Some(true);
         s += &format!(
@@ -252,7 +261,12 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             s.push('\n');
         }
     }
-    s += &format!("current scaling {}.\n", if v.current_scaling_cures { "cures it" } else { "does not cure it" });
+    s += &format!("current scaling {}", if v.current_scaling_cures { "cures it" } else { "does not cure it" });
+    s += &match v.block_scaling_cures {
+        Some(true) => "; block scaling cures it.\n".to_string(),
+        Some(false) => "; block scaling does not.\n".to_string(),
+        None => ".\n".to_string(),
+    };
     let confirm = match &v.confirmation {
         Some(c) => format!("; the confirmation on seed {} {}", c.seed, if c.held { "held" } else { "did not hold" }),
         None if !v.culprits.is_empty() => "; not confirmed on a second seed (--no-confirm)".into(),
