@@ -3,9 +3,25 @@
 
   runs.py parity CPU_RUN GPU_RUN [--tol 0.01]   GPU loss within tol (relative) of the CPU's at every step
   runs.py same RUN_A RUN_B                      the two loss columns are bit-identical
-  runs.py speed RUN [--skip 10]                 median step_ms after the first `skip` steps (JSON)
+  runs.py speed RUN [--skip 10] [--name N] [--peak-mib M]
+                                                median and mean step_ms after the first `skip` steps, and
+                                                the model TFLOP/s of the median step (dims from run.json)
   runs.py final RUN                             mean loss of the last 20 steps, and ln V (JSON)
+  runs.py flops --arch gpt|llama --vocab V --channels C --ffn F --heads NH [--kv-heads KVH]
+                --layers L --batch B --seq T [--tied] [--ms MS]
+                                                parameters and model FLOPs per step (TFLOP/s with --ms)
+  runs.py peer LOG NAME [--peak-mib M] [dims as for flops]
+                                                the RESULT line of torch_tiny.py / torch_llama.py as a
+                                                speed row (median_ms = its ms_step); an error row when
+                                                the log has none
 Exits 1 when a check fails.
+
+Model FLOPs per step (model_flops), the convention of torch_llama.py so that both sides compare:
+  6 * (parameters - V*C) * B*T  +  12 * L * B * T^2 * C
+the first term is every weight matrix but the token embedding (a lookup), lm_head included, forward
+and backward (2 + 4 FLOPs per weight and token); the second is attention's QK^T and AV, forward and
+backward, counted over the full T x T square (no halving for the causal mask). `flops_causal` gives
+the same with the attention term halved.
 """
 import glob
 import json
@@ -34,6 +50,66 @@ def arg(name, default):
     return default
 
 
+def n_params(arch, vocab, channels, ffn, heads, kv_heads, layers, tied=False):
+    """Parameter count, as capture/src/model/params.rs lays them out (equal to PyTorch's for
+    torch_tiny.py's encoder layers and Hugging Face's LlamaForCausalLM)."""
+    v, c, f = vocab, channels, ffn
+    emb = v * c * (1 if tied else 2)
+    if arch == "llama":
+        kv = (kv_heads or heads) * (c // heads)
+        return emb + c + layers * (2 * c + c * (c + 2 * kv) + c * c + 3 * c * f)
+    if arch == "gpt":
+        return emb + 2 * c + layers * (4 * c + 3 * c * c + 3 * c + c * c + c + 2 * f * c + f + c)
+    raise ValueError(f"unknown arch {arch}")
+
+
+def model_flops(arch, vocab, channels, ffn, heads, kv_heads, layers, batch, seq, tied=False):
+    """Model FLOPs of one training step (forward + backward), torch_llama.py's formula:
+    6 * (parameters - V*C) * B*T + 12 * L * B * T^2 * C; the lm_head counts even when tied."""
+    p = n_params(arch, vocab, channels, ffn, heads, kv_heads, layers, tied)
+    matmul = p - (0 if tied else vocab * channels)
+    tokens = batch * seq
+    attn = 12 * layers * batch * seq * seq * channels
+    return {"params": p, "params_M": round(p / 1e6, 1), "tokens": tokens,
+            "flops": 6 * matmul * tokens + attn, "flops_causal": 6 * matmul * tokens + attn // 2}
+
+
+DIMS = ("arch", "vocab", "channels", "ffn", "heads", "kv_heads", "layers", "batch", "seq")
+
+
+def dims_from_flags():
+    """The dims given as flags (--kv-heads for kv_heads), or None when --vocab is absent."""
+    if "--vocab" not in sys.argv:
+        return None
+    d = {k: arg("--" + k.replace("_", "-"), "" if k == "arch" else 0) for k in DIMS}
+    d["arch"] = d["arch"] or "gpt"
+    d["tied"] = "--tied" in sys.argv
+    missing = [k for k in DIMS if k not in ("arch", "kv_heads") and not d[k]]
+    if missing:
+        sys.exit("flops: missing " + ", ".join("--" + k for k in missing))
+    return d
+
+
+def with_tflops(row, d, ms):
+    """Adds params_M, flops_step and model_tflops (of `ms` per step) to `row`."""
+    f = model_flops(**d)
+    row.update({"params_M": f["params_M"], "flops_step": f["flops"],
+                "model_tflops": round(f["flops"] / (ms / 1e3) / 1e12, 1) if ms else None,
+                "model_tflops_causal": round(f["flops_causal"] / (ms / 1e3) / 1e12, 1) if ms else None})
+    return row
+
+
+def run_dims(run):
+    """The model dims of a recorded run (run.json's config.model), or None."""
+    try:
+        m = json.load(open(os.path.join(run, "run.json")))["config"]["model"]
+        return {"arch": m.get("arch", "gpt"), "vocab": m["vocab"], "channels": m["channels"], "ffn": m["ffn"],
+                "heads": m["heads"], "kv_heads": m.get("kv_heads"), "layers": m["layers"], "batch": m["batch"],
+                "seq": m["seq"], "tied": bool(m.get("tie_embeddings", False))}
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "parity":
@@ -57,8 +133,54 @@ def main():
         s = steps(sys.argv[2])
         skip = arg("--skip", 10)
         ms = sorted(r["step_ms"] for r in s[skip:])
-        print(json.dumps({"run": os.path.basename(sys.argv[2]), "steps": len(s), "median_ms": ms[len(ms) // 2],
-                          "mean_ms": sum(ms) / len(ms), "tokens": s[0]["tokens"], "final_loss": s[-1]["loss"]}))
+        if not ms:
+            sys.exit(f"{sys.argv[2]}: {len(s)} steps, none after --skip {skip}")
+        row = {"run": arg("--name", os.path.basename(sys.argv[2])), "steps": len(s), "median_ms": ms[len(ms) // 2],
+               "mean_ms": sum(ms) / len(ms), "tokens": s[0]["tokens"], "final_loss": s[-1]["loss"]}
+        if "--peak-mib" in sys.argv:
+            row["peak_mib"] = arg("--peak-mib", 0)
+        d = run_dims(sys.argv[2])
+        if d:
+            with_tflops(row, d, row["median_ms"])
+        print(json.dumps(row))
+        return
+    if cmd == "flops":
+        d = dims_from_flags()
+        if d is None:
+            sys.exit("flops: give the dims (--arch --vocab --channels --ffn --heads [--kv-heads] --layers --batch --seq)")
+        f = model_flops(**d)
+        ms = arg("--ms", 0.0)
+        if ms:
+            f["model_tflops"] = round(f["flops"] / (ms / 1e3) / 1e12, 1)
+            f["model_tflops_causal"] = round(f["flops_causal"] / (ms / 1e3) / 1e12, 1)
+        print(json.dumps({**d, **f}))
+        return
+    if cmd == "peer":
+        log, name = sys.argv[2], sys.argv[3]
+        try:
+            lines = open(log, errors="replace").read().splitlines()
+        except OSError as e:
+            lines = [f"no log: {e}"]
+        res = [l[len("RESULT "):] for l in lines if l.startswith("RESULT ")]
+        if not res:
+            tail = next((l for l in reversed(lines) if l.strip()), "no output")
+            print(json.dumps({"run": name, "error": tail.strip()[:300]}))
+            return
+        r = json.loads(res[-1])
+        r.update({"run": name, "median_ms": r["ms_step"], "tokens": r.get("tokens", r.get("batch", 0) * r.get("seq", 512))})
+        if "--peak-mib" in sys.argv:
+            r["peak_mib"] = arg("--peak-mib", 0)
+        d = dims_from_flags()
+        if d is None and all(k in r for k in ("vocab", "dim", "ffn", "heads", "layers", "batch", "seq")):
+            d = {"arch": "llama", "vocab": r["vocab"], "channels": r["dim"], "ffn": r["ffn"], "heads": r["heads"],
+                 "kv_heads": r.get("kv_heads"), "layers": r["layers"], "batch": r["batch"], "seq": r["seq"]}
+        if d:
+            # The peer's own figures, when it prints them, stay beside ours (they must agree).
+            for k in ("model_tflops", "params_M"):
+                if k in r:
+                    r["peer_" + k] = r[k]
+            with_tflops(r, d, r["ms_step"])
+        print(json.dumps(r))
         return
     if cmd == "final":
         s = steps(sys.argv[2])
