@@ -111,6 +111,9 @@ def run_dims(run):
 
 
 def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help", "help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(sys.argv) >= 2 else 2)
     cmd = sys.argv[1]
     if cmd == "parity":
         cpu, gpu = steps(sys.argv[2]), steps(sys.argv[3])
