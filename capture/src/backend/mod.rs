@@ -246,15 +246,22 @@ pub trait Backend {
     /// dqkv (=) from dout: the inverse rotation on q and k, v copied.
     #[allow(clippy::too_many_arguments)]
     fn rope_bwd(&mut self, dqkv: &mut Self::Buf, dout: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32);
-    /// out (B,T,C), att (B,NH,T,T) saved probabilities, from qkv (B,T,C + 2·KVH·HD) with rows
+    /// Floats of the buffer attention saves for its backward (`att`), and of the backward's
+    /// scratch (`datt`): the (B,NH,T,T) probabilities on the CPU; on the GPU's fused attention, one
+    /// log-sum-exp (forward) or correction term (backward) per query row, (B,NH,T).
+    fn attention_saved_len(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {
+        let _ = c;
+        b * nh * t * t
+    }
+    /// out (B,T,C), and `att` ([`Backend::attention_saved_len`]) saved for the backward, from qkv (B,T,C + 2·KVH·HD) with rows
     /// [q (C = NH·HD) | k (KVH·HD) | v (KVH·HD)]; query head h uses kv head h / (NH/KVH)
     /// (grouped-query attention; kvh = nh is multi-head attention). BF16 operands.
     #[allow(clippy::too_many_arguments)]
     fn attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
-    /// dqkv (=) from dout; datt is scratch of att's size. The dk/dv of a shared kv head
-    /// accumulate over its query heads in a fixed order.
+    /// dqkv (=) from dout; `out` is the forward's output, `datt` scratch of att's size. The dk/dv
+    /// of a shared kv head accumulate over its query heads in a fixed order.
     #[allow(clippy::too_many_arguments)]
-    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
+    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
     fn gelu_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf);
     /// dinp (=) = gelu'(inp) · dout.
     fn gelu_bwd(&mut self, dinp: &mut Self::Buf, inp: &Self::Buf, dout: &Self::Buf);

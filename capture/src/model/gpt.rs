@@ -84,7 +84,7 @@ impl<B: Backend> Model<B> {
             Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w], None, None);
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
             Self::linear(be, &wgrad[1], plan, dumps, gw, &s.dres, &a.atty, None, Some(gb));
-            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.nh, d.causal);
+            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.atty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             // qkv
             let (w, bi) = linear(Module::Qkv);
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w], None, None);

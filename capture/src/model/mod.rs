@@ -103,7 +103,7 @@ pub struct LayerActs<T> {
     pub ln1_rstd: T, // (N)
     pub qkv: T,      // (N, Q)
     pub qkv_rot: T,  // (N, Q) llama: q and k rotated
-    pub att: T,      // (B, NH, T, T)
+    pub att: T,      // Backend::attention_saved_len
     pub atty: T,     // (N, C)
     pub proj: T,     // (N, C)
     pub res2: T,     // (N, C) residual after attention
@@ -137,7 +137,7 @@ pub struct State<T> {
     pub datty: T,    // (N, C)
     pub dqkv: T,     // (N, Q)
     pub dqkv_rot: T, // (N, Q) llama
-    pub datt: T,     // (B, NH, T, T)
+    pub datt: T,     // Backend::attention_saved_len
     pub dact: T,     // (N, F)
     pub dfc1: T,     // (N, F1)
 }
@@ -210,11 +210,12 @@ impl<B: Backend> Model<B> {
         }
         let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
         let sizes = param_sizes(&dims);
+        let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
         let mut zeros = |n: usize| be.zeros(n);
         let grads = sizes.iter().map(|&s| zeros(s)).collect();
         let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
         let adam_v = sizes.iter().map(|&s| zeros(s)).collect();
-        let Dims { v, c, f, nh, l, b, t, n, .. } = dims;
+        let Dims { v, c, f, l, n, .. } = dims;
         let (q, f1) = (dims.qkv_width(), dims.fc1_width());
         let gpt = dims.arch == Arch::Gpt;
         // Buffers only one architecture uses.
@@ -227,7 +228,7 @@ impl<B: Backend> Model<B> {
                 ln1_rstd: zeros(n),
                 qkv: zeros(n * q),
                 qkv_rot: zeros(only(!gpt, n * q)),
-                att: zeros(b * nh * t * t),
+                att: zeros(saved),
                 atty: zeros(n * c),
                 proj: zeros(n * c),
                 res2: zeros(n * c),
@@ -258,7 +259,7 @@ impl<B: Backend> Model<B> {
             datty: zeros(n * c),
             dqkv: zeros(n * q),
             dqkv_rot: zeros(only(!gpt, n * q)),
-            datt: zeros(b * nh * t * t),
+            datt: zeros(saved),
             dact: zeros(n * f),
             dfc1: zeros(n * f1),
         };

@@ -128,7 +128,7 @@ impl Backend for CpuBackend {
         layers::attention::attention_fwd(out, att, qkv, b, t, c, nh, kvh, causal);
         round_bf16_inplace(out);
     }
-    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
+    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, _out: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
         layers::attention::attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal);
         round_bf16_inplace(dqkv);
     }

@@ -49,12 +49,13 @@ pub enum Family {
     RmsNorm,
     SwiGlu,
     Attention,
+    FlashAttention,
     Loss,
     AdamW,
 }
 
 impl Family {
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Cast,
         Family::Stats,
         Family::Embedding,
@@ -64,6 +65,7 @@ impl Family {
         Family::RmsNorm,
         Family::SwiGlu,
         Family::Attention,
+        Family::FlashAttention,
         Family::Loss,
         Family::AdamW,
     ];
@@ -79,6 +81,7 @@ impl Family {
             Family::RmsNorm => "rmsnorm.cu",
             Family::SwiGlu => "swiglu.cu",
             Family::Attention => "attention.cu",
+            Family::FlashAttention => "flash_attention.cu",
             Family::Loss => "loss.cu",
             Family::AdamW => "adamw.cu",
         }
@@ -95,6 +98,7 @@ impl Family {
             Family::RmsNorm => include_str!("../../../../kernels/rmsnorm.cu"),
             Family::SwiGlu => include_str!("../../../../kernels/swiglu.cu"),
             Family::Attention => include_str!("../../../../kernels/attention.cu"),
+            Family::FlashAttention => include_str!("../../../../kernels/flash_attention.cu"),
             Family::Loss => include_str!("../../../../kernels/loss.cu"),
             Family::AdamW => include_str!("../../../../kernels/adamw.cu"),
         }
@@ -121,6 +125,7 @@ impl Family {
                 "rope_fwd",
                 "rope_bwd",
             ],
+            Family::FlashAttention => &super::attention::FLASH_KERNELS,
             Family::Loss => &["crossentropy_fwd"],
             Family::AdamW => &["adamw_fwd"],
         }
@@ -211,26 +216,45 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
 
 type CubinCache = Mutex<Vec<(String, Family, std::sync::Arc<Vec<u8>>)>>;
 
-/// Compiles (once per process, per architecture) every family to CUBIN.
+/// Compiles (once per process, per architecture) every family to CUBIN, the families in parallel
+/// (each NVRTC program is single-threaded; `cast.cu`, the largest, bounds the wall time).
 pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::sync::Arc<Vec<u8>>)>, CudaError> {
     static CACHE: OnceLock<CubinCache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
-    let mut out = Vec::new();
-    for f in Family::ALL {
-        let hit = cache
+    let cached = |f: Family| {
+        cache
             .lock()
             .ok()
-            .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()));
-        let bin = match hit {
-            Some(b) => b,
-            None => {
-                let b = std::sync::Arc::new(compile_cubin(f, arch, includes)?);
-                if let Ok(mut c) = cache.lock() {
-                    c.push((arch.to_string(), f, b.clone()));
-                }
-                b
+            .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()))
+    };
+    let compiled: Vec<(Family, Result<std::sync::Arc<Vec<u8>>, CudaError>)> = std::thread::scope(|s| {
+        let jobs: Vec<_> = Family::ALL
+            .iter()
+            .map(|&f| {
+                let hit = cached(f);
+                (f, hit, s.spawn(move || if cached(f).is_some() { None } else { Some(compile_cubin(f, arch, includes)) }))
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|(f, hit, job)| {
+                let r = match (hit, job.join()) {
+                    (Some(b), _) => Ok(b),
+                    (None, Ok(Some(r))) => r.map(std::sync::Arc::new),
+                    (None, Ok(None)) => cached(f).ok_or(CudaError::Compile { file: f.file(), log: "lost from the cache".into() }),
+                    (None, Err(_)) => Err(CudaError::Compile { file: f.file(), log: "the compiling thread panicked".into() }),
+                };
+                (f, r)
+            })
+            .collect()
+    });
+    let mut out = Vec::new();
+    for (f, r) in compiled {
+        let bin = r?;
+        if let Ok(mut c) = cache.lock() {
+            if !c.iter().any(|(a, g, _)| a == arch && *g == f) {
+                c.push((arch.to_string(), f, bin.clone()));
             }
-        };
+        }
         out.push((f, bin));
     }
     Ok(out)

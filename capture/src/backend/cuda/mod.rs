@@ -3,7 +3,8 @@
 //!
 //! - Kernels: `kernels/*.cu`, one file per layer family, compiled by NVRTC at start-up to a CUBIN
 //!   for the GPU found ([`kernels`]). The Llama family's launchers have a file each here
-//!   (`rmsnorm.rs`, `swiglu.rs`, `rope.rs`); the others are in `primitives.rs` and this file.
+//!   (`rmsnorm.rs`, `swiglu.rs`, `rope.rs`), as does attention (`attention.rs`: the fused
+//!   flash-style kernels and the unfused fallback); the others are in `primitives.rs` and this file.
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
@@ -25,7 +26,7 @@ mod prof;
 use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
-use blas::{Batched, Blas, Lt, OpType};
+use blas::{Blas, Lt, OpType};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Role};
@@ -196,16 +197,8 @@ pub struct CudaBackend {
     /// GEMM shapes cuBLASLt runs only with BF16 output.
     bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
     prof: Option<prof::Profiler>,
-    // Attention scratch.
-    q16: CudaSlice<u16>,
-    k16: CudaSlice<u16>,
-    v16: CudaSlice<u16>,
-    dy16: CudaSlice<u16>,
-    att16: CudaSlice<u16>,
-    dpre16: CudaSlice<u16>,
-    y32: CudaSlice<f32>,
-    dq32: CudaSlice<f32>,
-    dk32: CudaSlice<f32>,
+    /// Which attention path runs, and the unfused path's scratch ([`attention`]).
+    attn: attention::AttentionState,
     /// Per-chunk column sums of the LayerNorm and RMSNorm weight gradients.
     ln_partial: CudaSlice<f32>,
     /// The RoPE cos/sin table of `layers::rope::rope_table` for (T, HD, theta's bits) ([`rope`]).
@@ -252,6 +245,7 @@ macro_rules! launch {
     }};
 }
 
+mod attention;
 mod cast;
 mod channels;
 
@@ -284,6 +278,7 @@ impl CudaBackend {
                 funcs.insert(k, f);
             }
         }
+        attention::configure(&funcs)?;
         let lt = Lt::new(&stream)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -309,15 +304,7 @@ impl CudaBackend {
             nonfinite: s.alloc_zeros(MAX_SLOTS)?,
             red: s.alloc_zeros(REDUCE_GRID * 1024 + 1)?,
             counter: s.alloc_zeros(1)?,
-            q16: s.alloc_zeros(1)?,
-            k16: s.alloc_zeros(1)?,
-            v16: s.alloc_zeros(1)?,
-            dy16: s.alloc_zeros(1)?,
-            att16: s.alloc_zeros(1)?,
-            dpre16: s.alloc_zeros(1)?,
-            y32: s.alloc_zeros(1)?,
-            dq32: s.alloc_zeros(1)?,
-            dk32: s.alloc_zeros(1)?,
+            attn: attention::AttentionState::new(s)?,
             ln_partial: s.alloc_zeros(1)?,
             rope_tab: None,
             next_slot: 0,
@@ -644,156 +631,6 @@ impl CudaBackend {
                 b: report(g.b),
             })
             .collect())
-    }
-
-    /// Checks attention's head counts; returns (hs, rep = NH/KVH).
-    fn attention_heads(c: usize, nh: usize, kvh: usize) -> Result<(usize, usize), CudaError> {
-        if nh == 0 || kvh == 0 || c % nh != 0 || nh % kvh != 0 {
-            return Err(CudaError::Unsupported(format!("attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)")));
-        }
-        Ok((c / nh, nh / kvh))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn attention_fwd_impl(
-        &mut self,
-        out: &mut CudaSlice<f32>,
-        att: &mut CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
-    ) -> Result<(), CudaError> {
-        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
-        let bh = b * nh;
-        let groups = b * kvh;
-        let nq = bh * t * hs;
-        let nkv = groups * t * hs;
-        let na = bh * t * t;
-        for buf in [&mut self.q16, &mut self.k16, &mut self.v16] {
-            grow(&self.stream, buf, nq)?;
-        }
-        grow(&self.stream, &mut self.att16, na)?;
-        grow(&self.stream, &mut self.y32, nq)?;
-        let (q, k, v) = (self.ptr(&self.q16), self.ptr(&self.k16), self.ptr(&self.v16));
-        let (a16, y) = (self.ptr(&self.att16), self.ptr(&self.y32));
-        let (qkvp, attp, outp) = (self.ptr(qkv), self.ptr(att), self.ptr(out));
-        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
-        let scale = 1.0 / (hs as f32).sqrt();
-        // preatt = scale · q kᵀ, into att (the softmax runs in place).
-        self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, groups, rep, scale),
-            k,
-            q,
-            attp,
-        )?;
-        let rows = (bh * t) as u64;
-        launch!(
-            self,
-            "attention_softmax_fwd",
-            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
-            attp,
-            a16,
-            attp,
-            rows,
-            ti,
-            causal as i32
-        )?;
-        // y = att v.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, false, 1.0),
-            v,
-            a16,
-            y,
-        )?;
-        launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, y, bi, ti, nhi, hsi)?;
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn attention_bwd_impl(
-        &mut self,
-        dqkv: &mut CudaSlice<f32>,
-        datt: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
-        att: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
-    ) -> Result<(), CudaError> {
-        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
-        let bh = b * nh;
-        let groups = b * kvh;
-        let nq = bh * t * hs;
-        let nkv = groups * t * hs;
-        let na = bh * t * t;
-        for buf in [&mut self.q16, &mut self.k16, &mut self.v16, &mut self.dy16] {
-            grow(&self.stream, buf, nq)?;
-        }
-        grow(&self.stream, &mut self.att16, na)?;
-        grow(&self.stream, &mut self.dpre16, na)?;
-        for buf in [&mut self.y32, &mut self.dq32, &mut self.dk32] {
-            grow(&self.stream, buf, nq)?;
-        }
-        let (q, k, v, dy) = (self.ptr(&self.q16), self.ptr(&self.k16), self.ptr(&self.v16), self.ptr(&self.dy16));
-        let (a16, dp16) = (self.ptr(&self.att16), self.ptr(&self.dpre16));
-        let (dv, dq, dk) = (self.ptr(&self.y32), self.ptr(&self.dq32), self.ptr(&self.dk32));
-        let (qkvp, attp, dattp, doutp, dqkvp) = (self.ptr(qkv), self.ptr(att), self.ptr(datt), self.ptr(dout), self.ptr(dqkv));
-        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        let scale = 1.0 / (hs as f32).sqrt();
-        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
-        launch!(self, "attention_split_bwd", grid_for(nq, 256), dy, doutp, bi, ti, nhi, hsi)?;
-        // datt = dy vᵀ
-        self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, groups, rep, 1.0),
-            v,
-            dy,
-            dattp,
-        )?;
-        let rows = (bh * t) as u64;
-        launch!(
-            self,
-            "attention_softmax_bwd",
-            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
-            dp16,
-            a16,
-            attp,
-            dattp,
-            rows,
-            ti,
-            causal as i32
-        )?;
-        // dv = attᵀ dy, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, true, 1.0),
-            dy,
-            a16,
-            dv,
-        )?;
-        // dq = scale · dpre k
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, false, scale),
-            k,
-            dp16,
-            dq,
-        )?;
-        // dk = scale · dpreᵀ q, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, true, scale),
-            q,
-            dp16,
-            dk,
-        )?;
-        launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
-        Ok(())
     }
 
     fn sumsq_many(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {

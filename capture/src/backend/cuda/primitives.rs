@@ -236,6 +236,10 @@ impl Backend for CudaBackend {
         self.span("rope_bwd", |me| ok(me.rope_impl("rope_bwd", dqkv, dout, b, t, nh, kvh, hd, theta)))
     }
 
+    fn attention_saved_len(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {
+        self.attention_saved(b, t, c, nh)
+    }
+
     fn attention_fwd(
         &mut self,
         out: &mut CudaSlice<f32>,
@@ -256,6 +260,7 @@ impl Backend for CudaBackend {
         dqkv: &mut CudaSlice<f32>,
         datt: &mut CudaSlice<f32>,
         dout: &CudaSlice<f32>,
+        out: &CudaSlice<f32>,
         qkv: &CudaSlice<f32>,
         att: &CudaSlice<f32>,
         b: usize,
@@ -265,7 +270,7 @@ impl Backend for CudaBackend {
         kvh: usize,
         causal: bool,
     ) {
-        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal)))
+        self.span("attention_bwd", |me| ok(me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, b, t, c, nh, kvh, causal)))
     }
 
     fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {

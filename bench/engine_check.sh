@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU engine after a change, in one call on a machine with an H200 (about 8 minutes):
+#  1. bench/gpu_check.sh: the CUDA test binaries (FP8 bytes bit-exact, every layer within tolerance
+#     on both attention paths, fused vs unfused attention side by side, bit-identical reruns),
+#     small and llama-small parity with the CPU over 100 steps, bit-identical GPU reruns;
+#  2. the loss columns of the previous binary (OLD_BIN) and this one, same runs, compared step by
+#     step (max relative difference; a numerics change moves them within run-to-run noise);
+#  3. a short llama-1b run per recipe under FP8SCOPE_PROFILE=1 (where the step's time goes).
+# Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [skip-check]
+set -uo pipefail
+BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; SKIP=${4:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT/runs"
+status=0
+if [ "$SKIP" != skip-check ]; then
+  bash "$HERE/gpu_check.sh" "$BIN" "$OUT/check" > "$OUT/gpu_check.log" 2>&1 || status=1
+  grep -E "^==|rel L2|fused|outside|FAIL|test result|parity|same|ok" "$OUT/gpu_check.log" | grep -v "^\s*$" | tail -80
+  echo "== old vs new binary, 100 steps, GPU"
+  for p in small llama-small; do
+    for r in bf16 delayed; do
+      "$OLD/fp8-capture" train --quiet --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-old" || status=1
+      "$BIN/fp8-capture" train --quiet --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-new" || status=1
+      python3 "$HERE/runs.py" parity "$OUT/runs/$p-$r-old" "$OUT/runs/$p-$r-new" --tol 0.01 | tee -a "$OUT/old_vs_new.jsonl" || status=1
+    done
+  done
+fi
+echo "== llama-1b, 8 steps per recipe, FP8SCOPE_PROFILE=1"
+for r in bf16 delayed; do
+  log="$OUT/llama1b-$r.log"
+  FP8SCOPE_PROFILE=1 timeout 240 "$BIN/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe $r --steps 8 \
+    --out "$OUT/runs/llama1b-$r" > "$log" 2>&1
+  echo "-- llama-1b $r (rc $?)"
+  sed -n '/== CUDA backend profile/,$p' "$log" | head -40; grep -iE 'error|panick' "$log" | head -3
+  python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-$r" --skip 3 2>/dev/null
+done
+echo "== engine_check status $status"
+exit $status

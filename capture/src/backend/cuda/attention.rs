@@ -1,0 +1,512 @@
+//! Attention on the GPU: the launchers of `kernels/flash_attention.cu` (fused, the default) and of
+//! `kernels/attention.cu` (unfused: cuBLAS batched GEMMs around a softmax kernel, kept for head
+//! sizes the fused kernels do not take and for side-by-side measurement with
+//! `FP8SCOPE_ATTENTION=unfused`). The CPU reference is `capture/src/layers/attention.rs`.
+//!
+//! The fused path reads q, k, v straight from the qkv rows and writes the output rows, so the
+//! split and merge passes and every (T x T) buffer of the unfused path are gone; it saves one
+//! base-2 log-sum-exp per query row (B, NH, T) for the backward, which recomputes the
+//! probabilities tile by tile: `flash_bwd_delta` (the softmax correction term), `flash_bwd_dkdv`
+//! (one block per key tile and kv head, looping over the group's query heads, so GQA needs no
+//! atomics) and `flash_bwd_dq`. Every sum runs in a fixed order: reruns are bit-identical.
+
+use super::blas::Batched;
+use super::{CudaBackend, CudaError, cfg, grid_for, grow};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Head sizes the fused kernels are instantiated for (kernels/flash_attention.cu: FA_ENTRY).
+pub const FLASH_HEAD_SIZES: [usize; 5] = [16, 32, 64, 96, 128];
+/// Threads per block and query rows (or keys) per tile of the fused kernels.
+const FLASH_THREADS: u32 = 128;
+const FLASH_TILE: usize = 64;
+
+/// The fused kernels' entry points, in the order `kernels::Family::FlashAttention` lists them.
+pub const FLASH_KERNELS: [&str; 16] = [
+    "flash_fwd_d16",
+    "flash_bwd_dkdv_d16",
+    "flash_bwd_dq_d16",
+    "flash_fwd_d32",
+    "flash_bwd_dkdv_d32",
+    "flash_bwd_dq_d32",
+    "flash_fwd_d64",
+    "flash_bwd_dkdv_d64",
+    "flash_bwd_dq_d64",
+    "flash_fwd_d96",
+    "flash_bwd_dkdv_d96",
+    "flash_bwd_dq_d96",
+    "flash_fwd_d128",
+    "flash_bwd_dkdv_d128",
+    "flash_bwd_dq_d128",
+    "flash_bwd_delta",
+];
+
+fn flash_names(d: usize) -> Option<[&'static str; 3]> {
+    let i = FLASH_HEAD_SIZES.iter().position(|&x| x == d)?;
+    Some([
+        FLASH_KERNELS[3 * i],
+        FLASH_KERNELS[3 * i + 1],
+        FLASH_KERNELS[3 * i + 2],
+    ])
+}
+
+/// Dynamic shared memory of the fused forward and backward kernels for head size `d`, in bytes
+/// (mirrors the carving at the top of each kernel in flash_attention.cu).
+pub fn flash_smem(d: usize) -> (u32, u32) {
+    let tile = FLASH_TILE * (d + 8) * 2;
+    let scratch = 16 * (FLASH_TILE + 4).max(d + 4) * 4;
+    let probs = 16 * (FLASH_TILE + 8) * 2;
+    let fwd = 3 * tile + 4 * scratch + 4 * probs;
+    let bwd = 4 * tile + 2 * FLASH_TILE * 4 + 4 * scratch + 4 * 2 * probs;
+    (fwd as u32, bwd as u32)
+}
+
+/// Lets each fused kernel use the shared memory it needs (above the 48 KiB default).
+pub fn configure(funcs: &HashMap<&'static str, CudaFunction>) -> Result<(), CudaError> {
+    for d in FLASH_HEAD_SIZES {
+        let (fwd, bwd) = flash_smem(d);
+        for (name, bytes) in flash_names(d).into_iter().flatten().zip([fwd, bwd, bwd]) {
+            let f = funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
+            f.set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The attention path's state: which path runs, and the unfused path's scratch.
+pub struct AttentionState {
+    /// Whether the fused kernels run (unless FP8SCOPE_ATTENTION=unfused, or the head size has no
+    /// fused kernel).
+    pub fused: bool,
+    pub(super) q16: CudaSlice<u16>,
+    pub(super) k16: CudaSlice<u16>,
+    pub(super) v16: CudaSlice<u16>,
+    pub(super) dy16: CudaSlice<u16>,
+    pub(super) att16: CudaSlice<u16>,
+    pub(super) dpre16: CudaSlice<u16>,
+    pub(super) y32: CudaSlice<f32>,
+    pub(super) dq32: CudaSlice<f32>,
+    pub(super) dk32: CudaSlice<f32>,
+}
+
+impl AttentionState {
+    pub fn new(s: &Arc<CudaStream>) -> Result<AttentionState, CudaError> {
+        let fused = std::env::var("FP8SCOPE_ATTENTION")
+            .map(|v| v != "unfused")
+            .unwrap_or(true);
+        Ok(AttentionState {
+            fused,
+            q16: s.alloc_zeros(1)?,
+            k16: s.alloc_zeros(1)?,
+            v16: s.alloc_zeros(1)?,
+            dy16: s.alloc_zeros(1)?,
+            att16: s.alloc_zeros(1)?,
+            dpre16: s.alloc_zeros(1)?,
+            y32: s.alloc_zeros(1)?,
+            dq32: s.alloc_zeros(1)?,
+            dk32: s.alloc_zeros(1)?,
+        })
+    }
+}
+
+impl CudaBackend {
+    /// Chooses the fused kernels (the default) or the unfused path, for measuring one against
+    /// the other in one process.
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.attn.fused = on;
+    }
+
+    /// Whether attention of C = `c` over `nh` heads runs fused.
+    pub(super) fn attention_fused(&self, c: usize, nh: usize) -> bool {
+        self.attn.fused && nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh))
+    }
+
+    /// See `Backend::attention_saved_len`.
+    pub(super) fn attention_saved(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {
+        if self.attention_fused(c, nh) {
+            b * nh * t
+        } else {
+            b * nh * t * t
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention_fwd_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        if !self.attention_fused(c, nh) {
+            return self.attention_fwd_unfused(out, att, qkv, b, t, c, nh, kvh, causal);
+        }
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
+        Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
+        let [fwd, _, _] = flash_names(hs).expect("fused head size");
+        let scale = 1.0 / (hs as f32).sqrt();
+        let (outp, lsep, qkvp) = (self.ptr(out), self.ptr(att), self.ptr(qkv));
+        let mut lc = cfg(
+            (t.div_ceil(FLASH_TILE) as u32, nh as u32, b as u32),
+            FLASH_THREADS,
+        );
+        lc.shared_mem_bytes = flash_smem(hs).0;
+        let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
+        launch!(
+            self,
+            fwd,
+            lc,
+            outp,
+            lsep,
+            qkvp,
+            ti,
+            nhi,
+            kvhi,
+            scale,
+            causal as i32
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention_bwd_impl(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        out: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        if !self.attention_fused(c, nh) {
+            return self
+                .attention_bwd_unfused(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal);
+        }
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
+        Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
+        Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
+        let [_, dkdv, dq] = flash_names(hs).expect("fused head size");
+        let scale = 1.0 / (hs as f32).sqrt();
+        let (dqkvp, deltap, doutp, outp, qkvp, lsep) = (
+            self.ptr(dqkv),
+            self.ptr(datt),
+            self.ptr(dout),
+            self.ptr(out),
+            self.ptr(qkv),
+            self.ptr(att),
+        );
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        let rows = (b * t * nh) as u32;
+        launch!(
+            self,
+            "flash_bwd_delta",
+            cfg((rows.div_ceil(8), 1, 1), 256),
+            deltap,
+            doutp,
+            outp,
+            bi,
+            ti,
+            nhi,
+            hsi
+        )?;
+        let smem = flash_smem(hs).1;
+        let tiles = t.div_ceil(FLASH_TILE) as u32;
+        let mut lc = cfg((tiles, kvh as u32, b as u32), FLASH_THREADS);
+        lc.shared_mem_bytes = smem;
+        launch!(
+            self,
+            dkdv,
+            lc,
+            dqkvp,
+            qkvp,
+            doutp,
+            lsep,
+            deltap,
+            ti,
+            nhi,
+            kvhi,
+            scale,
+            causal as i32
+        )?;
+        let mut lc = cfg((tiles, nh as u32, b as u32), FLASH_THREADS);
+        lc.shared_mem_bytes = smem;
+        launch!(
+            self,
+            dq,
+            lc,
+            dqkvp,
+            qkvp,
+            doutp,
+            lsep,
+            deltap,
+            ti,
+            nhi,
+            kvhi,
+            scale,
+            causal as i32
+        )
+    }
+
+    fn check_len(what: &str, got: usize, need: usize) -> Result<(), CudaError> {
+        if got < need {
+            return Err(CudaError::Unsupported(format!(
+                "{what} holds {got} floats; {need} are needed (size it with Backend::attention_saved_len)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks attention's head counts; returns (hs, rep = NH/KVH).
+    pub(super) fn attention_heads(
+        c: usize,
+        nh: usize,
+        kvh: usize,
+    ) -> Result<(usize, usize), CudaError> {
+        if nh == 0 || kvh == 0 || c % nh != 0 || nh % kvh != 0 {
+            return Err(CudaError::Unsupported(format!(
+                "attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)"
+            )));
+        }
+        Ok((c / nh, nh / kvh))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_fwd_unfused(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        att: &mut CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
+        let bh = b * nh;
+        let groups = b * kvh;
+        let nq = bh * t * hs;
+        let nkv = groups * t * hs;
+        let na = bh * t * t;
+        for buf in [&mut self.attn.q16, &mut self.attn.k16, &mut self.attn.v16] {
+            grow(&self.stream, buf, nq)?;
+        }
+        grow(&self.stream, &mut self.attn.att16, na)?;
+        grow(&self.stream, &mut self.attn.y32, nq)?;
+        let (q, k, v) = (
+            self.ptr(&self.attn.q16),
+            self.ptr(&self.attn.k16),
+            self.ptr(&self.attn.v16),
+        );
+        let (a16, y) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.y32));
+        let (qkvp, attp, outp) = (self.ptr(qkv), self.ptr(att), self.ptr(out));
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        launch!(
+            self,
+            "attention_split_fwd",
+            grid_for(nq + nkv, 256),
+            q,
+            k,
+            v,
+            qkvp,
+            bi,
+            ti,
+            nhi,
+            kvhi,
+            hsi
+        )?;
+        let scale = 1.0 / (hs as f32).sqrt();
+        // preatt = scale · q kᵀ, into att (the softmax runs in place).
+        self.blas.gemm_bf16_f32(
+            Batched::attention_scores(t, hs, groups, rep, scale),
+            k,
+            q,
+            attp,
+        )?;
+        let rows = (bh * t) as u64;
+        launch!(
+            self,
+            "attention_softmax_fwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            attp,
+            a16,
+            attp,
+            rows,
+            ti,
+            causal as i32
+        )?;
+        // y = att v.
+        self.blas.gemm_bf16_f32(
+            Batched::attention_values(t, hs, groups, rep, false, 1.0),
+            v,
+            a16,
+            y,
+        )?;
+        launch!(
+            self,
+            "attention_merge_fwd",
+            grid_for(nq, 256),
+            outp,
+            y,
+            bi,
+            ti,
+            nhi,
+            hsi
+        )?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attention_bwd_unfused(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        qkv: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    ) -> Result<(), CudaError> {
+        let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
+        let bh = b * nh;
+        let groups = b * kvh;
+        let nq = bh * t * hs;
+        let nkv = groups * t * hs;
+        let na = bh * t * t;
+        for buf in [
+            &mut self.attn.q16,
+            &mut self.attn.k16,
+            &mut self.attn.v16,
+            &mut self.attn.dy16,
+        ] {
+            grow(&self.stream, buf, nq)?;
+        }
+        grow(&self.stream, &mut self.attn.att16, na)?;
+        grow(&self.stream, &mut self.attn.dpre16, na)?;
+        for buf in [&mut self.attn.y32, &mut self.attn.dq32, &mut self.attn.dk32] {
+            grow(&self.stream, buf, nq)?;
+        }
+        let (q, k, v, dy) = (
+            self.ptr(&self.attn.q16),
+            self.ptr(&self.attn.k16),
+            self.ptr(&self.attn.v16),
+            self.ptr(&self.attn.dy16),
+        );
+        let (a16, dp16) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.dpre16));
+        let (dv, dq, dk) = (
+            self.ptr(&self.attn.y32),
+            self.ptr(&self.attn.dq32),
+            self.ptr(&self.attn.dk32),
+        );
+        let (qkvp, attp, dattp, doutp, dqkvp) = (
+            self.ptr(qkv),
+            self.ptr(att),
+            self.ptr(datt),
+            self.ptr(dout),
+            self.ptr(dqkv),
+        );
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        let scale = 1.0 / (hs as f32).sqrt();
+        launch!(
+            self,
+            "attention_split_fwd",
+            grid_for(nq + nkv, 256),
+            q,
+            k,
+            v,
+            qkvp,
+            bi,
+            ti,
+            nhi,
+            kvhi,
+            hsi
+        )?;
+        launch!(
+            self,
+            "attention_split_bwd",
+            grid_for(nq, 256),
+            dy,
+            doutp,
+            bi,
+            ti,
+            nhi,
+            hsi
+        )?;
+        // datt = dy vᵀ
+        self.blas.gemm_bf16_f32(
+            Batched::attention_scores(t, hs, groups, rep, 1.0),
+            v,
+            dy,
+            dattp,
+        )?;
+        let rows = (bh * t) as u64;
+        launch!(
+            self,
+            "attention_softmax_bwd",
+            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
+            dp16,
+            a16,
+            attp,
+            dattp,
+            rows,
+            ti,
+            causal as i32
+        )?;
+        // dv = attᵀ dy, summed over the kv head's query heads.
+        self.blas.gemm_bf16_f32(
+            Batched::attention_values(t, hs, groups, rep, true, 1.0),
+            dy,
+            a16,
+            dv,
+        )?;
+        // dq = scale · dpre k
+        self.blas.gemm_bf16_f32(
+            Batched::attention_values(t, hs, groups, rep, false, scale),
+            k,
+            dp16,
+            dq,
+        )?;
+        // dk = scale · dpreᵀ q, summed over the kv head's query heads.
+        self.blas.gemm_bf16_f32(
+            Batched::attention_values(t, hs, groups, rep, true, scale),
+            q,
+            dp16,
+            dk,
+        )?;
+        launch!(
+            self,
+            "attention_merge_bwd",
+            grid_for(nq + nkv, 256),
+            dqkvp,
+            dq,
+            dk,
+            dv,
+            bi,
+            ti,
+            nhi,
+            kvhi,
+            hsi
+        )?;
+        Ok(())
+    }
+}
