@@ -1,5 +1,6 @@
 // Fused ("flash") attention, forward and backward, causal or not, with grouped-query heads, on BF16
-// tensor cores (WMMA 16x16x16, f32 accumulation). No (T x T) matrix is ever written to memory.
+// tensor cores (mma.sync m16n8k16, f32 accumulation). No (T x T) matrix is ever written to memory,
+// and the scores, probabilities and their gradients never leave the registers.
 //
 // Layouts (as attention.cu): qkv rows are [q (NH*D) | k (KVH*D) | v (KVH*D)], f32 holding BF16
 // values; query head h reads kv head h / (NH/KVH). out and dout are (B, T, NH*D).
@@ -14,30 +15,73 @@
 // template parameter (16, 32, 64, 96, 128). Blocks: forward and dQ one per (query tile, head,
 // batch), dK/dV one per (key tile, kv head, batch) looping over the group's query heads. Every
 // accumulation runs in a fixed order (no atomics): reruns are bit-identical.
-// Shared memory (dynamic, above 48 KiB for D >= 64): see flash_smem_* below, mirrored in
-// capture/src/backend/cuda/attention.rs.
+// Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + c (g the group, c its thread);
+// an accumulator holds (row g, cols 2c, 2c+1) and (row g+8, same cols) of a 16 x 8 tile; an A
+// operand (16 x 16) holds rows g and g+8 at k = 2c, 2c+1 and 2c+8, 2c+9 — so an accumulator pair
+// (two n-blocks) becomes an A operand in registers, as FlashAttention-2 does with P.
+// Shared memory: 3 (forward) or 4 (backward) BF16 tiles of 64 x (D+8), plus 2 x 64 floats in the
+// backward (capture/src/backend/cuda/attention.rs: flash_smem mirrors it).
 #include "common.cuh"
-#include <mma.h>
-using namespace nvcuda;
 
 #define FA_TILE 64
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
-#define FA_LS (FA_TILE + 4)  // f32 score rows (a multiple of 4 floats, as WMMA stores need)
-#define FA_LP (FA_TILE + 8)  // BF16 probability rows (a multiple of 8 halves)
 
 typedef __nv_bfloat16 bf16;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragBRow;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBCol;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 
 template <int D> struct Fa {
-    static constexpr int LD = D + 8;                               // BF16 tile row stride
-    static constexpr int LO = D + 4;                               // f32 output-tile row stride
-    static constexpr int SW = 16 * (FA_LS > LO ? FA_LS : LO);      // f32 scratch per warp
-    static constexpr int TILE = FA_TILE * LD;                      // halves per tile
+    static constexpr int LD = D + 8;       // BF16 tile row stride (16-byte rows, no bank conflicts)
+    static constexpr int TILE = FA_TILE * LD;
+    static constexpr int KS = D / 16;      // k-steps over the head dimension
+    static constexpr int NB = D / 8;       // n-blocks of 8 over the head dimension
 };
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], const bf16* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// c (16 x 8) += a (16 x 16) b (16 x 8).
+__device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+}
+
+// The A operand (16 x 16) at rows row0.., cols col0.. of a row-major BF16 tile.
+template <int D>
+__device__ __forceinline__ void load_a(u32 (&a)[4], const bf16* tile, int row0, int col0) {
+    int l = threadIdx.x & 31;
+    ldsm_x4(a, tile + (row0 + (l & 15)) * Fa<D>::LD + col0 + (l >> 4) * 8);
+}
+
+// B operands of two n-blocks (n0, n0+8) at k0.. when the tile stores B transposed (rows = n,
+// cols = k: k and q tiles for S = Q K^T). b[0], b[1]: n-block n0; b[2], b[3]: n0 + 8.
+template <int D>
+__device__ __forceinline__ void load_b_nk(u32 (&b)[4], const bf16* tile, int n0, int k0) {
+    int l = threadIdx.x & 31;
+    ldsm_x4(b, tile + (n0 + (l & 7) + (l >> 4) * 8) * Fa<D>::LD + k0 + ((l >> 3) & 1) * 8);
+}
+
+// B operands of two n-blocks (n0, n0+8) at k0.. when the tile stores B as is (rows = k, cols = n:
+// the v tile for P V).
+template <int D>
+__device__ __forceinline__ void load_b_kn(u32 (&b)[4], const bf16* tile, int k0, int n0) {
+    int l = threadIdx.x & 31;
+    ldsm_x4_t(b, tile + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * Fa<D>::LD + n0 + (l >> 4) * 8);
+}
 
 // Loads rows row0 .. row0+63 of a (T, w) f32 matrix (batch base `src`), columns col .. col+D-1,
 // into a BF16 tile; rows past T are zero. All threads of the block take part.
@@ -49,45 +93,44 @@ __device__ __forceinline__ void fa_load(bf16* dst, const float* src, int w, int 
         int tt = row0 + r;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (tt < t) x = *reinterpret_cast<const float4*>(src + (u64)tt * w + col + c);
-        bf16* o = dst + r * Fa<D>::LD + c;
-        o[0] = __float2bfloat16_rn(x.x);
-        o[1] = __float2bfloat16_rn(x.y);
-        o[2] = __float2bfloat16_rn(x.z);
-        o[3] = __float2bfloat16_rn(x.w);
+        u32* o = reinterpret_cast<u32*>(dst + r * Fa<D>::LD + c);
+        o[0] = pack_bf16(x.x, x.y);
+        o[1] = pack_bf16(x.z, x.w);
     }
 }
 
-// acc[j] (16 x 16, j < 4) = a (16 x D rows of `a`) times the transpose of rows 16j .. 16j+15 of `b`
-// (a 64 x D tile), stored into the warp's f32 scratch (16 x 64, row stride FA_LS).
+// acc (16 x 64) = a-rows (16 x D, the warp's A operands) times the transpose of a 64 x D tile.
 template <int D>
-__device__ __forceinline__ void fa_abt(float* sw, const bf16* a, const bf16* b) {
-    for (int j = 0; j < FA_TILE / 16; j++) {
-        FragC acc;
-        wmma::fill_fragment(acc, 0.0f);
+__device__ __forceinline__ void fa_abt(float (&acc)[8][4], const u32 (&a)[Fa<D>::KS][4], const bf16* tile) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            FragA fa;
-            FragBCol fb;
-            wmma::load_matrix_sync(fa, a + kk * 16, Fa<D>::LD);
-            wmma::load_matrix_sync(fb, b + j * 16 * Fa<D>::LD + kk * 16, Fa<D>::LD);
-            wmma::mma_sync(acc, fa, fb, acc);
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nb][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < Fa<D>::KS; kk++) {
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            u32 b[4];
+            load_b_nk<D>(b, tile, np * 16, kk * 16);
+            mma16816(acc[2 * np], a[kk], b[0], b[1]);
+            mma16816(acc[2 * np + 1], a[kk], b[2], b[3]);
         }
-        wmma::store_matrix_sync(sw + j * 16, acc, FA_LS, wmma::mem_row_major);
     }
 }
 
-// acc[j] (+)= p (16 x 64 BF16, row stride FA_LP) times columns 16j .. of the 64 x D tile `b`.
+// acc (16 x D) += p (16 x 64, accumulator layout, rounded to BF16 here) times a 64 x D tile.
 template <int D>
-__device__ __forceinline__ void fa_pb(FragC* acc, const bf16* p, const bf16* b) {
+__device__ __forceinline__ void fa_pv(float (&acc)[Fa<D>::NB][4], const float (&p)[8][4], const bf16* tile) {
 #pragma unroll
-    for (int j = 0; j < D / 16; j++) {
+    for (int j = 0; j < 4; j++) {
+        u32 a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
+                    pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
 #pragma unroll
-        for (int kk = 0; kk < FA_TILE / 16; kk++) {
-            FragA fa;
-            FragBRow fb;
-            wmma::load_matrix_sync(fa, p + kk * 16, FA_LP);
-            wmma::load_matrix_sync(fb, b + kk * 16 * Fa<D>::LD + j * 16, Fa<D>::LD);
-            wmma::mma_sync(acc[j], fa, fb, acc[j]);
+        for (int np = 0; np < Fa<D>::NB / 2; np++) {
+            u32 b[4];
+            load_b_kn<D>(b, tile, j * 16, np * 16);
+            mma16816(acc[2 * np], a, b[0], b[1]);
+            mma16816(acc[2 * np + 1], a, b[2], b[3]);
         }
     }
 }
@@ -97,128 +140,106 @@ __device__ __forceinline__ bool fa_visible(int qi, int kj, int t, int causal) {
     return qi < t && kj < t && (!causal || kj <= qi);
 }
 
-// Writes a warp's 16 x D accumulator rows (times `scale`, rounded to BF16) to rows row0 .. of a
-// (T, w) f32 matrix at column col, through the warp's scratch.
+// Writes a warp's 16 x D accumulator (rows row0 + g, row0 + g + 8), times `scale` and rounded to
+// BF16, into a (T, w) f32 matrix at column col.
 template <int D>
-__device__ __forceinline__ void fa_store_rows(float* dst, int w, int col, int row0, int t, FragC* acc, float* sw, float scale) {
-    constexpr int LO = Fa<D>::LO;
-    __syncwarp();
+__device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, int t, const float (&acc)[Fa<D>::NB][4], float scale0, float scale1) {
+    int l = threadIdx.x & 31, g = l >> 2, c = l & 3;
 #pragma unroll
-    for (int j = 0; j < D / 16; j++) wmma::store_matrix_sync(sw + j * 16, acc[j], LO, wmma::mem_row_major);
-    __syncwarp();
-    int lane = threadIdx.x & 31;
-    for (int e = lane; e < 16 * D; e += 32) {
-        int r = e / D, c = e % D;
-        int tt = row0 + r;
-        if (tt < t) dst[(u64)tt * w + col + c] = round_bf16(sw[r * LO + c] * scale);
+    for (int half = 0; half < 2; half++) {
+        int tt = row0 + g + 8 * half;
+        if (tt >= t) continue;
+        float s = half ? scale1 : scale0;
+        float* o = dst + (u64)tt * w + col + 2 * c;
+#pragma unroll
+        for (int nb = 0; nb < Fa<D>::NB; nb++) {
+            float2 v = make_float2(round_bf16(acc[nb][2 * half] * s), round_bf16(acc[nb][2 * half + 1] * s));
+            *reinterpret_cast<float2*>(o + nb * 8) = v;
+        }
     }
 }
 
-// Forward. Grid (ceil(T/64), NH, B), FA_THREADS threads. Lane l of warp w owns query row
-// r = l & 15 of the warp's 16 and the columns of parity l >> 4 of each 64-key tile and of D.
+// Forward. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
 template <int D>
 __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv, int t, int nh,
                           int kvh, float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    constexpr int LD = Fa<D>::LD, LO = Fa<D>::LO, SW = Fa<D>::SW;
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);
     bf16* ks = qs + Fa<D>::TILE;
     bf16* vs = ks + Fa<D>::TILE;
-    float* scratch = reinterpret_cast<float*>(vs + Fa<D>::TILE);
-    bf16* probs = reinterpret_cast<bf16*>(scratch + FA_WARPS * SW);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int g = h / (nh / kvh);
+    int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
     const float* base = qkv + (u64)b * t * w;
     int q0 = qb * FA_TILE;
-    float* sw = scratch + warp * SW;
-    bf16* pw = probs + warp * 16 * FA_LP;
     fa_load<D>(qs, base, w, h * D, q0, t);
     __syncthreads();
-    FragA qf[D / 16];
+    u32 qa[Fa<D>::KS][4];
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) wmma::load_matrix_sync(qf[kk], qs + warp * 16 * LD + kk * 16, LD);
-    int r = lane & 15, par = lane >> 4;
-    int qi = q0 + warp * 16 + r;
+    for (int kk = 0; kk < Fa<D>::KS; kk++) load_a<D>(qa[kk], qs, warp * 16, kk * 16);
+    int qi0 = q0 + warp * 16 + g;
     const float sl2 = scale * 1.4426950408889634f;
-    float m = -INFINITY, l = 0.0f;
-    float o[D / 2];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[Fa<D>::NB][4];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[nb][e] = 0.0f;
     int ntiles = (t + FA_TILE - 1) / FA_TILE;
     int nkb = causal ? min(qb + 1, ntiles) : ntiles;
     for (int kb = 0; kb < nkb; kb++) {
         __syncthreads();
-        fa_load<D>(ks, base, w, c + g * D, kb * FA_TILE, t);
-        fa_load<D>(vs, base, w, c + kvh * D + g * D, kb * FA_TILE, t);
+        fa_load<D>(ks, base, w, c + grp * D, kb * FA_TILE, t);
+        fa_load<D>(vs, base, w, c + kvh * D + grp * D, kb * FA_TILE, t);
         __syncthreads();
-        // S = Q K^T, 16 x 64 per warp.
-        for (int j = 0; j < FA_TILE / 16; j++) {
-            FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
+        float s[8][4];
+        fa_abt<D>(s, qa, ks);
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                FragBCol fb;
-                wmma::load_matrix_sync(fb, ks + j * 16 * LD + kk * 16, LD);
-                wmma::mma_sync(acc, qf[kk], fb, acc);
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int kj = kb * FA_TILE + nb * 8 + 2 * cq + (e & 1);
+                bool ok = fa_visible(qi0 + 8 * (e >> 1), kj, t, causal);
+                s[nb][e] = ok ? s[nb][e] * sl2 : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
             }
-            wmma::store_matrix_sync(sw + j * 16, acc, FA_LS, wmma::mem_row_major);
+        float alpha[2], mref[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mnew = fmaxf(m[r], mx[r]);
+            mref[r] = mnew == -INFINITY ? 0.0f : mnew;
+            alpha[r] = exp2f(m[r] - mref[r]);
+            m[r] = mnew;
+            l[r] *= alpha[r];
         }
-        __syncwarp();
-        float sv[FA_TILE / 2];
-        float mx = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < FA_TILE / 2; i++) {
-            int kc = 2 * i + par;
-            bool ok = fa_visible(qi, kb * FA_TILE + kc, t, causal);
-            sv[i] = ok ? sw[r * FA_LS + kc] * sl2 : -INFINITY;
-            mx = fmaxf(mx, sv[i]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        float mnew = fmaxf(m, mx);
-        float mref = mnew == -INFINITY ? 0.0f : mnew;
-        float alpha = exp2f(m - mref);
-        float ls = 0.0f;
+        for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-        for (int i = 0; i < FA_TILE / 2; i++) {
-            float p = exp2f(sv[i] - mref);
-            ls += p;
-            pw[r * FA_LP + 2 * i + par] = __float2bfloat16_rn(p);
-        }
-        ls += __shfl_xor_sync(0xffffffffu, ls, 16);
-        l = l * alpha + ls;
-        m = mnew;
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] *= alpha;
-        __syncwarp();
-        // O_tile = P V, 16 x D per warp, through the scratch.
-#pragma unroll
-        for (int j = 0; j < D / 16; j++) {
-            FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < FA_TILE / 16; kk++) {
-                FragA fa;
-                FragBRow fb;
-                wmma::load_matrix_sync(fa, pw + kk * 16, FA_LP);
-                wmma::load_matrix_sync(fb, vs + kk * 16 * LD + j * 16, LD);
-                wmma::mma_sync(acc, fa, fb, acc);
+            for (int e = 0; e < 4; e++) {
+                float p = exp2f(s[nb][e] - mref[e >> 1]);
+                s[nb][e] = p;
+                l[e >> 1] += p;
             }
-            wmma::store_matrix_sync(sw + j * 16, acc, LO, wmma::mem_row_major);
-        }
-        __syncwarp();
 #pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] += sw[r * LO + 2 * i + par];
-        __syncwarp();
-    }
-    if (qi < t) {
-        float inv = 1.0f / l;
-        float* orow = out + ((u64)b * t + qi) * c + h * D;
+        for (int nb = 0; nb < Fa<D>::NB; nb++)
 #pragma unroll
-        for (int i = 0; i < D / 2; i++) orow[2 * i + par] = round_bf16(o[i] * inv);
-        if (par == 0) lse[((u64)b * nh + h) * t + qi] = m + log2f(l);
+            for (int e = 0; e < 4; e++) o[nb][e] *= alpha[e >> 1];
+        fa_pv<D>(o, s, vs);
     }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        inv[r] = 1.0f / l[r];
+        int qi = qi0 + 8 * r;
+        if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[r] + log2f(l[r]);
+    }
+    fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + warp * 16, t, o, inv[0], inv[1]);
 }
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
@@ -230,10 +251,10 @@ extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const floa
     if (row >= (u64)b * t * nh) return;
     int h = (int)(row % nh);
     u64 bt = row / nh;
-    const float* g = dout + bt * nh * d + (u64)h * d;
+    const float* gr = dout + bt * nh * d + (u64)h * d;
     const float* y = out + bt * nh * d + (u64)h * d;
     float s = 0.0f;
-    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(g[i])) * y[i];
+    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(gr[i])) * y[i];
     s = warp_sum(s);
     if (lane == 0) {
         int tt = (int)(bt % t);
@@ -242,7 +263,7 @@ extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const floa
     }
 }
 
-// Loads the per-row lse2 and delta of query rows q0 .. q0+63 of head h (0 past T).
+// Loads the per-row lse2 and delta of query rows q0 .. q0+63 of a head (0 past T).
 __device__ __forceinline__ void fa_load_rows(float* lse_s, float* dd_s, const float* lse, const float* delta, u64 head_row0, int q0, int t) {
     for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
         bool in = q0 + i < t;
@@ -252,46 +273,45 @@ __device__ __forceinline__ void fa_load_rows(float* lse_s, float* dd_s, const fl
 }
 
 // dK and dV. Grid (ceil(T/64), KVH, B), FA_THREADS threads; warp w owns keys 16w .. 16w+15 of the
-// block's tile; its lanes own (key row l & 15, query columns of parity l >> 4).
-// dV = sum over the group's heads and queries of P^T dO; dK = scale * sum dS^T Q.
+// block's tile and computes the transposed products (keys as rows, queries as columns):
+// dV = sum over the group's heads and query tiles of P^T dO; dK = scale * sum dS^T Q.
 template <int D>
 __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const float* __restrict__ qkv, const float* __restrict__ dout,
                                const float* __restrict__ lse, const float* __restrict__ delta, int t, int nh, int kvh,
                                float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    constexpr int LD = Fa<D>::LD, SW = Fa<D>::SW;
     bf16* ks = reinterpret_cast<bf16*>(fa_smem);
     bf16* vs = ks + Fa<D>::TILE;
     bf16* qs = vs + Fa<D>::TILE;
     bf16* dos = qs + Fa<D>::TILE;
     float* lse_s = reinterpret_cast<float*>(dos + Fa<D>::TILE);
     float* dd_s = lse_s + FA_TILE;
-    float* scratch = dd_s + FA_TILE;
-    bf16* pbuf = reinterpret_cast<bf16*>(scratch + FA_WARPS * SW);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int kb = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    int kb = blockIdx.x, grp = blockIdx.y, b = blockIdx.z;
     int rep = nh / kvh;
     int c = nh * D, w = c + 2 * kvh * D;
     const float* base = qkv + (u64)b * t * w;
     const float* gbase = dout + (u64)b * t * c;
     int k0 = kb * FA_TILE;
-    float* sw = scratch + warp * SW;
-    bf16* pw = pbuf + warp * 2 * 16 * FA_LP;
-    bf16* dsw = pw + 16 * FA_LP;
-    fa_load<D>(ks, base, w, c + g * D, k0, t);
-    fa_load<D>(vs, base, w, c + kvh * D + g * D, k0, t);
-    FragC dk[D / 16], dv[D / 16];
+    fa_load<D>(ks, base, w, c + grp * D, k0, t);
+    fa_load<D>(vs, base, w, c + kvh * D + grp * D, k0, t);
+    __syncthreads();
+    u32 ka[Fa<D>::KS][4], va[Fa<D>::KS][4];
 #pragma unroll
-    for (int j = 0; j < D / 16; j++) {
-        wmma::fill_fragment(dk[j], 0.0f);
-        wmma::fill_fragment(dv[j], 0.0f);
+    for (int kk = 0; kk < Fa<D>::KS; kk++) {
+        load_a<D>(ka[kk], ks, warp * 16, kk * 16);
+        load_a<D>(va[kk], vs, warp * 16, kk * 16);
     }
-    int r = lane & 15, par = lane >> 4;
-    int kj = k0 + warp * 16 + r;
+    float dk[Fa<D>::NB][4], dv[Fa<D>::NB][4];
+#pragma unroll
+    for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[nb][e] = dv[nb][e] = 0.0f;
+    int kj0 = k0 + warp * 16 + g;
     const float sl2 = scale * 1.4426950408889634f;
     int ntiles = (t + FA_TILE - 1) / FA_TILE;
     for (int hh = 0; hh < rep; hh++) {
-        int h = g * rep + hh;
+        int h = grp * rep + hh;
         u64 head_row0 = ((u64)b * nh + h) * t;
         for (int qb = causal ? kb : 0; qb < ntiles; qb++) {
             int q0 = qb * FA_TILE;
@@ -300,101 +320,100 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const float* __restrict
             fa_load<D>(dos, gbase, c, h * D, q0, t);
             fa_load_rows(lse_s, dd_s, lse, delta, head_row0, q0, t);
             __syncthreads();
-            // S^T = K_w Q^T (16 keys x 64 queries) -> P^T.
-            fa_abt<D>(sw, ks + warp * 16 * LD, qs);
-            __syncwarp();
-            float p[FA_TILE / 2];
+            // P^T = exp2(K_w Q^T scaled - lse2[query]).
+            float p[8][4], ds[8][4];
+            fa_abt<D>(p, ka, qs);
 #pragma unroll
-            for (int i = 0; i < FA_TILE / 2; i++) {
-                int qc = 2 * i + par;
-                bool ok = fa_visible(q0 + qc, kj, t, causal);
-                p[i] = ok ? exp2f(sw[r * FA_LS + qc] * sl2 - lse_s[qc]) : 0.0f;
-                pw[r * FA_LP + qc] = __float2bfloat16_rn(p[i]);
-            }
-            __syncwarp();
-            // dP^T = V_w dO^T -> dS^T = P^T (dP^T - delta).
-            fa_abt<D>(sw, vs + warp * 16 * LD, dos);
-            __syncwarp();
+            for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int i = 0; i < FA_TILE / 2; i++) {
-                int qc = 2 * i + par;
-                dsw[r * FA_LP + qc] = __float2bfloat16_rn(p[i] * (sw[r * FA_LS + qc] - dd_s[qc]));
-            }
-            __syncwarp();
-            fa_pb<D>(dv, pw, dos);
-            fa_pb<D>(dk, dsw, qs);
+                for (int e = 0; e < 4; e++) {
+                    int qc = nb * 8 + 2 * cq + (e & 1);
+                    bool ok = fa_visible(q0 + qc, kj0 + 8 * (e >> 1), t, causal);
+                    p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - lse_s[qc]) : 0.0f;
+                }
+            // dS^T = P^T (V_w dO^T - delta[query]).
+            fa_abt<D>(ds, va, dos);
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qc = nb * 8 + 2 * cq + (e & 1);
+                    ds[nb][e] = p[nb][e] * (ds[nb][e] - dd_s[qc]);
+                }
+            fa_pv<D>(dv, p, dos);
+            fa_pv<D>(dk, ds, qs);
         }
     }
     int krow0 = k0 + warp * 16;
-    fa_store_rows<D>(dqkv + (u64)b * t * w, w, c + g * D, krow0, t, dk, sw, scale);
-    fa_store_rows<D>(dqkv + (u64)b * t * w, w, c + kvh * D + g * D, krow0, t, dv, sw, 1.0f);
+    float* dst = dqkv + (u64)b * t * w;
+    fa_store<D>(dst, w, c + grp * D, krow0, t, dk, scale, scale);
+    fa_store<D>(dst, w, c + kvh * D + grp * D, krow0, t, dv, 1.0f, 1.0f);
 }
 
-// dQ. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15 of the
-// tile; its lanes own (query row l & 15, key columns of parity l >> 4). dQ = scale * sum dS K.
+// dQ. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
+// dQ = scale * sum over key tiles of dS K.
 template <int D>
 __device__ void flash_bwd_dq(float* __restrict__ dqkv, const float* __restrict__ qkv, const float* __restrict__ dout,
                              const float* __restrict__ lse, const float* __restrict__ delta, int t, int nh, int kvh,
                              float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    constexpr int LD = Fa<D>::LD, SW = Fa<D>::SW;
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);
     bf16* dos = qs + Fa<D>::TILE;
     bf16* ks = dos + Fa<D>::TILE;
     bf16* vs = ks + Fa<D>::TILE;
     float* lse_s = reinterpret_cast<float*>(vs + Fa<D>::TILE);
     float* dd_s = lse_s + FA_TILE;
-    float* scratch = dd_s + FA_TILE;
-    bf16* pbuf = reinterpret_cast<bf16*>(scratch + FA_WARPS * SW);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int g = h / (nh / kvh);
+    int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
     const float* base = qkv + (u64)b * t * w;
     int q0 = qb * FA_TILE;
-    float* sw = scratch + warp * SW;
-    bf16* dsw = pbuf + warp * 2 * 16 * FA_LP;
     fa_load<D>(qs, base, w, h * D, q0, t);
     fa_load<D>(dos, dout + (u64)b * t * c, c, h * D, q0, t);
     fa_load_rows(lse_s, dd_s, lse, delta, ((u64)b * nh + h) * t, q0, t);
-    FragC dq[D / 16];
+    __syncthreads();
+    u32 qa[Fa<D>::KS][4], da[Fa<D>::KS][4];
 #pragma unroll
-    for (int j = 0; j < D / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
-    int r = lane & 15, par = lane >> 4;
-    int row = warp * 16 + r;
-    int qi = q0 + row;
+    for (int kk = 0; kk < Fa<D>::KS; kk++) {
+        load_a<D>(qa[kk], qs, warp * 16, kk * 16);
+        load_a<D>(da[kk], dos, warp * 16, kk * 16);
+    }
+    int r0 = warp * 16 + g;
+    float lse_r[2] = {lse_s[r0], lse_s[r0 + 8]}, dd_r[2] = {dd_s[r0], dd_s[r0 + 8]};
+    int qi0 = q0 + r0;
+    float dq[Fa<D>::NB][4];
+#pragma unroll
+    for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dq[nb][e] = 0.0f;
     const float sl2 = scale * 1.4426950408889634f;
     int ntiles = (t + FA_TILE - 1) / FA_TILE;
     int nkb = causal ? min(qb + 1, ntiles) : ntiles;
     for (int kb = 0; kb < nkb; kb++) {
         int k0 = kb * FA_TILE;
         __syncthreads();
-        fa_load<D>(ks, base, w, c + g * D, k0, t);
-        fa_load<D>(vs, base, w, c + kvh * D + g * D, k0, t);
+        fa_load<D>(ks, base, w, c + grp * D, k0, t);
+        fa_load<D>(vs, base, w, c + kvh * D + grp * D, k0, t);
         __syncthreads();
-        // S = Q_w K^T (16 x 64) -> P.
-        fa_abt<D>(sw, qs + warp * 16 * LD, ks);
-        __syncwarp();
-        float p[FA_TILE / 2];
+        float p[8][4], ds[8][4];
+        fa_abt<D>(p, qa, ks);
 #pragma unroll
-        for (int i = 0; i < FA_TILE / 2; i++) {
-            int kc = 2 * i + par;
-            bool ok = fa_visible(qi, k0 + kc, t, causal);
-            p[i] = ok ? exp2f(sw[r * FA_LS + kc] * sl2 - lse_s[row]) : 0.0f;
-        }
-        __syncwarp();
-        // dP = dO_w V^T -> dS = P (dP - delta).
-        fa_abt<D>(sw, dos + warp * 16 * LD, vs);
-        __syncwarp();
+        for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-        for (int i = 0; i < FA_TILE / 2; i++) {
-            int kc = 2 * i + par;
-            dsw[r * FA_LP + kc] = __float2bfloat16_rn(p[i] * (sw[r * FA_LS + kc] - dd_s[row]));
-        }
-        __syncwarp();
-        fa_pb<D>(dq, dsw, ks);
+            for (int e = 0; e < 4; e++) {
+                int kj = k0 + nb * 8 + 2 * cq + (e & 1);
+                bool ok = fa_visible(qi0 + 8 * (e >> 1), kj, t, causal);
+                p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - lse_r[e >> 1]) : 0.0f;
+            }
+        fa_abt<D>(ds, da, vs);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) ds[nb][e] = p[nb][e] * (ds[nb][e] - dd_r[e >> 1]);
+        fa_pv<D>(dq, ds, ks);
     }
-    fa_store_rows<D>(dqkv + (u64)b * t * w, w, h * D, q0 + warp * 16, t, dq, sw, scale);
+    fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + warp * 16, t, dq, scale, scale);
 }
 
 #define FA_ENTRY(D)                                                                                                    \

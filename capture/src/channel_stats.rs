@@ -87,9 +87,18 @@ pub fn summarize(sumsq: &[f64], amax: &[f32]) -> ChannelStats {
     }
     let total: f64 = sumsq.iter().sum();
     let top_channel_sq_frac = (total > 0.0).then(|| {
-        let mut sorted = sumsq.to_vec();
-        sorted.sort_unstable_by(|a, b| b.total_cmp(a));
-        let top: f64 = sorted.iter().take(top_channels(sumsq.len())).sum();
+        // The K largest, summed in descending order: a partition (linear time), then a sort of
+        // those K alone — the same sum as a full sort's first K, at a fraction of the cost.
+        let k = top_channels(sumsq.len());
+        let mut v = sumsq.to_vec();
+        let top = if k < v.len() {
+            v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+            &mut v[..k]
+        } else {
+            &mut v[..]
+        };
+        top.sort_unstable_by(|a, b| b.total_cmp(a));
+        let top: f64 = top.iter().sum();
         (top / total).min(1.0)
     });
     ChannelStats { amax_channel, top_channel_sq_frac }

@@ -53,13 +53,12 @@ fn flash_names(d: usize) -> Option<[&'static str; 3]> {
 }
 
 /// Dynamic shared memory of the fused forward and backward kernels for head size `d`, in bytes
-/// (mirrors the carving at the top of each kernel in flash_attention.cu).
+/// (mirrors the carving at the top of each kernel in flash_attention.cu: BF16 tiles of 64 rows of
+/// d + 8, three in the forward, four and two rows of 64 floats in the backward).
 pub fn flash_smem(d: usize) -> (u32, u32) {
     let tile = FLASH_TILE * (d + 8) * 2;
-    let scratch = 16 * (FLASH_TILE + 4).max(d + 4) * 4;
-    let probs = 16 * (FLASH_TILE + 8) * 2;
-    let fwd = 3 * tile + 4 * scratch + 4 * probs;
-    let bwd = 4 * tile + 2 * FLASH_TILE * 4 + 4 * scratch + 4 * 2 * probs;
+    let fwd = 3 * tile;
+    let bwd = 4 * tile + 2 * FLASH_TILE * 4;
     (fwd as u32, bwd as u32)
 }
 

@@ -57,10 +57,14 @@ pub(super) struct HostChannels {
 }
 
 impl HostChannels {
-    /// The channel statistics of the cast recorded in `slot`, if it measured them.
-    pub(super) fn stats(&self, slot: usize) -> Option<ChannelStats> {
-        let (off, cols) = (*self.by_slot.get(slot)?)?;
-        Some(summarize(&self.sq[off..off + cols], &self.amax[off..off + cols]))
+    /// The channel statistics of every recorded cast, by statistics slot, summarised on all
+    /// cores (hundreds of casts a step at the 1B scale, thousands of channels each).
+    pub(super) fn summarize_all(&self) -> Vec<Option<ChannelStats>> {
+        use rayon::prelude::*;
+        self.by_slot
+            .par_iter()
+            .map(|s| s.map(|(off, cols)| summarize(&self.sq[off..off + cols], &self.amax[off..off + cols])))
+            .collect()
     }
 }
 

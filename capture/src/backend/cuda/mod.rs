@@ -563,7 +563,7 @@ impl CudaBackend {
         } else {
             Vec::new()
         };
-        let chans = self.download_channels()?;
+        let chans = self.download_channels()?.summarize_all();
         if ng > 0 {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;
@@ -616,7 +616,7 @@ impl CudaBackend {
                 zeros: r[stat::ZEROS] as u64,
                 moments,
                 quant_error,
-                channels: (p.level >= StatsLevel::Cheap).then(|| chans.stats(p.slot)).flatten(),
+                channels: (p.level >= StatsLevel::Cheap).then(|| chans.get(p.slot).copied().flatten()).flatten(),
                 quantized: p.quantized,
                 block_scales: None,
             }
