@@ -2,10 +2,13 @@
 // tensor cores (mma.sync m16n8k16, f32 accumulation). No (T x T) matrix is ever written to memory,
 // and the scores, probabilities and their gradients never leave the registers.
 //
-// Layouts (as attention.cu): qkv rows are [q (NH*D) | k (KVH*D) | v (KVH*D)], f32 holding BF16
-// values; query head h reads kv head h / (NH/KVH). out and dout are (B, T, NH*D).
-// Numerics: q, k, v, dout are rounded to BF16 as a tile is loaded (the operands of the unfused
-// path's cuBLAS GEMMs are the same BF16 values); scores, the softmax, its running max and sum, and
+// Layouts: q and dout (B, NH, T, D), k and v (B, KVH, T, D), BF16, split from the f32 qkv and dout
+// rows by attention.cu's attention_split_fwd / attention_split_bwd (one pass each); query head h
+// reads kv head h / (NH/KVH). out (B, T, NH*D) and dqkv (B, T, (NH + 2 KVH) D) are f32 rows.
+// Tiles stream from global to shared memory with cp.async, double-buffered: the next tile loads
+// while the current one is multiplied.
+// Numerics: q, k, v, dout are the BF16 values the unfused path's cuBLAS GEMMs take; scores, the
+// softmax, its running max and sum, and
 // every accumulator are f32; the probabilities P (unnormalised, in [0, 1]) and the score gradients
 // dS are rounded to BF16 before their products, as the unfused path rounds att and dpreatt.
 // Outputs (out, dqkv) are rounded to BF16. The saved statistic is the base-2 log-sum-exp of the
@@ -19,8 +22,8 @@
 // an accumulator holds (row g, cols 2c, 2c+1) and (row g+8, same cols) of a 16 x 8 tile; an A
 // operand (16 x 16) holds rows g and g+8 at k = 2c, 2c+1 and 2c+8, 2c+9 — so an accumulator pair
 // (two n-blocks) becomes an A operand in registers, as FlashAttention-2 does with P.
-// Shared memory: 3 (forward) or 4 (backward) BF16 tiles of 64 x (D+8), plus 2 x 64 floats in the
-// backward (capture/src/backend/cuda/attention.rs: flash_smem mirrors it).
+// Shared memory: 5 (forward: q, two k and two v) or 6 (backward: two resident, four streaming) BF16
+// tiles of 64 x (D+8) (capture/src/backend/cuda/attention.rs: flash_smem mirrors it).
 #include "common.cuh"
 
 #define FA_TILE 64
@@ -83,19 +86,24 @@ __device__ __forceinline__ void load_b_kn(u32 (&b)[4], const bf16* tile, int k0,
     ldsm_x4_t(b, tile + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * Fa<D>::LD + n0 + (l >> 4) * 8);
 }
 
-// Loads rows row0 .. row0+63 of a (T, w) f32 matrix (batch base `src`), columns col .. col+D-1,
-// into a BF16 tile; rows past T are zero. All threads of the block take part.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    u32 a = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Starts loading rows row0 .. row0+63 of a head's (T, D) BF16 matrix into a tile; rows past T are
+// zero-filled. All threads of the block take part; the caller commits and waits.
 template <int D>
-__device__ __forceinline__ void fa_load(bf16* dst, const float* src, int w, int col, int row0, int t) {
-    constexpr int V = D / 4;
+__device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, int row0, int t) {
+    constexpr int V = D / 8;
     for (int e = threadIdx.x; e < FA_TILE * V; e += FA_THREADS) {
-        int r = e / V, c = (e % V) * 4;
-        int tt = row0 + r;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (tt < t) x = *reinterpret_cast<const float4*>(src + (u64)tt * w + col + c);
-        u32* o = reinterpret_cast<u32*>(dst + r * Fa<D>::LD + c);
-        o[0] = pack_bf16(x.x, x.y);
-        o[1] = pack_bf16(x.z, x.w);
+        int r = e / V, c = (e % V) * 8;
+        bf16* d = dst + r * Fa<D>::LD + c;
+        if (row0 + r < t) cp_async16(d, src + (u64)(row0 + r) * D + c);
+        else *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
     }
 }
 
@@ -161,19 +169,28 @@ __device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, i
 
 // Forward. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
 template <int D>
-__device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv, int t, int nh,
-                          int kvh, float scale, int causal) {
+__device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                          const bf16* __restrict__ v, int t, int nh, int kvh, float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);
-    bf16* ks = qs + Fa<D>::TILE;
-    bf16* vs = ks + Fa<D>::TILE;
+    bf16* ks = qs + Fa<D>::TILE;       // two buffers
+    bf16* vs = ks + 2 * Fa<D>::TILE;   // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int grp = h / (nh / kvh);
-    int c = nh * D, w = c + 2 * kvh * D;
-    const float* base = qkv + (u64)b * t * w;
+    int c = nh * D;
+    const bf16* qh = q + ((u64)b * nh + h) * t * D;
+    const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
+    const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
     int q0 = qb * FA_TILE;
-    fa_load<D>(qs, base, w, h * D, q0, t);
+    int ntiles = (t + FA_TILE - 1) / FA_TILE;
+    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
+    fa_load<D>(qs, qh, q0, t);
+    cp_async_commit();
+    fa_load<D>(ks, kh, 0, t);
+    fa_load<D>(vs, vh, 0, t);
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     u32 qa[Fa<D>::KS][4];
 #pragma unroll
@@ -186,15 +203,19 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
     for (int nb = 0; nb < Fa<D>::NB; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) o[nb][e] = 0.0f;
-    int ntiles = (t + FA_TILE - 1) / FA_TILE;
-    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
     for (int kb = 0; kb < nkb; kb++) {
+        int cur = kb & 1;
+        if (kb + 1 < nkb) {
+            fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
+            fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
-        fa_load<D>(ks, base, w, c + grp * D, kb * FA_TILE, t);
-        fa_load<D>(vs, base, w, c + kvh * D + grp * D, kb * FA_TILE, t);
-        __syncthreads();
+        const bf16* kt = ks + cur * Fa<D>::TILE;
+        const bf16* vt = vs + cur * Fa<D>::TILE;
         float s[8][4];
-        fa_abt<D>(s, qa, ks);
+        fa_abt<D>(s, qa, kt);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
@@ -228,7 +249,8 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         for (int nb = 0; nb < Fa<D>::NB; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[nb][e] *= alpha[e >> 1];
-        fa_pv<D>(o, s, vs);
+        fa_pv<D>(o, s, vt);
+        __syncthreads();
     }
     float inv[2];
 #pragma unroll
@@ -263,38 +285,44 @@ extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const floa
     }
 }
 
-// Loads the per-row lse2 and delta of query rows q0 .. q0+63 of a head (0 past T).
-__device__ __forceinline__ void fa_load_rows(float* lse_s, float* dd_s, const float* lse, const float* delta, u64 head_row0, int q0, int t) {
-    for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-        bool in = q0 + i < t;
-        lse_s[i] = in ? lse[head_row0 + q0 + i] : 0.0f;
-        dd_s[i] = in ? delta[head_row0 + q0 + i] : 0.0f;
-    }
-}
+// lse2 and delta of query row qi of a head (0 past T).
+__device__ __forceinline__ float fa_row(const float* v, int qi, int t) { return qi < t ? __ldg(v + qi) : 0.0f; }
 
 // dK and dV. Grid (ceil(T/64), KVH, B), FA_THREADS threads; warp w owns keys 16w .. 16w+15 of the
 // block's tile and computes the transposed products (keys as rows, queries as columns):
-// dV = sum over the group's heads and query tiles of P^T dO; dK = scale * sum dS^T Q.
+// dV = sum over the group's heads and query tiles of P^T dO; dK = scale * sum dS^T Q. The (head,
+// query tile) pairs run as one sequence, so the next pair's q and dout tiles load during this one.
 template <int D>
-__device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const float* __restrict__ qkv, const float* __restrict__ dout,
-                               const float* __restrict__ lse, const float* __restrict__ delta, int t, int nh, int kvh,
-                               float scale, int causal) {
+__device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                               const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
+                               const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* ks = reinterpret_cast<bf16*>(fa_smem);
     bf16* vs = ks + Fa<D>::TILE;
-    bf16* qs = vs + Fa<D>::TILE;
-    bf16* dos = qs + Fa<D>::TILE;
-    float* lse_s = reinterpret_cast<float*>(dos + Fa<D>::TILE);
-    float* dd_s = lse_s + FA_TILE;
+    bf16* qs = vs + Fa<D>::TILE;       // two buffers
+    bf16* dos = qs + 2 * Fa<D>::TILE;  // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int kb = blockIdx.x, grp = blockIdx.y, b = blockIdx.z;
     int rep = nh / kvh;
     int c = nh * D, w = c + 2 * kvh * D;
-    const float* base = qkv + (u64)b * t * w;
-    const float* gbase = dout + (u64)b * t * c;
     int k0 = kb * FA_TILE;
-    fa_load<D>(ks, base, w, c + grp * D, k0, t);
-    fa_load<D>(vs, base, w, c + kvh * D + grp * D, k0, t);
+    int ntiles = (t + FA_TILE - 1) / FA_TILE;
+    int qb0 = causal ? kb : 0;
+    int per_head = ntiles - qb0;
+    int iters = rep * per_head;
+    fa_load<D>(ks, k + ((u64)b * kvh + grp) * t * D, k0, t);
+    fa_load<D>(vs, v + ((u64)b * kvh + grp) * t * D, k0, t);
+    cp_async_commit();
+    // The (head, query tile) of iteration i.
+    auto head_of = [&](int i) { return grp * rep + i / per_head; };
+    auto tile_of = [&](int i) { return qb0 + i % per_head; };
+    {
+        u64 hrow = ((u64)b * nh + head_of(0)) * t * D;
+        fa_load<D>(qs, q + hrow, tile_of(0) * FA_TILE, t);
+        fa_load<D>(dos, dy + hrow, tile_of(0) * FA_TILE, t);
+        cp_async_commit();
+    }
+    cp_async_wait<1>();
     __syncthreads();
     u32 ka[Fa<D>::KS][4], va[Fa<D>::KS][4];
 #pragma unroll
@@ -309,40 +337,43 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const float* __restrict
         for (int e = 0; e < 4; e++) dk[nb][e] = dv[nb][e] = 0.0f;
     int kj0 = k0 + warp * 16 + g;
     const float sl2 = scale * 1.4426950408889634f;
-    int ntiles = (t + FA_TILE - 1) / FA_TILE;
-    for (int hh = 0; hh < rep; hh++) {
-        int h = grp * rep + hh;
-        u64 head_row0 = ((u64)b * nh + h) * t;
-        for (int qb = causal ? kb : 0; qb < ntiles; qb++) {
-            int q0 = qb * FA_TILE;
-            __syncthreads();
-            fa_load<D>(qs, base, w, h * D, q0, t);
-            fa_load<D>(dos, gbase, c, h * D, q0, t);
-            fa_load_rows(lse_s, dd_s, lse, delta, head_row0, q0, t);
-            __syncthreads();
-            // P^T = exp2(K_w Q^T scaled - lse2[query]).
-            float p[8][4], ds[8][4];
-            fa_abt<D>(p, ka, qs);
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qc = nb * 8 + 2 * cq + (e & 1);
-                    bool ok = fa_visible(q0 + qc, kj0 + 8 * (e >> 1), t, causal);
-                    p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - lse_s[qc]) : 0.0f;
-                }
-            // dS^T = P^T (V_w dO^T - delta[query]).
-            fa_abt<D>(ds, va, dos);
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qc = nb * 8 + 2 * cq + (e & 1);
-                    ds[nb][e] = p[nb][e] * (ds[nb][e] - dd_s[qc]);
-                }
-            fa_pv<D>(dv, p, dos);
-            fa_pv<D>(dk, ds, qs);
+    for (int it = 0; it < iters; it++) {
+        int cur = it & 1;
+        if (it + 1 < iters) {
+            u64 hrow = ((u64)b * nh + head_of(it + 1)) * t * D;
+            fa_load<D>(qs + (cur ^ 1) * Fa<D>::TILE, q + hrow, tile_of(it + 1) * FA_TILE, t);
+            fa_load<D>(dos + (cur ^ 1) * Fa<D>::TILE, dy + hrow, tile_of(it + 1) * FA_TILE, t);
         }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16* qt = qs + cur * Fa<D>::TILE;
+        const bf16* dt = dos + cur * Fa<D>::TILE;
+        int q0 = tile_of(it) * FA_TILE;
+        u64 hr = ((u64)b * nh + head_of(it)) * t;
+        // P^T = exp2(K_w Q^T scaled - lse2[query]).
+        float p[8][4], ds[8][4];
+        fa_abt<D>(p, ka, qt);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = q0 + nb * 8 + 2 * cq + (e & 1);
+                bool ok = fa_visible(qi, kj0 + 8 * (e >> 1), t, causal);
+                p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - fa_row(lse + hr, qi, t)) : 0.0f;
+            }
+        // dS^T = P^T (V_w dO^T - delta[query]).
+        fa_abt<D>(ds, va, dt);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = q0 + nb * 8 + 2 * cq + (e & 1);
+                ds[nb][e] = p[nb][e] * (ds[nb][e] - fa_row(delta + hr, qi, t));
+            }
+        fa_pv<D>(dv, p, dt);
+        fa_pv<D>(dk, ds, qt);
+        __syncthreads();
     }
     int krow0 = k0 + warp * 16;
     float* dst = dqkv + (u64)b * t * w;
@@ -353,25 +384,31 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const float* __restrict
 // dQ. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
 // dQ = scale * sum over key tiles of dS K.
 template <int D>
-__device__ void flash_bwd_dq(float* __restrict__ dqkv, const float* __restrict__ qkv, const float* __restrict__ dout,
-                             const float* __restrict__ lse, const float* __restrict__ delta, int t, int nh, int kvh,
-                             float scale, int causal) {
+__device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                             const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
+                             const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);
     bf16* dos = qs + Fa<D>::TILE;
-    bf16* ks = dos + Fa<D>::TILE;
-    bf16* vs = ks + Fa<D>::TILE;
-    float* lse_s = reinterpret_cast<float*>(vs + Fa<D>::TILE);
-    float* dd_s = lse_s + FA_TILE;
+    bf16* ks = dos + Fa<D>::TILE;      // two buffers
+    bf16* vs = ks + 2 * Fa<D>::TILE;   // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
-    const float* base = qkv + (u64)b * t * w;
     int q0 = qb * FA_TILE;
-    fa_load<D>(qs, base, w, h * D, q0, t);
-    fa_load<D>(dos, dout + (u64)b * t * c, c, h * D, q0, t);
-    fa_load_rows(lse_s, dd_s, lse, delta, ((u64)b * nh + h) * t, q0, t);
+    int ntiles = (t + FA_TILE - 1) / FA_TILE;
+    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
+    u64 hrow = ((u64)b * nh + h) * t;
+    const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
+    const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
+    fa_load<D>(qs, q + hrow * D, q0, t);
+    fa_load<D>(dos, dy + hrow * D, q0, t);
+    cp_async_commit();
+    fa_load<D>(ks, kh, 0, t);
+    fa_load<D>(vs, vh, 0, t);
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     u32 qa[Fa<D>::KS][4], da[Fa<D>::KS][4];
 #pragma unroll
@@ -379,25 +416,29 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const float* __restrict__
         load_a<D>(qa[kk], qs, warp * 16, kk * 16);
         load_a<D>(da[kk], dos, warp * 16, kk * 16);
     }
-    int r0 = warp * 16 + g;
-    float lse_r[2] = {lse_s[r0], lse_s[r0 + 8]}, dd_r[2] = {dd_s[r0], dd_s[r0 + 8]};
-    int qi0 = q0 + r0;
+    int qi0 = q0 + warp * 16 + g;
+    float lse_r[2] = {fa_row(lse + hrow, qi0, t), fa_row(lse + hrow, qi0 + 8, t)};
+    float dd_r[2] = {fa_row(delta + hrow, qi0, t), fa_row(delta + hrow, qi0 + 8, t)};
     float dq[Fa<D>::NB][4];
 #pragma unroll
     for (int nb = 0; nb < Fa<D>::NB; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dq[nb][e] = 0.0f;
     const float sl2 = scale * 1.4426950408889634f;
-    int ntiles = (t + FA_TILE - 1) / FA_TILE;
-    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
     for (int kb = 0; kb < nkb; kb++) {
+        int cur = kb & 1;
+        if (kb + 1 < nkb) {
+            fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
+            fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16* kt = ks + cur * Fa<D>::TILE;
+        const bf16* vt = vs + cur * Fa<D>::TILE;
         int k0 = kb * FA_TILE;
-        __syncthreads();
-        fa_load<D>(ks, base, w, c + grp * D, k0, t);
-        fa_load<D>(vs, base, w, c + kvh * D + grp * D, k0, t);
-        __syncthreads();
         float p[8][4], ds[8][4];
-        fa_abt<D>(p, qa, ks);
+        fa_abt<D>(p, qa, kt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
@@ -406,31 +447,32 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const float* __restrict__
                 bool ok = fa_visible(qi0 + 8 * (e >> 1), kj, t, causal);
                 p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - lse_r[e >> 1]) : 0.0f;
             }
-        fa_abt<D>(ds, da, vs);
+        fa_abt<D>(ds, da, vt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) ds[nb][e] = p[nb][e] * (ds[nb][e] - dd_r[e >> 1]);
-        fa_pv<D>(dq, ds, ks);
+        fa_pv<D>(dq, ds, kt);
+        __syncthreads();
     }
     fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + warp * 16, t, dq, scale, scale);
 }
 
 #define FA_ENTRY(D)                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS) flash_fwd_d##D(float* out, float* lse, const float* qkv,  \
-                                                                            int t, int nh, int kvh, float scale,       \
-                                                                            int causal) {                              \
-        flash_fwd<D>(out, lse, qkv, t, nh, kvh, scale, causal);                                                        \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
+        flash_fwd_d##D(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int t, int nh, int kvh,    \
+                       float scale, int causal) {                                                                      \
+        flash_fwd<D>(out, lse, q, k, v, t, nh, kvh, scale, causal);                                                    \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
-        flash_bwd_dkdv_d##D(float* dqkv, const float* qkv, const float* dout, const float* lse, const float* delta,    \
-                            int t, int nh, int kvh, float scale, int causal) {                                         \
-        flash_bwd_dkdv<D>(dqkv, qkv, dout, lse, delta, t, nh, kvh, scale, causal);                                     \
+        flash_bwd_dkdv_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                  \
+                            const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal) {   \
+        flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal);                                   \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
-        flash_bwd_dq_d##D(float* dqkv, const float* qkv, const float* dout, const float* lse, const float* delta,      \
-                          int t, int nh, int kvh, float scale, int causal) {                                           \
-        flash_bwd_dq<D>(dqkv, qkv, dout, lse, delta, t, nh, kvh, scale, causal);                                       \
+        flash_bwd_dq_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                    \
+                          const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal) {     \
+        flash_bwd_dq<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal);                                     \
     }
 
 FA_ENTRY(16)

@@ -63,6 +63,7 @@ extern "C" __global__ void channel_stats_partial(const float* __restrict__ x, in
     int r1 = min(rows, r0 + rows_per_chunk);
     double s = 0.0;
     float m = -INFINITY;
+#pragma unroll 4
     for (int r = r0; r < r1; r++) {
         u64 i = (u64)r * cols + c;
         float v = __ldg(x + i);

@@ -3,8 +3,9 @@
 //! sizes the fused kernels do not take and for side-by-side measurement with
 //! `FP8SCOPE_ATTENTION=unfused`). The CPU reference is `capture/src/layers/attention.rs`.
 //!
-//! The fused path reads q, k, v straight from the qkv rows and writes the output rows, so the
-//! split and merge passes and every (T x T) buffer of the unfused path are gone; it saves one
+//! The fused path splits q, k, v (and, backward, dout) into per-head BF16 matrices in one pass
+//! each, streams their tiles through shared memory (cp.async, double-buffered) and writes the f32
+//! output rows directly: no (T x T) buffer and no merge pass; it saves one
 //! base-2 log-sum-exp per query row (B, NH, T) for the backward, which recomputes the
 //! probabilities tile by tile: `flash_bwd_delta` (the softmax correction term), `flash_bwd_dkdv`
 //! (one block per key tile and kv head, looping over the group's query heads, so GQA needs no
@@ -54,12 +55,11 @@ fn flash_names(d: usize) -> Option<[&'static str; 3]> {
 
 /// Dynamic shared memory of the fused forward and backward kernels for head size `d`, in bytes
 /// (mirrors the carving at the top of each kernel in flash_attention.cu: BF16 tiles of 64 rows of
-/// d + 8, three in the forward, four and two rows of 64 floats in the backward).
+/// d + 8; the forward holds q and two buffers each of k and v, the backward two resident tiles and
+/// two buffers each of two streaming ones).
 pub fn flash_smem(d: usize) -> (u32, u32) {
     let tile = FLASH_TILE * (d + 8) * 2;
-    let fwd = 3 * tile;
-    let bwd = 4 * tile + 2 * FLASH_TILE * 4;
-    (fwd as u32, bwd as u32)
+    ((5 * tile) as u32, (6 * tile) as u32)
 }
 
 /// Lets each fused kernel use the shared memory it needs (above the 48 KiB default).
@@ -154,26 +154,26 @@ impl CudaBackend {
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
         let [fwd, _, _] = flash_names(hs).expect("fused head size");
         let scale = 1.0 / (hs as f32).sqrt();
-        let (outp, lsep, qkvp) = (self.ptr(out), self.ptr(att), self.ptr(qkv));
-        let mut lc = cfg(
-            (t.div_ceil(FLASH_TILE) as u32, nh as u32, b as u32),
-            FLASH_THREADS,
-        );
+        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        let (outp, lsep) = (self.ptr(out), self.ptr(att));
+        let mut lc = cfg((t.div_ceil(FLASH_TILE) as u32, nh as u32, b as u32), FLASH_THREADS);
         lc.shared_mem_bytes = flash_smem(hs).0;
         let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
-        launch!(
-            self,
-            fwd,
-            lc,
-            outp,
-            lsep,
-            qkvp,
-            ti,
-            nhi,
-            kvhi,
-            scale,
-            causal as i32
-        )
+        launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
+    }
+
+    /// q (B,NH,T,HS), k, v (B,KVH,T,HS) as BF16 from the f32 qkv rows, into the attention scratch
+    /// (one pass, `attention_split_fwd`); returns their device pointers.
+    fn attention_split(&mut self, qkv: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hs: usize) -> Result<(u64, u64, u64), CudaError> {
+        let nq = b * nh * t * hs;
+        let nkv = b * kvh * t * hs;
+        for buf in [&mut self.attn.q16, &mut self.attn.k16, &mut self.attn.v16] {
+            grow(&self.stream, buf, nq)?;
+        }
+        let (q, k, v, qkvp) = (self.ptr(&self.attn.q16), self.ptr(&self.attn.k16), self.ptr(&self.attn.v16), self.ptr(qkv));
+        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
+        Ok((q, k, v))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -201,64 +201,22 @@ impl CudaBackend {
         Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
         let [_, dkdv, dq] = flash_names(hs).expect("fused head size");
         let scale = 1.0 / (hs as f32).sqrt();
-        let (dqkvp, deltap, doutp, outp, qkvp, lsep) = (
-            self.ptr(dqkv),
-            self.ptr(datt),
-            self.ptr(dout),
-            self.ptr(out),
-            self.ptr(qkv),
-            self.ptr(att),
-        );
+        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        grow(&self.stream, &mut self.attn.dy16, b * nh * t * hs)?;
+        let (dy, dqkvp, deltap, doutp, outp, lsep) =
+            (self.ptr(&self.attn.dy16), self.ptr(dqkv), self.ptr(datt), self.ptr(dout), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
+        launch!(self, "attention_split_bwd", grid_for(b * nh * t * hs, 256), dy, doutp, bi, ti, nhi, hsi)?;
         let rows = (b * t * nh) as u32;
-        launch!(
-            self,
-            "flash_bwd_delta",
-            cfg((rows.div_ceil(8), 1, 1), 256),
-            deltap,
-            doutp,
-            outp,
-            bi,
-            ti,
-            nhi,
-            hsi
-        )?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, outp, bi, ti, nhi, hsi)?;
         let smem = flash_smem(hs).1;
         let tiles = t.div_ceil(FLASH_TILE) as u32;
         let mut lc = cfg((tiles, kvh as u32, b as u32), FLASH_THREADS);
         lc.shared_mem_bytes = smem;
-        launch!(
-            self,
-            dkdv,
-            lc,
-            dqkvp,
-            qkvp,
-            doutp,
-            lsep,
-            deltap,
-            ti,
-            nhi,
-            kvhi,
-            scale,
-            causal as i32
-        )?;
+        launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)?;
         let mut lc = cfg((tiles, nh as u32, b as u32), FLASH_THREADS);
         lc.shared_mem_bytes = smem;
-        launch!(
-            self,
-            dq,
-            lc,
-            dqkvp,
-            qkvp,
-            doutp,
-            lsep,
-            deltap,
-            ti,
-            nhi,
-            kvhi,
-            scale,
-            causal as i32
-        )
+        launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)
     }
 
     fn check_len(what: &str, got: usize, need: usize) -> Result<(), CudaError> {

@@ -171,7 +171,7 @@ impl CudaBackend {
         if let Some(s) = reported
             && level >= StatsLevel::Cheap
         {
-            self.launch_channel_stats(x, rows, cols, fault, s)?;
+            self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?;
         }
         Ok((self.prepared(ty, dst, slot), reported))
     }
