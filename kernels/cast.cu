@@ -191,7 +191,8 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
 #define CAST_PARAMS                                                                                        \
     const float* __restrict__ x, int rows, int cols, float scale_arg, int scale_mode, float* __restrict__ slot, \
         void* __restrict__ out, void* __restrict__ out_t, double* partials, double* __restrict__ record, u32* __restrict__ counter,     \
-        int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor
+        int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor,         \
+        double* __restrict__ ch_sq, float* __restrict__ ch_amax
 
 // The cast and dequantisation scales of a launch; block 0 publishes them to the slot (scale_mode 0).
 template <int FMT>
@@ -260,49 +261,115 @@ __device__ void cast_straight(CAST_PARAMS) {
 }
 
 // out_t = cast(x)^T: (cols, rows), and with out not null also out = cast(x) in x's layout (both
-// layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks: read along x's
-// rows (coalesced), codes through shared memory, written along out_t's rows.
+// layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks. Thread t of the
+// block takes rows ty + 16 j (j < 4, ty = t / 16) at columns 4 tx .. 4 tx + 3 (tx = t % 16): 16-byte
+// loads along x's rows and 4 codes stored at once; the codes go through shared memory and leave
+// along out_t's rows, 4 at once. With ch_sq set (a recorded cast at the cheap level or above),
+// each tile also writes its per-column sum of x^2 (f64) and max |x| over finite values to
+// ch_sq / ch_amax[row tile * cols + col]: the per-channel statistics without a second read of x
+// (channel_stats_reduce then sums the row tiles in order).
 template <int FMT, int L>
 __device__ void cast_transposed(CAST_PARAMS) {
-    __shared__ unsigned short tile[TILE][TILE + 2];  // row stride of 33 words: conflict-free columns
+    __shared__ unsigned short tile[TILE][TILE + 2];
+    __shared__ double csq[16][TILE];
+    __shared__ float cam[16][TILE];
     float s, base;
     cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
     Acc a;
     acc_init(a);
-    int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     int tiles_c = (cols + TILE - 1) / TILE;
     long long ntiles = (long long)((rows + TILE - 1) / TILE) * tiles_c;
-    const int PER = TILE / TILE_ROWS_PER_PASS;
+    bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
+    bool channels = ch_sq != nullptr;
     for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
         int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
-        float v[PER];
+        int c = c0 + 4 * tx;
+        bool full4 = vec_in && c + 3 < cols;
+        float v[4][4];
 #pragma unroll
-        for (int j = 0; j < PER; j++) {
-            int r = r0 + ty + j * TILE_ROWS_PER_PASS, c = c0 + tx;
-            v[j] = (r < rows && c < cols) ? __ldg(x + (u64)r * cols + c) : 0.0f;
+        for (int j = 0; j < 4; j++) {
+            int r = r0 + ty + 16 * j;
+            if (r < rows && full4) {
+                float4 f = __ldg(reinterpret_cast<const float4*>(x + (u64)r * cols + c));
+                v[j][0] = f.x; v[j][1] = f.y; v[j][2] = f.z; v[j][3] = f.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[j][k] = (r < rows && c + k < cols) ? __ldg(x + (u64)r * cols + c + k) : 0.0f;
+            }
         }
+        double sq[4] = {0.0, 0.0, 0.0, 0.0};
+        float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < PER; j++) {
-            int r = r0 + ty + j * TILE_ROWS_PER_PASS, c = c0 + tx;
-            unsigned short code = 0;
-            if (r < rows && c < cols) {
+        for (int j = 0; j < 4; j++) {
+            int r = r0 + ty + 16 * j;
+            unsigned short code[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                code[k] = 0;
+                if (r < rows && c + k < cols) {
+                    u64 i = (u64)r * cols + c + k;
+                    float pv = planted(v[j][k], i, o0, o1, o2, o3, outlier_factor);
+                    code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
+                    if (channels && isfinite(pv)) {
+                        sq[k] += (double)pv * (double)pv;
+                        am[k] = fmaxf(am[k], fabsf(pv));
+                    }
+                }
+                tile[ty + 16 * j][4 * tx + k] = code[k];
+            }
+            if (out != nullptr && r < rows) {
                 u64 i = (u64)r * cols + c;
-                code = cast_one<FMT, L>(planted(v[j], i, o0, o1, o2, o3, outlier_factor), s, base, overflow_nan, a);
-                if (out != nullptr) {
-                    if (FMT == FMT_BF16) ((unsigned short*)out)[i] = code; else ((u8*)out)[i] = (u8)code;
+                if (full4) {
+                    if (FMT == FMT_BF16) *reinterpret_cast<uint2*>((unsigned short*)out + i) = make_uint2((u32)code[0] | ((u32)code[1] << 16), (u32)code[2] | ((u32)code[3] << 16));
+                    else *reinterpret_cast<u32*>((u8*)out + i) = (u32)code[0] | ((u32)code[1] << 8) | ((u32)code[2] << 16) | ((u32)code[3] << 24);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        if (c + k >= cols) break;
+                        if (FMT == FMT_BF16) ((unsigned short*)out)[i + k] = code[k]; else ((u8*)out)[i + k] = (u8)code[k];
+                    }
                 }
             }
-            tile[ty + j * TILE_ROWS_PER_PASS][tx] = code;
+        }
+        if (channels) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                csq[ty][4 * tx + k] = sq[k];
+                cam[ty][4 * tx + k] = am[k];
+            }
         }
         __syncthreads();
+        if (channels && threadIdx.x < TILE && c0 + threadIdx.x < cols) {
+            double cs = 0.0;
+            float cm = -INFINITY;
+            for (int y = 0; y < 16; y++) {
+                cs += csq[y][threadIdx.x];
+                cm = fmaxf(cm, cam[y][threadIdx.x]);
+            }
+            u64 o = (u64)(r0 / TILE) * cols + c0 + threadIdx.x;
+            ch_sq[o] = cs;
+            ch_amax[o] = cm;
+        }
         if (out_t != nullptr) {
+            int orow = r0 + 4 * tx;  // out_t is (cols, rows): 4 of its columns per thread
 #pragma unroll
-            for (int j = 0; j < PER; j++) {
-                int oc = c0 + ty + j * TILE_ROWS_PER_PASS, orow = r0 + tx;  // out_t is (cols, rows)
-                if (oc < cols && orow < rows) {
-                    u64 o = (u64)oc * rows + orow;
-                    unsigned short code = tile[tx][ty + j * TILE_ROWS_PER_PASS];
-                    if (FMT == FMT_BF16) ((unsigned short*)out_t)[o] = code; else ((u8*)out_t)[o] = (u8)code;
+            for (int j = 0; j < 4; j++) {
+                int oc = c0 + ty + 16 * j;
+                if (oc >= cols) continue;
+                int tc = ty + 16 * j;
+                unsigned short k0 = tile[4 * tx][tc], k1 = tile[4 * tx + 1][tc], k2 = tile[4 * tx + 2][tc], k3 = tile[4 * tx + 3][tc];
+                u64 o = (u64)oc * rows + orow;
+                if (vec_t && orow + 3 < rows) {
+                    if (FMT == FMT_BF16) *reinterpret_cast<uint2*>((unsigned short*)out_t + o) = make_uint2((u32)k0 | ((u32)k1 << 16), (u32)k2 | ((u32)k3 << 16));
+                    else *reinterpret_cast<u32*>((u8*)out_t + o) = (u32)k0 | ((u32)k1 << 8) | ((u32)k2 << 16) | ((u32)k3 << 24);
+                } else {
+                    unsigned short ks[4] = {k0, k1, k2, k3};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        if (orow + k >= rows) break;
+                        if (FMT == FMT_BF16) ((unsigned short*)out_t)[o + k] = ks[k]; else ((u8*)out_t)[o + k] = (u8)ks[k];
+                    }
                 }
             }
         }
@@ -321,15 +388,17 @@ __device__ void cast_transposed(CAST_PARAMS) {
 // scale_mode 1 reads the slot; scale_mode 2 (the amax pass of current scaling, out null) computes
 // the slot from the amax at the end. The four elements at o0..o3 are multiplied by outlier_factor
 // first (a planted fault). Level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
-// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32.
+// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32. ch_sq, ch_amax:
+// null, or (with T != 0) the per-channel partials of each 64-row tile (cast_transposed).
 // Launch: CAST_THREADS threads, any grid (the work is strided over blocks).
 #define CAST_KERNEL(L, F, T)                                                                         \
     extern "C" __global__ void __launch_bounds__(CAST_THREADS, 2) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
         if (T) cast_transposed<F, L>(x, rows, cols, scale_arg, scale_mode, slot, T == 2 ? out : nullptr, out_t, \
                                      partials, record, counter, margin, mult, overflow_nan, o0, o1, o2, o3,     \
-                                     outlier_factor);                                                            \
+                                     outlier_factor, ch_sq, ch_amax);                                            \
         else cast_straight<F, L>(x, rows, cols, scale_arg, scale_mode, slot, out, nullptr, partials, record,   \
-                                 counter, margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor);         \
+                                 counter, margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, nullptr,  \
+                                 nullptr);                                                                       \
     }
 #define CAST_KERNELS_F(L, F) CAST_KERNEL(L, F, 0) CAST_KERNEL(L, F, 1) CAST_KERNEL(L, F, 2)
 #define CAST_KERNELS_L(L) CAST_KERNELS_F(L, 0) CAST_KERNELS_F(L, 1) CAST_KERNELS_F(L, 2)

@@ -12,6 +12,7 @@
 //! Kept casts expire when the step's reports are taken.
 
 use super::blas::OpType;
+use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
 use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
 use crate::backend::operands::outlier_indices;
@@ -167,11 +168,18 @@ impl CudaBackend {
             CastLayout::Both => (dst, kept_dst),
         };
         let reported = slot.filter(|_| report);
-        self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t)?;
-        if let Some(s) = reported
-            && level >= StatsLevel::Cheap
-        {
-            self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?;
+        // The per-channel statistics of a recorded cast: computed by the cast kernel itself when it
+        // tiles (transposed and dual casts), in a pass of their own for a straight cast.
+        let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
+        let fused = match channels {
+            Some(s) if layout != CastLayout::Straight => Some(self.channel_target(rows, cols, rows.div_ceil(64), s)?),
+            _ => None,
+        };
+        self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
+        match (channels, fused) {
+            (_, Some(t)) => self.channel_reduce(t)?,
+            (Some(s), None) => self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?,
+            (None, None) => {}
         }
         Ok((self.prepared(ty, dst, slot), reported))
     }
@@ -189,7 +197,8 @@ impl CudaBackend {
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
     /// block writes the scale to the slot.
     #[allow(clippy::too_many_arguments)]
-    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64) -> Result<(), CudaError> {
+    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>) -> Result<(), CudaError> {
+        let (ch_sq, ch_amax) = channels.map(|t| (t.part_sq, t.part_amax)).unwrap_or((0, 0));
         let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
         let slot_ptr = self.slot_ptr(slot);
         let mut o = [u64::MAX; 4];
@@ -207,7 +216,7 @@ impl CudaBackend {
                     let grid = cast_grid(rows, cols, false, self.cast_grid);
                     #[rustfmt::skip]
                     launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
-                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64)?;
                     mode = 1;
                 }
             }
@@ -215,7 +224,7 @@ impl CudaBackend {
         let grid = cast_grid(rows, cols, layout != CastLayout::Straight, self.cast_grid);
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
-            slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor)?;
+            slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
         Ok(())
     }
 

@@ -91,14 +91,22 @@ fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(st
     Ok(())
 }
 
+/// Where a cast's per-channel partials go and where its reduced columns land (device addresses).
+#[derive(Clone, Copy)]
+pub(super) struct ChannelTarget {
+    pub part_sq: u64,
+    pub part_amax: u64,
+    sq: u64,
+    amax: u64,
+    chunks: usize,
+    cols: usize,
+}
+
 impl CudaBackend {
-    /// Queues the per-channel statistics of `x` (rows × cols, row-major, `fault`'s planted
-    /// outliers applied) for the cast recorded in `slot`.
-    pub(super) fn launch_channel_stats(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, fault: OperandFault, slot: usize) -> Result<(), CudaError> {
-        if rows == 0 || cols == 0 {
-            return Ok(());
-        }
-        let (threads, col_blocks, chunks, per) = plan(rows, cols);
+    /// Reserves the step's record columns of the cast in `slot` (cols channels) and partials for
+    /// `chunks` row chunks.
+    pub(super) fn channel_target(&mut self, rows: usize, cols: usize, chunks: usize, slot: usize) -> Result<ChannelTarget, CudaError> {
+        let _ = rows;
         let stream = self.stream.clone();
         let c = &mut self.chan;
         super::grow(&stream, &mut c.part_sq, chunks * cols)?;
@@ -111,19 +119,43 @@ impl CudaBackend {
             c.by_slot.resize(slot + 1, None);
         }
         c.by_slot[slot] = Some((off, cols));
+        Ok(ChannelTarget {
+            part_sq: self.ptr(&self.chan.part_sq),
+            part_amax: self.ptr(&self.chan.part_amax),
+            sq: self.ptr(&self.chan.sq) + (off * 8) as u64,
+            amax: self.ptr(&self.chan.amax) + (off * 4) as u64,
+            chunks,
+            cols,
+        })
+    }
+
+    /// Sums a target's chunk partials into its record columns, chunks in order.
+    pub(super) fn channel_reduce(&mut self, t: ChannelTarget) -> Result<(), CudaError> {
+        let threads = t.cols.next_multiple_of(32).clamp(32, 256);
+        let blocks = t.cols.div_ceil(threads) as u32;
+        launch!(self, "channel_stats_reduce", cfg((blocks, 1, 1), threads as u32), t.part_sq, t.part_amax, t.chunks as i32, t.cols as i32, t.sq, t.amax)
+    }
+
+    /// Queues the per-channel statistics of `x` (rows × cols, row-major, `fault`'s planted
+    /// outliers applied) for the cast recorded in `slot`, in a pass of their own (the straight
+    /// casts; the transposed and dual casts compute them as they cast: `cast_transposed`).
+    pub(super) fn launch_channel_stats(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, fault: OperandFault, slot: usize) -> Result<(), CudaError> {
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let (threads, col_blocks, chunks, per) = plan(rows, cols);
+        let target = self.channel_target(rows, cols, chunks, slot)?;
         let mut o = [u64::MAX; 4];
         if fault.outlier_factor != 1.0 {
             for (j, i) in outlier_indices(rows * cols).enumerate() {
                 o[j] = i as u64;
             }
         }
-        let (xp, psq, pam) = (self.ptr(x), self.ptr(&self.chan.part_sq), self.ptr(&self.chan.part_amax));
-        let (sq, am) = (self.ptr(&self.chan.sq) + (off * 8) as u64, self.ptr(&self.chan.amax) + (off * 4) as u64);
+        let xp = self.ptr(x);
         #[rustfmt::skip]
         launch!(self, "channel_stats_partial", cfg((col_blocks as u32, chunks as u32, 1), threads), xp, rows as i32, cols as i32, per as i32,
-            o[0], o[1], o[2], o[3], fault.outlier_factor, psq, pam)?;
-        launch!(self, "channel_stats_reduce", cfg((col_blocks as u32, 1, 1), threads), psq, pam, chunks as i32, cols as i32, sq, am)?;
-        Ok(())
+            o[0], o[1], o[2], o[3], fault.outlier_factor, target.part_sq, target.part_amax)?;
+        self.channel_reduce(target)
     }
 
     /// Copies the step's per-channel records to the host (the stream must be synchronised, as
