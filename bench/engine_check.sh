@@ -6,13 +6,14 @@
 #  2. the loss columns of the previous binary (OLD_BIN) and this one, same runs, compared step by
 #     step (max relative difference; a numerics change moves them within run-to-run noise);
 #  3. a short llama-1b run per recipe under FP8SCOPE_PROFILE=1 (where the step's time goes).
-# Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [skip-check]
+# Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [all|check|profile]  (default all)
 set -uo pipefail
-BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; SKIP=${4:-}
+BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; MODE=${4:-all}
+case "$MODE" in all|check|profile) ;; *) echo "unknown mode '$MODE' (all, check, profile)" >&2; exit 2;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT/runs"
 status=0
-if [ "$SKIP" != skip-check ]; then
+if [ "$MODE" != profile ]; then
   bash "$HERE/gpu_check.sh" "$BIN" "$OUT/check" > "$OUT/gpu_check.log" 2>&1 || status=1
   grep -E "^==|rel L2|fused|outside|FAIL|test result|parity|same|ok" "$OUT/gpu_check.log" | grep -v "^\s*$" | tail -80
   echo "== old vs new binary, 100 steps, GPU"
@@ -24,6 +25,7 @@ if [ "$SKIP" != skip-check ]; then
     done
   done
 fi
+[ "$MODE" = check ] && { echo "== engine_check status $status"; exit $status; }
 echo "== llama-1b, 8 steps per recipe, FP8SCOPE_PROFILE=1"
 for r in bf16 delayed; do
   log="$OUT/llama1b-$r.log"
