@@ -30,15 +30,15 @@ impl<B: Backend> Model<B> {
             Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &a.ln1, &p[w], Some(&p[bias(bi)]), None);
             be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             let (w, bi) = linear(Module::Proj);
-            Self::linear(be, &calls[1], plan, dumps, &mut a.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
-            be.add(&mut a.res2, res_in, &a.proj);
+            Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
+            be.add(&mut a.res2, res_in, &s.proj);
             be.layernorm_fwd(&mut a.ln2, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
             let (w, bi) = linear(Module::Fc1);
             Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, &p[w], Some(&p[bias(bi)]), None);
             be.gelu_fwd(&mut a.act, &a.fc1);
             let (w, bi) = linear(Module::Fc2);
-            Self::linear(be, &calls[3], plan, dumps, &mut a.fc2, &a.act, &p[w], Some(&p[bias(bi)]), None);
-            be.add(res_out, &a.res2, &a.fc2);
+            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &a.act, &p[w], Some(&p[bias(bi)]), None);
+            be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, fb) = lay.final_norm();
         {

@@ -24,16 +24,16 @@ impl<B: Backend> Model<B> {
             let p = &s.params;
             let w = |m: Module| &p[lay.linear(l, m).0];
             be.rmsnorm_fwd(&mut a.ln1, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
-            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &a.ln1, w(Module::Qkv), None, None);
-            be.rope_fwd(&mut a.qkv_rot, &a.qkv, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
+            Self::linear(be, &calls[0], plan, dumps, &mut s.qkv_pre, &a.ln1, w(Module::Qkv), None, None);
+            be.rope_fwd(&mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
             be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv_rot, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
-            Self::linear(be, &calls[1], plan, dumps, &mut a.proj, &a.atty, w(Module::Proj), None, None);
-            be.add(&mut a.res2, res_in, &a.proj);
+            Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, w(Module::Proj), None, None);
+            be.add(&mut a.res2, res_in, &s.proj);
             be.rmsnorm_fwd(&mut a.ln2, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
             Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, w(Module::Fc1), None, None);
             be.swiglu_fwd(&mut a.act, &a.fc1, d.f);
-            Self::linear(be, &calls[3], plan, dumps, &mut a.fc2, &a.act, w(Module::Fc2), None, None);
-            be.add(res_out, &a.res2, &a.fc2);
+            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &a.act, w(Module::Fc2), None, None);
+            be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, _) = lay.final_norm();
         {

@@ -101,18 +101,16 @@ pub struct LayerActs<T> {
     pub ln1: T,      // (N, C) first norm's output
     pub ln1_mean: T, // (N) gpt
     pub ln1_rstd: T, // (N)
-    pub qkv: T,      // (N, Q)
+    pub qkv: T,      // (N, Q) gpt (llama keeps only the rotated copy)
     pub qkv_rot: T,  // (N, Q) llama: q and k rotated
     pub att: T,      // Backend::attention_saved_len
     pub atty: T,     // (N, C)
-    pub proj: T,     // (N, C)
     pub res2: T,     // (N, C) residual after attention
     pub ln2: T,      // (N, C)
     pub ln2_mean: T, // (N) gpt
     pub ln2_rstd: T, // (N)
     pub fc1: T,      // (N, F1)
     pub act: T,      // (N, F) GELU or SwiGLU output
-    pub fc2: T,      // (N, C)
 }
 
 /// Everything the model keeps on the device.
@@ -130,6 +128,10 @@ pub struct State<T> {
     pub logits: T,   // (N, V)
     pub dlogits: T,  // (N, V)
     pub losses: T,   // (N)
+    // forward scratch: outputs no backward reads, one buffer for every layer
+    pub qkv_pre: T, // (N, Q) llama: qkv before RoPE
+    pub proj: T,    // (N, C)
+    pub fc2: T,     // (N, C)
     // backward scratch
     pub dres: T,     // (N, C)
     pub dln: T,      // (N, C)
@@ -226,18 +228,16 @@ impl<B: Backend> Model<B> {
                 ln1: zeros(n * c),
                 ln1_mean: zeros(only(gpt, n)),
                 ln1_rstd: zeros(n),
-                qkv: zeros(n * q),
+                qkv: zeros(only(gpt, n * q)),
                 qkv_rot: zeros(only(!gpt, n * q)),
                 att: zeros(saved),
                 atty: zeros(n * c),
-                proj: zeros(n * c),
                 res2: zeros(n * c),
                 ln2: zeros(n * c),
                 ln2_mean: zeros(only(gpt, n)),
                 ln2_rstd: zeros(n),
                 fc1: zeros(n * f1),
                 act: zeros(n * f),
-                fc2: zeros(n * c),
             })
             .collect();
         let state = State {
@@ -253,6 +253,9 @@ impl<B: Backend> Model<B> {
             logits: zeros(n * v),
             dlogits: zeros(n * v),
             losses: zeros(n),
+            qkv_pre: zeros(only(!gpt, n * q)),
+            proj: zeros(n * c),
+            fc2: zeros(n * c),
             dres: zeros(n * c),
             dln: zeros(n * c),
             dlnf: zeros(n * c),
