@@ -2,9 +2,14 @@
 //! capability ≥ 8.9 (FP8 tensor cores), through cudarc with dynamic loading.
 //!
 //! - Kernels: `kernels/*.cu`, one file per layer family, compiled by NVRTC at start-up to a CUBIN
-//!   for the GPU found ([`kernels`]). The Llama family's launchers have a file each here
-//!   (`rmsnorm.rs`, `swiglu.rs`, `rope.rs`), as does attention (`attention.rs`: the fused
-//!   flash-style kernels and the unfused fallback); the others are in `primitives.rs` and this file.
+//!   for the GPU found ([`kernels`]). Each family's launchers have a file here named after its
+//!   kernel file, with methods named after the kernels they launch (`layernorm_fwd_impl` launches
+//!   `layernorm_fwd`): `embedding.rs`, `layernorm.rs`, `rmsnorm.rs`, `gelu.rs`, `swiglu.rs`,
+//!   `rope.rs` (the RoPE kernels of attention.cu), `attention.rs` (the fused flash-style kernels and
+//!   the unfused fallback), `residual.rs`, `loss.rs`, `adamw.rs`, `stats.rs` (reductions) and
+//!   `channels.rs` (per-channel statistics). `primitives.rs` is the [`Backend`] impl over them:
+//!   a profiler span around the launcher. This file keeps the GEMM pipeline (with `cast.rs`,
+//!   `blas.rs`) and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
@@ -349,6 +354,23 @@ impl CudaBackend {
         r
     }
 
+    /// `len` values of `buf` from `offset` on, `stride` apart, copied to the host.
+    fn download_impl(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = offset + (len - 1) * stride + 1;
+        if end > buf.len() {
+            return Err(CudaError::Unsupported(format!("download of {len} values {stride} apart from {offset} on: the buffer holds {}", buf.len())));
+        }
+        let v = self.stream.clone_dtoh(&buf.slice(offset..end))?;
+        Ok(match stride {
+            1 => v,
+            0 => vec![v[0]; len],
+            _ => v.into_iter().step_by(stride).collect(),
+        })
+    }
+
     fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
         self.funcs.get(name).ok_or(CudaError::MissingKernel(name))
     }
@@ -633,22 +655,31 @@ impl CudaBackend {
             .collect())
     }
 
-    fn sumsq_many(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {
-        // Blocks per buffer depend only on its size, so the summation order is fixed.
-        let blocks: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(256 * 16).clamp(1, 1024)).collect();
-        let total: usize = blocks.iter().sum();
-        grow(&self.stream, &mut self.red, total + 1)?;
-        let base = self.ptr(&self.red);
-        let mut off = 0usize;
-        for (x, &nb) in xs.iter().zip(&blocks) {
-            let (n, xp) = (x.len(), self.ptr(x));
-            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), 256), xp, n as u64, base + (off * 8) as u64)?;
-            off += nb;
-        }
-        let outp = base + (total * 8) as u64;
-        launch!(self, "sum_partials", cfg((1, 1, 1), 1024), base, total as u64, outp)?;
-        let v = self.stream.clone_dtoh(&self.red.slice(total..total + 1))?;
-        Ok(v[0])
+    /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
+    fn matmul_bf16_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
+        self.linear(&plain_call(Gemm::Fprop, dims), out, inp, w, None, None, false, false, true)
+    }
+
+    /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
+    fn matmul_bf16_bwd_impl(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        dims: LinearDims,
+    ) -> Result<(), CudaError> {
+        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false, true)?;
+        self.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false, true)
+    }
+
+    /// Every element of `x` rounded to BF16 in place (`round_bf16_fwd`, a kernel of cast.cu, whose
+    /// launchers are in `cast.rs`; the CPU reference is `backend/cpu/cast.rs`'s `round_bf16_inplace`).
+    fn round_bf16_fwd_impl(&mut self, x: &mut CudaSlice<f32>) -> Result<(), CudaError> {
+        let n = x.len();
+        let p = self.ptr(x);
+        launch!(self, "round_bf16_fwd", grid_for(n, 256), p, n as u64)
     }
 }
 
@@ -674,7 +705,14 @@ fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
 }
 
 // After the macros above, which they use.
+mod adamw;
+mod embedding;
+mod gelu;
+mod layernorm;
+mod loss;
 mod primitives;
+mod residual;
 mod rmsnorm;
 mod rope;
+mod stats;
 mod swiglu;
