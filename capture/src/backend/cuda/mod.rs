@@ -8,8 +8,12 @@
 //!   `rope.rs` (the RoPE kernels of attention.cu), `attention.rs` (the fused flash-style kernels and
 //!   the unfused fallback), `residual.rs`, `loss.rs`, `adamw.rs`, `stats.rs` (reductions) and
 //!   `channels.rs` (per-channel statistics). `primitives.rs` is the [`Backend`] impl over them:
-//!   a profiler span around the launcher. This file keeps the GEMM pipeline (with `cast.rs`,
-//!   `blas.rs`) and `round_bf16_fwd`, a kernel of cast.cu.
+//!   a profiler span, the launcher, and the error handling below. This file keeps the GEMM
+//!   pipeline (with `cast.rs`, `blas.rs`) and `round_bf16_fwd`, a kernel of cast.cu.
+//! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
+//!   `error`), returns a harmless value in place of the result, and skips the device work of every
+//!   later primitive until [`Backend::take_error`] hands the error over; the training loop checks
+//!   it once per step and stops the run with it.
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
@@ -208,15 +212,9 @@ pub struct CudaBackend {
     ln_partial: CudaSlice<f32>,
     /// The RoPE cos/sin table of `layers::rope::rope_table` for (T, HD, theta's bits) ([`rope`]).
     rope_tab: Option<((usize, usize, u32), CudaSlice<f32>)>,
-}
-
-/// Panics with the backend error: the trait's primitives cannot return errors, and a failed
-/// launch or library call leaves the device state unknown. `lib.rs` turns the panic into one line.
-fn ok<T>(r: Result<T, CudaError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => std::panic::panic_any(format!("CUDA backend: {e}")),
-    }
+    /// The first error of a primitive since the last [`Backend::take_error`], as
+    /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
+    error: Option<String>,
 }
 
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
@@ -312,6 +310,7 @@ impl CudaBackend {
             attn: attention::AttentionState::new(s)?,
             ln_partial: s.alloc_zeros(1)?,
             rope_tab: None,
+            error: None,
             next_slot: 0,
             next_gemm: 0,
             pending: Vec::new(),
@@ -352,6 +351,46 @@ impl CudaBackend {
             p.end(&stream, i, t.elapsed());
         }
         r
+    }
+
+    /// Runs primitive `name`'s device work `f` unless an error is kept already; keeps `f`'s error
+    /// (the first one) and returns None in place of its result.
+    fn guarded<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> Result<T, CudaError>) -> Option<T> {
+        if self.error.is_some() {
+            return None;
+        }
+        match f(self) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                // One line: the run's error message is this.
+                let msg = format!("{name}: {e}");
+                self.error = Some(msg.split_whitespace().collect::<Vec<_>>().join(" "));
+                None
+            }
+        }
+    }
+
+    /// [`Self::guarded`] inside the profiler span `name`.
+    fn spanned<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> Result<T, CudaError>) -> Option<T> {
+        self.guarded(name, |me| me.span(name, f))
+    }
+
+    /// The buffer a failed `zeros` or `upload` returns: empty, and owning no device memory (no
+    /// device work runs while an error is kept, so no kernel ever sees it).
+    fn placeholder<T>(&self) -> CudaSlice<T> {
+        // SAFETY: a null pointer of length 0 is never read or written through; event tracking is
+        // off (`new`), so no events are created for it.
+        unsafe { self.stream.upgrade_device_ptr(0, 0) }
+    }
+
+    /// Forgets the step's queued reports and statistics slots: after an error their records on the
+    /// device are incomplete, and the next step starts from slot 0 again.
+    fn forget_step(&mut self) {
+        self.pending.clear();
+        self.next_slot = 0;
+        self.next_gemm = 0;
+        self.chan.reset();
+        self.expire_kept_casts();
     }
 
     /// `len` values of `buf` from `offset` on, `stride` apart, copied to the host.
