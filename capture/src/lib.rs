@@ -77,28 +77,6 @@ pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
     Ok(())
 }
 
-/// Runs `f`, turning a panic of the CUDA backend (whose primitives cannot return errors) into an
-/// error with its message.
-fn catch_device_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    // The backend's own failures become the run's one-line error; other panics print as usual.
-    let prev = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let cuda = info.payload().downcast_ref::<String>().is_some_and(|m| m.starts_with("CUDA backend:"));
-        if !cuda {
-            prev(info);
-        }
-    }));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    let _ = std::panic::take_hook();
-    match r {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-            bail!("{}", msg.unwrap_or_else(|| "the device backend panicked".into()))
-        }
-    }
-}
-
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let device = resolve_device(args.device, args.recipe).map_err(UsageError)?;
@@ -113,7 +91,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let run = RunDir::new(&plan.out);
     interrupt::install();
     let outcome = if let Some(be) = cuda.as_mut() {
-        catch_device_panic(|| train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet))
+        train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     } else {
         let mut be = backend::cpu::CpuBackend::new();
         train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet)

@@ -1,6 +1,7 @@
 //! The training loop: data → forward/backward → global-norm clip → AdamW, with the recipe's scaling
 //! updated after every step and every measurement handed to the writer thread. A non-finite loss
-//! stops the run after that step is recorded in full (status `diverged`).
+//! stops the run after that step is recorded in full (status `diverged`); an error of the device
+//! backend stops it before that step records anything, as any other error (status `crashed`).
 
 use crate::backend::{Backend, GemmId, OperandFault, StatsLevel};
 use crate::config::is_fp8;
@@ -118,6 +119,14 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
     }
 }
 
+/// The backend's kept error, if any, as the run's error: one line, "CUDA backend: what failed".
+fn check_backend<B: Backend>(be: &mut B) -> anyhow::Result<()> {
+    match be.take_error() {
+        Some(e) => anyhow::bail!("{} backend: {e}", be.kind().to_uppercase()),
+        None => Ok(()),
+    }
+}
+
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
@@ -134,8 +143,10 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let manifest = Manifest::new_running(name, cfg.clone(), device, info);
     let mut writer = Writer::start(run, manifest)?;
     let mut model: Model<B> = Model::new(be, dims, cfg.train.seed, cfg.train.init_jitter);
+    check_backend(be)?;
     if let Some(s) = &scenario {
         s.init_model(be, &mut model, &data.delimiters(&cfg.data));
+        check_backend(be)?;
     }
     let mut scaling = Scaling::new(cfg);
 
@@ -182,6 +193,8 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
             }
         }
         let reports = be.take_reports();
+        // A failed primitive leaves the whole step unknown: stop before any of its rows is written.
+        check_backend(be)?;
         scaling.observe(&reports);
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
 

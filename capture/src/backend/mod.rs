@@ -13,6 +13,8 @@
 //!
 //! Reports of casts and shadow GEMMs are queued inside the backend and collected once per step
 //! ([`Backend::take_reports`]), so a device backend needs no host synchronisation per GEMM.
+//! Errors are collected the same way: a primitive returns no `Result`; a device backend keeps its
+//! first error and the caller asks for it ([`Backend::take_error`]) once per step.
 
 pub mod cpu;
 pub mod cuda;
@@ -296,4 +298,13 @@ pub trait Backend {
 
     /// The reports of every `gemm` since the last call, in call order.
     fn take_reports(&mut self) -> Vec<GemmReport>;
+
+    /// The first error of a primitive since the last call, in one line, and forgets it. A device
+    /// backend whose primitive fails (a launch, an allocation, a copy) keeps the error, returns a
+    /// harmless value in place of the result and skips the device work of every later primitive
+    /// until this is called; the caller must then treat everything since the previous call as
+    /// lost. The CPU backend never fails: None.
+    fn take_error(&mut self) -> Option<String> {
+        None
+    }
 }

@@ -2,9 +2,18 @@
 //! capability ≥ 8.9 (FP8 tensor cores), through cudarc with dynamic loading.
 //!
 //! - Kernels: `kernels/*.cu`, one file per layer family, compiled by NVRTC at start-up to a CUBIN
-//!   for the GPU found ([`kernels`]). The Llama family's launchers have a file each here
-//!   (`rmsnorm.rs`, `swiglu.rs`, `rope.rs`), as does attention (`attention.rs`: the fused
-//!   flash-style kernels and the unfused fallback); the others are in `primitives.rs` and this file.
+//!   for the GPU found ([`kernels`]). Each family's launchers have a file here named after its
+//!   kernel file, with methods named after the kernels they launch (`layernorm_fwd_impl` launches
+//!   `layernorm_fwd`): `embedding.rs`, `layernorm.rs`, `rmsnorm.rs`, `gelu.rs`, `swiglu.rs`,
+//!   `rope.rs` (the RoPE kernels of attention.cu), `attention.rs` (the fused flash-style kernels and
+//!   the unfused fallback), `residual.rs`, `loss.rs`, `adamw.rs`, `stats.rs` (reductions) and
+//!   `channels.rs` (per-channel statistics). `primitives.rs` is the [`Backend`] impl over them:
+//!   a profiler span, the launcher, and the error handling below. This file keeps the GEMM
+//!   pipeline (with `cast.rs`, `blas.rs`) and `round_bf16_fwd`, a kernel of cast.cu.
+//! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
+//!   `error`), returns a harmless value in place of the result, and skips the device work of every
+//!   later primitive until [`Backend::take_error`] hands the error over; the training loop checks
+//!   it once per step and stops the run with it.
 //! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
 //!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
@@ -203,15 +212,9 @@ pub struct CudaBackend {
     ln_partial: CudaSlice<f32>,
     /// The RoPE cos/sin table of `layers::rope::rope_table` for (T, HD, theta's bits) ([`rope`]).
     rope_tab: Option<((usize, usize, u32), CudaSlice<f32>)>,
-}
-
-/// Panics with the backend error: the trait's primitives cannot return errors, and a failed
-/// launch or library call leaves the device state unknown. `lib.rs` turns the panic into one line.
-fn ok<T>(r: Result<T, CudaError>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => std::panic::panic_any(format!("CUDA backend: {e}")),
-    }
+    /// The first error of a primitive since the last [`Backend::take_error`], as
+    /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
+    error: Option<String>,
 }
 
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
@@ -307,6 +310,7 @@ impl CudaBackend {
             attn: attention::AttentionState::new(s)?,
             ln_partial: s.alloc_zeros(1)?,
             rope_tab: None,
+            error: None,
             next_slot: 0,
             next_gemm: 0,
             pending: Vec::new(),
@@ -347,6 +351,63 @@ impl CudaBackend {
             p.end(&stream, i, t.elapsed());
         }
         r
+    }
+
+    /// Runs primitive `name`'s device work `f` unless an error is kept already; keeps `f`'s error
+    /// (the first one) and returns None in place of its result.
+    fn guarded<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> Result<T, CudaError>) -> Option<T> {
+        if self.error.is_some() {
+            return None;
+        }
+        match f(self) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                // One line: the run's error message is this.
+                let msg = format!("{name}: {e}");
+                self.error = Some(msg.split_whitespace().collect::<Vec<_>>().join(" "));
+                None
+            }
+        }
+    }
+
+    /// [`Self::guarded`] inside the profiler span `name`.
+    fn spanned<T>(&mut self, name: &'static str, f: impl FnOnce(&mut Self) -> Result<T, CudaError>) -> Option<T> {
+        self.guarded(name, |me| me.span(name, f))
+    }
+
+    /// The buffer a failed `zeros` or `upload` returns: empty, and owning no device memory (no
+    /// device work runs while an error is kept, so no kernel ever sees it).
+    fn placeholder<T>(&self) -> CudaSlice<T> {
+        // SAFETY: a null pointer of length 0 is never read or written through; event tracking is
+        // off (`new`), so no events are created for it.
+        unsafe { self.stream.upgrade_device_ptr(0, 0) }
+    }
+
+    /// Forgets the step's queued reports and statistics slots: after an error their records on the
+    /// device are incomplete, and the next step starts from slot 0 again.
+    fn forget_step(&mut self) {
+        self.pending.clear();
+        self.next_slot = 0;
+        self.next_gemm = 0;
+        self.chan.reset();
+        self.expire_kept_casts();
+    }
+
+    /// `len` values of `buf` from `offset` on, `stride` apart, copied to the host.
+    fn download_impl(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let end = offset + (len - 1) * stride + 1;
+        if end > buf.len() {
+            return Err(CudaError::Unsupported(format!("download of {len} values {stride} apart from {offset} on: the buffer holds {}", buf.len())));
+        }
+        let v = self.stream.clone_dtoh(&buf.slice(offset..end))?;
+        Ok(match stride {
+            1 => v,
+            0 => vec![v[0]; len],
+            _ => v.into_iter().step_by(stride).collect(),
+        })
     }
 
     fn func(&self, name: &'static str) -> Result<&CudaFunction, CudaError> {
@@ -633,22 +694,31 @@ impl CudaBackend {
             .collect())
     }
 
-    fn sumsq_many(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {
-        // Blocks per buffer depend only on its size, so the summation order is fixed.
-        let blocks: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(256 * 16).clamp(1, 1024)).collect();
-        let total: usize = blocks.iter().sum();
-        grow(&self.stream, &mut self.red, total + 1)?;
-        let base = self.ptr(&self.red);
-        let mut off = 0usize;
-        for (x, &nb) in xs.iter().zip(&blocks) {
-            let (n, xp) = (x.len(), self.ptr(x));
-            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), 256), xp, n as u64, base + (off * 8) as u64)?;
-            off += nb;
-        }
-        let outp = base + (total * 8) as u64;
-        launch!(self, "sum_partials", cfg((1, 1, 1), 1024), base, total as u64, outp)?;
-        let v = self.stream.clone_dtoh(&self.red.slice(total..total + 1))?;
-        Ok(v[0])
+    /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
+    fn matmul_bf16_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
+        self.linear(&plain_call(Gemm::Fprop, dims), out, inp, w, None, None, false, false, true)
+    }
+
+    /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
+    fn matmul_bf16_bwd_impl(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        dims: LinearDims,
+    ) -> Result<(), CudaError> {
+        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false, true)?;
+        self.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false, true)
+    }
+
+    /// Every element of `x` rounded to BF16 in place (`round_bf16_fwd`, a kernel of cast.cu, whose
+    /// launchers are in `cast.rs`; the CPU reference is `backend/cpu/cast.rs`'s `round_bf16_inplace`).
+    fn round_bf16_fwd_impl(&mut self, x: &mut CudaSlice<f32>) -> Result<(), CudaError> {
+        let n = x.len();
+        let p = self.ptr(x);
+        launch!(self, "round_bf16_fwd", grid_for(n, 256), p, n as u64)
     }
 }
 
@@ -674,7 +744,14 @@ fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
 }
 
 // After the macros above, which they use.
+mod adamw;
+mod embedding;
+mod gelu;
+mod layernorm;
+mod loss;
 mod primitives;
+mod residual;
 mod rmsnorm;
 mod rope;
+mod stats;
 mod swiglu;

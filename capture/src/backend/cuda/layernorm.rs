@@ -1,0 +1,86 @@
+//! LayerNorm on the GPU: the launchers of `kernels/layernorm.cu` (the CPU reference is
+//! `layers/layernorm.rs`). The forward and the `dinp` backward take one warp per row; the weight
+//! and bias gradients are reduced over rows in two fixed-order passes (per-chunk column sums,
+//! then the chunks in order), so reruns are bit-identical.
+
+use super::{CudaBackend, CudaError, cfg, grow};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+/// Rows per block of the one-warp-per-row kernels (256 threads).
+const ROWS_PER_BLOCK: u32 = 8;
+/// Rows each block of `layernorm_bwd_partial` sums (a column per thread).
+const ROWS_PER_CHUNK: usize = 32;
+/// Columns per block of the weight-gradient kernels.
+const COLS_PER_BLOCK: u32 = 128;
+
+/// Rows of a (rows, c) buffer of `len` values, or an error naming the kernel when c is 0.
+fn rows(kernel: &str, len: usize, c: usize) -> Result<usize, CudaError> {
+    len.checked_div(c).ok_or_else(|| CudaError::Unsupported(format!("{kernel} with C = 0")))
+}
+
+impl CudaBackend {
+    /// out (N, C) `=`, mean (N) `=`, rstd (N) `=` from inp (N, C), w (C), b (C).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn layernorm_fwd_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        mean: &mut CudaSlice<f32>,
+        rstd: &mut CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: usize,
+    ) -> Result<(), CudaError> {
+        let n = rows("layernorm_fwd", inp.len(), c)?;
+        let (o, m, r, x, wp, bp) = (self.ptr(out), self.ptr(mean), self.ptr(rstd), self.ptr(inp), self.ptr(w), self.ptr(b));
+        launch!(self, "layernorm_fwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), o, m, r, x, wp, bp, n as i32, c as i32)
+    }
+
+    /// dinp (N, C) `+=` (`layernorm_bwd`), dw (C) `+=` and db (C) `+=` (`layernorm_bwd_partial`,
+    /// then `layernorm_bwd_reduce`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn layernorm_bwd_impl(
+        &mut self,
+        dinp: &mut CudaSlice<f32>,
+        dw: &mut CudaSlice<f32>,
+        db: &mut CudaSlice<f32>,
+        dout: &CudaSlice<f32>,
+        inp: &CudaSlice<f32>,
+        w: &CudaSlice<f32>,
+        mean: &CudaSlice<f32>,
+        rstd: &CudaSlice<f32>,
+        c: usize,
+    ) -> Result<(), CudaError> {
+        let n = rows("layernorm_bwd", inp.len(), c)?;
+        let chunks = n.div_ceil(ROWS_PER_CHUNK);
+        // Shared with RMSNorm's backward: the stream runs one kernel after the other.
+        grow(&self.stream, &mut self.ln_partial, chunks * 2 * c)?;
+        let (di, dwp, dbp, g, x, wp, m, r, part) = (
+            self.ptr(dinp),
+            self.ptr(dw),
+            self.ptr(db),
+            self.ptr(dout),
+            self.ptr(inp),
+            self.ptr(w),
+            self.ptr(mean),
+            self.ptr(rstd),
+            self.ptr(&self.ln_partial),
+        );
+        launch!(self, "layernorm_bwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), di, g, x, wp, m, r, n as i32, c as i32)?;
+        let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
+        launch!(
+            self,
+            "layernorm_bwd_partial",
+            cfg((col_blocks, chunks as u32, 1), COLS_PER_BLOCK),
+            part,
+            g,
+            x,
+            m,
+            r,
+            n as i32,
+            c as i32,
+            ROWS_PER_CHUNK as i32
+        )?;
+        launch!(self, "layernorm_bwd_reduce", cfg((col_blocks, 1, 1), COLS_PER_BLOCK), dwp, dbp, part, c as i32, chunks as i32)
+    }
+}
