@@ -232,3 +232,20 @@ impl Backend for CpuBackend {
         std::mem::take(&mut self.reports)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_backend_never_keeps_an_error() {
+        let mut be = CpuBackend::new();
+        assert_eq!(be.take_error(), None);
+        // Not even for values a device backend would flag, nor after a step's reports.
+        let x = be.upload(&[1.0, f32::NAN, 3.0]);
+        assert!(be.sumsq(&x).is_nan());
+        assert_eq!(be.count_nonfinite(&x), 1);
+        assert!(be.take_reports().is_empty());
+        assert_eq!(be.take_error(), None);
+    }
+}
