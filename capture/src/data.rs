@@ -55,7 +55,7 @@ pub struct Language {
 pub enum Source {
     Synthetic(Language),
     Uniform,
-    Text { tokens: Vec<u32> },
+    Text { tokens: Vec<u32>, newline: Vec<u32> },
 }
 
 pub struct Data {
@@ -139,8 +139,8 @@ impl Data {
                 if paths.is_empty() {
                     return Err(DataError::NoPath);
                 }
-                let tokens = crate::text::tokens(&paths, cfg.tokenizer.as_deref(), vocab, seq as usize)?;
-                (Source::Text { tokens }, None)
+                let t = crate::text::tokenize(&paths, cfg.tokenizer.as_deref(), vocab, seq as usize)?;
+                (Source::Text { tokens: t.ids, newline: t.newline }, None)
             }
             DataKind::External => return Err(DataError::External),
             DataKind::Synthetic => {
@@ -155,13 +155,10 @@ impl Data {
 
     /// The delimiter tokens of the data: the synthetic language's topic markers (the first token
     /// of every sequence), or the token(s) of a newline in text.
-    pub fn delimiters(&self, cfg: &DataConfig) -> Vec<u32> {
+    pub fn delimiters(&self) -> Vec<u32> {
         match &self.source {
             Source::Synthetic(lang) => (0..lang.topics as u32).collect(),
-            Source::Text { .. } => match cfg.tokenizer.as_deref().and_then(|t| crate::text::load_tokenizer(t).ok()) {
-                Some(tk) => tk.encode("\n", false).map(|e| e.get_ids().to_vec()).unwrap_or_default(),
-                None => vec![u32::from(b'\n')],
-            },
+            Source::Text { newline, .. } => newline.clone(),
             Source::Uniform => vec![0],
         }
     }
@@ -175,7 +172,7 @@ impl Data {
         for _ in 0..b {
             let seq: Vec<u32> = match &self.source {
                 Source::Uniform => (0..=t).map(|_| rng.random_range(0..self.vocab)).collect(),
-                Source::Text { tokens } => {
+                Source::Text { tokens, .. } => {
                     let start = rng.random_range(0..=tokens.len() - (t + 1));
                     tokens[start..start + t + 1].to_vec()
                 }

@@ -28,8 +28,19 @@ pub fn load_tokenizer(path: &str) -> Result<Tokenizer, TextError> {
     Tokenizer::from_file(path).map_err(|e| TextError::Tokenizer { path: path.into(), reason: e.to_string() })
 }
 
+/// Tokenized text: the ids, and the id(s) of a newline (the text's delimiter).
+pub struct TextTokens {
+    pub ids: Vec<u32>,
+    pub newline: Vec<u32>,
+}
+
 /// The token ids of `paths` concatenated, by `tokenizer` or as bytes, checked against `vocab`.
 pub fn tokens(paths: &[String], tokenizer: Option<&str>, vocab: u32, seq: usize) -> Result<Vec<u32>, TextError> {
+    tokenize(paths, tokenizer, vocab, seq).map(|t| t.ids)
+}
+
+/// As [`tokens`], with the newline's ids kept (by the same tokenizer, loaded once).
+pub fn tokenize(paths: &[String], tokenizer: Option<&str>, vocab: u32, seq: usize) -> Result<TextTokens, TextError> {
     let mut text = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         if i > 0 {
@@ -37,8 +48,8 @@ pub fn tokens(paths: &[String], tokenizer: Option<&str>, vocab: u32, seq: usize)
         }
         text.extend(std::fs::read(path).map_err(|source| TextError::Read { path: path.clone(), source })?);
     }
-    let ids: Vec<u32> = match tokenizer {
-        None => text.into_iter().map(u32::from).collect(),
+    let (ids, newline): (Vec<u32>, Vec<u32>) = match tokenizer {
+        None => (text.into_iter().map(u32::from).collect(), vec![u32::from(b'\n')]),
         Some(t) => {
             let tk = load_tokenizer(t)?;
             let s = String::from_utf8_lossy(&text);
@@ -54,7 +65,7 @@ pub fn tokens(paths: &[String], tokenizer: Option<&str>, vocab: u32, seq: usize)
                 }
                 ids.extend_from_slice(e.get_ids());
             }
-            ids
+            (ids, newline)
         }
     };
     if ids.len() < seq + 1 {
@@ -63,7 +74,7 @@ pub fn tokens(paths: &[String], tokenizer: Option<&str>, vocab: u32, seq: usize)
     if let Some(&id) = ids.iter().find(|&&id| id >= vocab) {
         return Err(TextError::OutOfVocab { id, vocab });
     }
-    Ok(ids)
+    Ok(TextTokens { ids, newline })
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let mut model: Model<B> = Model::new(be, dims, cfg.train.seed, cfg.train.init_jitter);
     check_backend(be)?;
     if let Some(s) = &scenario {
-        s.init_model(be, &mut model, &data.delimiters(&cfg.data));
+        s.init_model(be, &mut model, &data.delimiters());
         check_backend(be)?;
     }
     let mut scaling = Scaling::new(cfg);
