@@ -467,3 +467,21 @@ impl CudaBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every fused kernel fits the shared memory one block may opt into on a Hopper SM (227 KiB),
+    /// and every head size it lists has its three entry points; other sizes take the unfused path.
+    #[test]
+    fn every_fused_kernel_fits_one_sm_and_has_its_entry_points() {
+        for d in FLASH_HEAD_SIZES {
+            let (fwd, bwd) = flash_smem(d);
+            assert!(fwd <= 227 * 1024 && bwd <= 227 * 1024, "head size {d}: {fwd} / {bwd} bytes");
+            let names = flash_names(d).expect("listed head size");
+            assert!(names.iter().all(|n| n.ends_with(&format!("_d{d}"))), "{names:?}");
+        }
+        assert!(flash_names(80).is_none() && flash_names(256).is_none());
+    }
+}
