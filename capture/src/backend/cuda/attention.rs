@@ -77,6 +77,18 @@ pub fn configure(funcs: &HashMap<&'static str, CudaFunction>) -> Result<(), Cuda
     Ok(())
 }
 
+/// The shape of one attention call: batch, sequence, channels (NH · head size), query and kv
+/// heads, and whether it is causal.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub b: usize,
+    pub t: usize,
+    pub c: usize,
+    pub nh: usize,
+    pub kvh: usize,
+    pub causal: bool,
+}
+
 /// The attention path's state: which path runs, and the unfused path's scratch.
 pub struct AttentionState {
     /// Whether the fused kernels run (unless FP8SCOPE_ATTENTION=unfused, or the head size has no
@@ -134,21 +146,16 @@ impl CudaBackend {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_fwd_impl(
         &mut self,
         out: &mut CudaSlice<f32>,
         att: &mut CudaSlice<f32>,
         qkv: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
+        shape: AttentionShape,
     ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         if !self.attention_fused(c, nh) {
-            return self.attention_fwd_unfused(out, att, qkv, b, t, c, nh, kvh, causal);
+            return self.attention_fwd_unfused(out, att, qkv, shape);
         }
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
@@ -185,16 +192,11 @@ impl CudaBackend {
         out: &CudaSlice<f32>,
         qkv: &CudaSlice<f32>,
         att: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
+        shape: AttentionShape,
     ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         if !self.attention_fused(c, nh) {
-            return self
-                .attention_bwd_unfused(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal);
+            return self.attention_bwd_unfused(dqkv, datt, dout, qkv, att, shape);
         }
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
@@ -242,19 +244,14 @@ impl CudaBackend {
         Ok((c / nh, nh / kvh))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attention_fwd_unfused(
         &mut self,
         out: &mut CudaSlice<f32>,
         att: &mut CudaSlice<f32>,
         qkv: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
+        shape: AttentionShape,
     ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let bh = b * nh;
         let groups = b * kvh;
@@ -337,13 +334,9 @@ impl CudaBackend {
         dout: &CudaSlice<f32>,
         qkv: &CudaSlice<f32>,
         att: &CudaSlice<f32>,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
+        shape: AttentionShape,
     ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let bh = b * nh;
         let groups = b * kvh;

@@ -5,6 +5,7 @@
 //! non-finite, no reports), and while an error is kept no primitive touches the device.
 
 use super::*;
+use super::attention::AttentionShape;
 
 impl Backend for CudaBackend {
     type Buf = CudaSlice<f32>;
@@ -139,7 +140,7 @@ impl Backend for CudaBackend {
         kvh: usize,
         causal: bool,
     ) {
-        self.spanned("attention_fwd", |me| me.attention_fwd_impl(out, att, qkv, b, t, c, nh, kvh, causal));
+        self.spanned("attention_fwd", |me| me.attention_fwd_impl(out, att, qkv, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
     fn attention_bwd(
@@ -157,7 +158,7 @@ impl Backend for CudaBackend {
         kvh: usize,
         causal: bool,
     ) {
-        self.spanned("attention_bwd", |me| me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, b, t, c, nh, kvh, causal));
+        self.spanned("attention_bwd", |me| me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
     fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {
