@@ -183,6 +183,17 @@ impl CudaBackend {
         Ok((q, k, v))
     }
 
+    /// dy (B,NH,T,HS) as BF16 from the f32 dout rows, into the attention scratch (one pass,
+    /// `attention_split_bwd`); returns its device pointer.
+    fn attention_split_dout(&mut self, dout: &CudaSlice<f32>, b: usize, t: usize, nh: usize, hs: usize) -> Result<u64, CudaError> {
+        let n = b * nh * t * hs;
+        grow(&self.stream, &mut self.attn.dy16, n)?;
+        let (dy, doutp) = (self.ptr(&self.attn.dy16), self.ptr(dout));
+        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
+        launch!(self, "attention_split_bwd", grid_for(n, 256), dy, doutp, bi, ti, nhi, hsi)?;
+        Ok(dy)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_bwd_impl(
         &mut self,
@@ -204,11 +215,9 @@ impl CudaBackend {
         let [_, dkdv, dq] = flash_names(hs).expect("fused head size");
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
-        grow(&self.stream, &mut self.attn.dy16, b * nh * t * hs)?;
-        let (dy, dqkvp, deltap, doutp, outp, lsep) =
-            (self.ptr(&self.attn.dy16), self.ptr(dqkv), self.ptr(datt), self.ptr(dout), self.ptr(out), self.ptr(att));
+        let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
+        let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        launch!(self, "attention_split_bwd", grid_for(b * nh * t * hs, 256), dy, doutp, bi, ti, nhi, hsi)?;
         let rows = (b * t * nh) as u32;
         launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, outp, bi, ti, nhi, hsi)?;
         let smem = flash_smem(hs).1;
@@ -244,85 +253,25 @@ impl CudaBackend {
         Ok((c / nh, nh / kvh))
     }
 
-    fn attention_fwd_unfused(
-        &mut self,
-        out: &mut CudaSlice<f32>,
-        att: &mut CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
-        shape: AttentionShape,
-    ) -> Result<(), CudaError> {
+    fn attention_fwd_unfused(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
-        let bh = b * nh;
-        let groups = b * kvh;
+        let (bh, groups) = (b * nh, b * kvh);
         let nq = bh * t * hs;
-        let nkv = groups * t * hs;
-        let na = bh * t * t;
-        for buf in [&mut self.attn.q16, &mut self.attn.k16, &mut self.attn.v16] {
-            grow(&self.stream, buf, nq)?;
-        }
-        grow(&self.stream, &mut self.attn.att16, na)?;
+        grow(&self.stream, &mut self.attn.att16, bh * t * t)?;
         grow(&self.stream, &mut self.attn.y32, nq)?;
-        let (q, k, v) = (
-            self.ptr(&self.attn.q16),
-            self.ptr(&self.attn.k16),
-            self.ptr(&self.attn.v16),
-        );
+        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
         let (a16, y) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.y32));
-        let (qkvp, attp, outp) = (self.ptr(qkv), self.ptr(att), self.ptr(out));
-        let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        launch!(
-            self,
-            "attention_split_fwd",
-            grid_for(nq + nkv, 256),
-            q,
-            k,
-            v,
-            qkvp,
-            bi,
-            ti,
-            nhi,
-            kvhi,
-            hsi
-        )?;
+        let (attp, outp) = (self.ptr(att), self.ptr(out));
+        let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
-        self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, groups, rep, scale),
-            k,
-            q,
-            attp,
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_scores(t, hs, groups, rep, scale), k, q, attp)?;
         let rows = (bh * t) as u64;
-        launch!(
-            self,
-            "attention_softmax_fwd",
-            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
-            attp,
-            a16,
-            attp,
-            rows,
-            ti,
-            causal as i32
-        )?;
+        launch!(self, "attention_softmax_fwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), attp, a16, attp, rows, ti, causal as i32)?;
         // y = att v.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, false, 1.0),
-            v,
-            a16,
-            y,
-        )?;
-        launch!(
-            self,
-            "attention_merge_fwd",
-            grid_for(nq, 256),
-            outp,
-            y,
-            bi,
-            ti,
-            nhi,
-            hsi
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, 1.0), v, a16, y)?;
+        launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, y, bi, ti, nhi, hsi)?;
         Ok(())
     }
 
@@ -338,125 +287,33 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
-        let bh = b * nh;
-        let groups = b * kvh;
+        let (bh, groups) = (b * nh, b * kvh);
         let nq = bh * t * hs;
         let nkv = groups * t * hs;
         let na = bh * t * t;
-        for buf in [
-            &mut self.attn.q16,
-            &mut self.attn.k16,
-            &mut self.attn.v16,
-            &mut self.attn.dy16,
-        ] {
-            grow(&self.stream, buf, nq)?;
-        }
         grow(&self.stream, &mut self.attn.att16, na)?;
         grow(&self.stream, &mut self.attn.dpre16, na)?;
         for buf in [&mut self.attn.y32, &mut self.attn.dq32, &mut self.attn.dk32] {
             grow(&self.stream, buf, nq)?;
         }
-        let (q, k, v, dy) = (
-            self.ptr(&self.attn.q16),
-            self.ptr(&self.attn.k16),
-            self.ptr(&self.attn.v16),
-            self.ptr(&self.attn.dy16),
-        );
+        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
         let (a16, dp16) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.dpre16));
-        let (dv, dq, dk) = (
-            self.ptr(&self.attn.y32),
-            self.ptr(&self.attn.dq32),
-            self.ptr(&self.attn.dk32),
-        );
-        let (qkvp, attp, dattp, doutp, dqkvp) = (
-            self.ptr(qkv),
-            self.ptr(att),
-            self.ptr(datt),
-            self.ptr(dout),
-            self.ptr(dqkv),
-        );
+        let (dv, dq, dk) = (self.ptr(&self.attn.y32), self.ptr(&self.attn.dq32), self.ptr(&self.attn.dk32));
+        let (attp, dattp, dqkvp) = (self.ptr(att), self.ptr(datt), self.ptr(dqkv));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
-        launch!(
-            self,
-            "attention_split_fwd",
-            grid_for(nq + nkv, 256),
-            q,
-            k,
-            v,
-            qkvp,
-            bi,
-            ti,
-            nhi,
-            kvhi,
-            hsi
-        )?;
-        launch!(
-            self,
-            "attention_split_bwd",
-            grid_for(nq, 256),
-            dy,
-            doutp,
-            bi,
-            ti,
-            nhi,
-            hsi
-        )?;
         // datt = dy vᵀ
-        self.blas.gemm_bf16_f32(
-            Batched::attention_scores(t, hs, groups, rep, 1.0),
-            v,
-            dy,
-            dattp,
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_scores(t, hs, groups, rep, 1.0), v, dy, dattp)?;
         let rows = (bh * t) as u64;
-        launch!(
-            self,
-            "attention_softmax_bwd",
-            cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256),
-            dp16,
-            a16,
-            attp,
-            dattp,
-            rows,
-            ti,
-            causal as i32
-        )?;
+        launch!(self, "attention_softmax_bwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), dp16, a16, attp, dattp, rows, ti, causal as i32)?;
         // dv = attᵀ dy, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, true, 1.0),
-            dy,
-            a16,
-            dv,
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, true, 1.0), dy, a16, dv)?;
         // dq = scale · dpre k
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, false, scale),
-            k,
-            dp16,
-            dq,
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, scale), k, dp16, dq)?;
         // dk = scale · dpreᵀ q, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(
-            Batched::attention_values(t, hs, groups, rep, true, scale),
-            q,
-            dp16,
-            dk,
-        )?;
-        launch!(
-            self,
-            "attention_merge_bwd",
-            grid_for(nq + nkv, 256),
-            dqkvp,
-            dq,
-            dk,
-            dv,
-            bi,
-            ti,
-            nhi,
-            kvhi,
-            hsi
-        )?;
+        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, true, scale), q, dp16, dk)?;
+        launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
         Ok(())
     }
 }
