@@ -20,13 +20,16 @@ use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLe
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use fp8scope_schemas::names::{Gemm, Module, Role};
 
+/// Rows and columns of a tile of the transposed and dual casts (kernels/cast.cu: TILE).
+const CAST_TILE: usize = 64;
+
 /// Blocks for a cast of `rows × cols` (`most` caps them; 0: the measured defaults). A straight
 /// cast takes one block per 4096 values (16 per thread), up to 4 blocks per SM of an H200; a
 /// transposed or dual cast one per 64 × 64 tile, all at once up to 4 per SM, else 2 per SM striding
 /// over the tiles — the fastest settings in `cuda_layers`' `cast_throughput` table.
 fn cast_grid(rows: usize, cols: usize, transpose: bool, most: usize) -> u32 {
     let g = if transpose {
-        let tiles = rows.div_ceil(64) * cols.div_ceil(64);
+        let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
         if most > 0 { tiles.min(most) } else if tiles <= 528 { tiles } else { 264 }
     } else {
         (rows * cols).div_ceil(4096).min(if most > 0 { most } else { 1056 })
@@ -172,7 +175,7 @@ impl CudaBackend {
         // tiles (transposed and dual casts), in a pass of their own for a straight cast.
         let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
         let fused = match channels {
-            Some(s) if layout != CastLayout::Straight => Some(self.channel_target(rows, cols, rows.div_ceil(64), s)?),
+            Some(s) if layout != CastLayout::Straight => Some(self.channel_target(cols, rows.div_ceil(CAST_TILE), s)?),
             _ => None,
         };
         self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t, fused)?;

@@ -69,9 +69,14 @@ impl HostChannels {
     }
 }
 
+/// Threads per block of the per-column kernels: one per column, up to 256.
+fn column_threads(cols: usize) -> usize {
+    cols.next_multiple_of(32).clamp(32, 256)
+}
+
 /// (threads per block, column blocks, chunks, rows per chunk) of the partial pass.
 fn plan(rows: usize, cols: usize) -> (u32, usize, usize, usize) {
-    let threads = cols.next_multiple_of(32).clamp(32, 256);
+    let threads = column_threads(cols);
     let col_blocks = cols.div_ceil(threads);
     let want = TARGET_BLOCKS.div_ceil(col_blocks).clamp(1, rows.max(1));
     let per = rows.div_ceil(want).max(1);
@@ -105,8 +110,7 @@ pub(super) struct ChannelTarget {
 impl CudaBackend {
     /// Reserves the step's record columns of the cast in `slot` (cols channels) and partials for
     /// `chunks` row chunks.
-    pub(super) fn channel_target(&mut self, rows: usize, cols: usize, chunks: usize, slot: usize) -> Result<ChannelTarget, CudaError> {
-        let _ = rows;
+    pub(super) fn channel_target(&mut self, cols: usize, chunks: usize, slot: usize) -> Result<ChannelTarget, CudaError> {
         let stream = self.stream.clone();
         let c = &mut self.chan;
         super::grow(&stream, &mut c.part_sq, chunks * cols)?;
@@ -131,7 +135,7 @@ impl CudaBackend {
 
     /// Sums a target's chunk partials into its record columns, chunks in order.
     pub(super) fn channel_reduce(&mut self, t: ChannelTarget) -> Result<(), CudaError> {
-        let threads = t.cols.next_multiple_of(32).clamp(32, 256);
+        let threads = column_threads(t.cols);
         let blocks = t.cols.div_ceil(threads) as u32;
         launch!(self, "channel_stats_reduce", cfg((blocks, 1, 1), threads as u32), t.part_sq, t.part_amax, t.chunks as i32, t.cols as i32, t.sq, t.amax)
     }
@@ -144,7 +148,7 @@ impl CudaBackend {
             return Ok(());
         }
         let (threads, col_blocks, chunks, per) = plan(rows, cols);
-        let target = self.channel_target(rows, cols, chunks, slot)?;
+        let target = self.channel_target(cols, chunks, slot)?;
         let mut o = [u64::MAX; 4];
         if fault.outlier_factor != 1.0 {
             for (j, i) in outlier_indices(rows * cols).enumerate() {

@@ -227,33 +227,32 @@ pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::
             .ok()
             .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()))
     };
+    // The cached families as they are, the others compiled each on its own thread.
     let compiled: Vec<(Family, Result<std::sync::Arc<Vec<u8>>, CudaError>)> = std::thread::scope(|s| {
         let jobs: Vec<_> = Family::ALL
             .iter()
-            .map(|&f| {
-                let hit = cached(f);
-                (f, hit, s.spawn(move || if cached(f).is_some() { None } else { Some(compile_cubin(f, arch, includes)) }))
-            })
+            .map(|&f| (f, cached(f).ok_or_else(|| s.spawn(move || compile_cubin(f, arch, includes)))))
             .collect();
         jobs.into_iter()
-            .map(|(f, hit, job)| {
-                let r = match (hit, job.join()) {
-                    (Some(b), _) => Ok(b),
-                    (None, Ok(Some(r))) => r.map(std::sync::Arc::new),
-                    (None, Ok(None)) => cached(f).ok_or(CudaError::Compile { file: f.file(), log: "lost from the cache".into() }),
-                    (None, Err(_)) => Err(CudaError::Compile { file: f.file(), log: "the compiling thread panicked".into() }),
+            .map(|(f, job)| {
+                let bin = match job {
+                    Ok(hit) => Ok(hit),
+                    Err(thread) => match thread.join() {
+                        Ok(r) => r.map(std::sync::Arc::new),
+                        Err(_) => Err(CudaError::Compile { file: f.file(), log: "the compiling thread panicked".into() }),
+                    },
                 };
-                (f, r)
+                (f, bin)
             })
             .collect()
     });
     let mut out = Vec::new();
     for (f, r) in compiled {
         let bin = r?;
-        if let Ok(mut c) = cache.lock() {
-            if !c.iter().any(|(a, g, _)| a == arch && *g == f) {
-                c.push((arch.to_string(), f, bin.clone()));
-            }
+        if let Ok(mut c) = cache.lock()
+            && !c.iter().any(|(a, g, _)| a == arch && *g == f)
+        {
+            c.push((arch.to_string(), f, bin.clone()));
         }
         out.push((f, bin));
     }
