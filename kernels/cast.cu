@@ -24,9 +24,9 @@
 #define SLOT_BASE 1
 #define SLOT_INV 4
 #define CAST_THREADS 256
-// Transposed casts go through 64 x 64 tiles in shared memory; each thread moves 16 elements a tile.
+// Transposed casts go through 64 x 64 tiles in shared memory; each of the CAST_THREADS (256) threads
+// moves 16 elements a tile: 4 columns in each of 4 rows, 16 threads across a row (cast_transposed).
 #define TILE 64
-#define TILE_ROWS_PER_PASS (CAST_THREADS / TILE)
 // Straight casts: each thread loads UNROLL float4s per iteration (16 values in flight).
 #define UNROLL 4
 

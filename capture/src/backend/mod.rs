@@ -251,8 +251,7 @@ pub trait Backend {
     /// Floats of the buffer attention saves for its backward (`att`), and of the backward's
     /// scratch (`datt`): the (B,NH,T,T) probabilities on the CPU; on the GPU's fused attention, one
     /// log-sum-exp (forward) or correction term (backward) per query row, (B,NH,T).
-    fn attention_saved_len(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {
-        let _ = c;
+    fn attention_saved_len(&self, b: usize, t: usize, _c: usize, nh: usize) -> usize {
         b * nh * t * t
     }
     /// out (B,T,C), and `att` ([`Backend::attention_saved_len`]) saved for the backward, from qkv (B,T,C + 2·KVH·HD) with rows
