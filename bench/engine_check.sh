@@ -5,7 +5,9 @@
 #     small and llama-small parity with the CPU over 100 steps, bit-identical GPU reruns;
 #  2. the loss columns of the previous binary (OLD_BIN) and this one, same runs, compared step by
 #     step (max relative difference; a numerics change moves them within run-to-run noise);
-#  3. a short llama-1b run per recipe under FP8SCOPE_PROFILE=1 (where the step's time goes).
+#  3. a short llama-1b run per recipe (RECIPES, default "bf16 delayed") under FP8SCOPE_PROFILE=1
+#     (where the step's time goes), then the old and the new binary's llama-1b delayed step side by
+#     side, unprofiled, in the same call (the speed-up of the change).
 # Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [all|check|profile]  (default all)
 set -uo pipefail
 BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; MODE=${4:-all}
@@ -27,13 +29,20 @@ if [ "$MODE" != profile ]; then
 fi
 [ "$MODE" = check ] && { echo "== engine_check status $status"; exit $status; }
 echo "== llama-1b, 8 steps per recipe, FP8SCOPE_PROFILE=1"
-for r in bf16 delayed; do
+for r in ${RECIPES:-bf16 delayed}; do
   log="$OUT/llama1b-$r.log"
   FP8SCOPE_PROFILE=1 timeout 240 "$BIN/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe $r --steps 8 \
     --out "$OUT/runs/llama1b-$r" > "$log" 2>&1
   echo "-- llama-1b $r (rc $?)"
   sed -n '/== CUDA backend profile/,$p' "$log" | head -40; grep -iE 'error|panick' "$log" | head -3
   python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-$r" --skip 3 2>/dev/null
+done
+echo "== llama-1b delayed, 12 steps, old binary then new, unprofiled"
+for v in old new; do
+  b=$BIN; [ $v = old ] && b=$OLD
+  timeout 240 "$b/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe delayed --steps 12 \
+    --out "$OUT/runs/llama1b-delayed-$v" > "$OUT/llama1b-delayed-$v.log" 2>&1 || status=1
+  echo "-- $v"; python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-delayed-$v" --skip 4 2>/dev/null
 done
 echo "== engine_check status $status"
 exit $status

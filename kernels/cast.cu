@@ -29,6 +29,10 @@
 #define TILE 64
 // Straight casts: each thread loads UNROLL float4s per iteration (16 values in flight).
 #define UNROLL 4
+// Blocks of a cast kernel resident on one SM, by statistics level: the registers are capped so
+// that this many fit (more blocks keep more loads in flight; the full level's doubles need room).
+// capture/src/backend/cuda/cast.rs: cast_blocks_per_sm mirrors it.
+#define CAST_MIN_BLOCKS(L) ((L) == 0 ? 4 : (L) == 1 ? 3 : 2)
 
 // Per-thread statistics. Counts are integers (exact, cheap); sums are doubles.
 struct Acc {
@@ -260,19 +264,42 @@ __device__ void cast_straight(CAST_PARAMS) {
     stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
 }
 
+// Loads the 4 x 4 values thread (tx, ty) casts in the tile at (r0, c0): rows r0 + ty + 16 j (j < 4),
+// columns c0 + 4 tx .. + 3, as 16-byte loads where the row allows; 0 past the edges.
+__device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows, int cols, int r0, int c0, int tx, int ty,
+                                          bool vec_in, float (&v)[4][4]) {
+    int c = c0 + 4 * tx;
+    bool full4 = vec_in && c + 3 < cols;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = r0 + ty + 16 * j;
+        if (r < rows && full4) {
+            float4 f = __ldg(reinterpret_cast<const float4*>(x + (u64)r * cols + c));
+            v[j][0] = f.x; v[j][1] = f.y; v[j][2] = f.z; v[j][3] = f.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[j][k] = (r < rows && c + k < cols) ? __ldg(x + (u64)r * cols + c + k) : 0.0f;
+        }
+    }
+}
+
 // out_t = cast(x)^T: (cols, rows), and with out not null also out = cast(x) in x's layout (both
 // layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks. Thread t of the
 // block takes rows ty + 16 j (j < 4, ty = t / 16) at columns 4 tx .. 4 tx + 3 (tx = t % 16): 16-byte
 // loads along x's rows and 4 codes stored at once; the codes go through shared memory and leave
-// along out_t's rows, 4 at once. With ch_sq set (a recorded cast at the cheap level or above),
-// each tile also writes its per-column sum of x^2 (f64) and max |x| over finite values to
-// ch_sq / ch_amax[row tile * cols + col]: the per-channel statistics without a second read of x
-// (channel_stats_reduce then sums the row tiles in order).
+// along out_t's rows, 4 at once. The next tile's values are loaded before this tile is cast, so
+// that a block always has its loads in flight (the kernel is bound by memory latency otherwise).
+// With ch_sq set (a recorded cast at the cheap level or above), each tile also writes its
+// per-column sum of x^2 (f64) and max |x| over finite values to ch_sq / ch_amax[row tile * cols +
+// col]: the per-channel statistics without a second read of x (channel_stats_reduce then sums the
+// row tiles in order).
 template <int FMT, int L>
 __device__ void cast_transposed(CAST_PARAMS) {
     __shared__ unsigned short tile[TILE][TILE + 2];
-    __shared__ double csq[16][TILE];
-    __shared__ float cam[16][TILE];
+    // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
+    // bank conflicts in the reduction below.
+    __shared__ double csq[L >= 1 ? 16 : 1][TILE + 2];
+    __shared__ float cam[L >= 1 ? 16 : 1][TILE + 2];
     float s, base;
     cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
     Acc a;
@@ -281,23 +308,18 @@ __device__ void cast_transposed(CAST_PARAMS) {
     int tiles_c = (cols + TILE - 1) / TILE;
     long long ntiles = (long long)((rows + TILE - 1) / TILE) * tiles_c;
     bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
-    bool channels = ch_sq != nullptr;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    // Channel statistics exist from the cheap level on; the amax level compiles them out.
+    bool channels = L >= 1 && ch_sq != nullptr;
+    float v[4][4];
+    long long t = blockIdx.x;
+    if (t < ntiles) load_tile(x, rows, cols, (int)(t / tiles_c) * TILE, (int)(t % tiles_c) * TILE, tx, ty, vec_in, v);
+    for (; t < ntiles; t += gridDim.x) {
         int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
         int c = c0 + 4 * tx;
         bool full4 = vec_in && c + 3 < cols;
-        float v[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int r = r0 + ty + 16 * j;
-            if (r < rows && full4) {
-                float4 f = __ldg(reinterpret_cast<const float4*>(x + (u64)r * cols + c));
-                v[j][0] = f.x; v[j][1] = f.y; v[j][2] = f.z; v[j][3] = f.w;
-            } else {
-#pragma unroll
-                for (int k = 0; k < 4; k++) v[j][k] = (r < rows && c + k < cols) ? __ldg(x + (u64)r * cols + c + k) : 0.0f;
-            }
-        }
+        float nv[4][4];
+        long long tn = t + gridDim.x;
+        if (tn < ntiles) load_tile(x, rows, cols, (int)(tn / tiles_c) * TILE, (int)(tn % tiles_c) * TILE, tx, ty, vec_in, nv);
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
@@ -340,16 +362,26 @@ __device__ void cast_transposed(CAST_PARAMS) {
             }
         }
         __syncthreads();
-        if (channels && threadIdx.x < TILE && c0 + threadIdx.x < cols) {
+        if (channels) {
+            // Each column's 16 row-group partials: 4 threads of one warp take 4 each (lanes
+            // l, l + 8, l + 16, l + 24), then two xor-shuffles combine them in a fixed tree.
+            int lane = threadIdx.x & 31, part = lane >> 3, col = (threadIdx.x >> 5) * 8 + (lane & 7);
             double cs = 0.0;
             float cm = -INFINITY;
-            for (int y = 0; y < 16; y++) {
-                cs += csq[y][threadIdx.x];
-                cm = fmaxf(cm, cam[y][threadIdx.x]);
+#pragma unroll
+            for (int y = 0; y < 4; y++) {
+                cs += csq[4 * part + y][col];
+                cm = fmaxf(cm, cam[4 * part + y][col]);
             }
-            u64 o = (u64)(r0 / TILE) * cols + c0 + threadIdx.x;
-            ch_sq[o] = cs;
-            ch_amax[o] = cm;
+            cs += __shfl_xor_sync(0xffffffffu, cs, 8);
+            cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 8));
+            cs += __shfl_xor_sync(0xffffffffu, cs, 16);
+            cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 16));
+            if (part == 0 && c0 + col < cols) {
+                u64 o = (u64)(r0 / TILE) * cols + c0 + col;
+                ch_sq[o] = cs;
+                ch_amax[o] = cm;
+            }
         }
         if (out_t != nullptr) {
             int orow = r0 + 4 * tx;  // out_t is (cols, rows): 4 of its columns per thread
@@ -374,6 +406,10 @@ __device__ void cast_transposed(CAST_PARAMS) {
             }
         }
         __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[j][k] = nv[j][k];
     }
     stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
 }
@@ -392,7 +428,7 @@ __device__ void cast_transposed(CAST_PARAMS) {
 // null, or (with T != 0) the per-channel partials of each 64-row tile (cast_transposed).
 // Launch: CAST_THREADS threads, any grid (the work is strided over blocks).
 #define CAST_KERNEL(L, F, T)                                                                         \
-    extern "C" __global__ void __launch_bounds__(CAST_THREADS, 2) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
         if (T) cast_transposed<F, L>(x, rows, cols, scale_arg, scale_mode, slot, T == 2 ? out : nullptr, out_t, \
                                      partials, record, counter, margin, mult, overflow_nan, o0, o1, o2, o3,     \
                                      outlier_factor, ch_sq, ch_amax);                                            \

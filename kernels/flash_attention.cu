@@ -12,7 +12,9 @@
 // every accumulator are f32; the probabilities P (unnormalised, in [0, 1]) and the score gradients
 // dS are rounded to BF16 before their products, as the unfused path rounds att and dpreatt.
 // Outputs (out, dqkv) are rounded to BF16. The saved statistic is the base-2 log-sum-exp of the
-// scaled scores, lse2 = m + log2(l) (B, NH, T): P = exp2(s * scale * log2(e) - lse2).
+// scaled scores, lse2 = m + log2(l) (B, NH, T): P = exp2(s * scale * log2(e) - lse2), one FFMA and
+// one ex2.approx per probability (fa_exp2). Only the tiles a mask cuts (the causal diagonal, the
+// ragged end of T) test each element (fa_tile_visible); the others skip the test.
 //
 // Tiles: 64 query rows x 64 keys per step, 4 warps of 16 rows each; D (the head size) is a
 // template parameter (16, 32, 64, 96, 128). Blocks: forward and dQ one per (query tile, head,
@@ -148,6 +150,21 @@ __device__ __forceinline__ bool fa_visible(int qi, int kj, int t, int causal) {
     return qi < t && kj < t && (!causal || kj <= qi);
 }
 
+// Whether every key of the 64-key tile at k0 is visible to every query of the 64-query tile at
+// q0 (fa_visible holds for the whole tile): only such tiles skip the per-element mask; the others
+// (the causal diagonal, the last tiles of a T that is not a multiple of 64) apply it.
+__device__ __forceinline__ bool fa_tile_visible(int q0, int k0, int t, int causal) {
+    return q0 + FA_TILE <= t && k0 + FA_TILE <= t && (!causal || k0 + FA_TILE - 1 <= q0);
+}
+
+// 2^x in one MUFU instruction (flushing subnormal results to zero); every probability of the
+// forward and the backward goes through it, so the backward recomputes the forward's exactly.
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Writes a warp's 16 x D accumulator (rows row0 + g, row0 + g + 8), times `scale` and rounded to
 // BF16, into a (T, w) f32 matrix at column col.
 template <int D>
@@ -214,26 +231,32 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         __syncthreads();
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
+        // Raw scores; the running max m is kept unscaled (scale > 0), and each probability costs
+        // one FFMA and one ex2: p = 2^(s sl2 - m sl2).
         float s[8][4];
         fa_abt<D>(s, qa, kt);
+        if (!fa_tile_visible(q0, kb * FA_TILE, t, causal)) {
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int kj = kb * FA_TILE + nb * 8 + 2 * cq + (e & 1);
+                    if (!fa_visible(qi0 + 8 * (e >> 1), kj, t, causal)) s[nb][e] = -INFINITY;
+                }
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int kj = kb * FA_TILE + nb * 8 + 2 * cq + (e & 1);
-                bool ok = fa_visible(qi0 + 8 * (e >> 1), kj, t, causal);
-                s[nb][e] = ok ? s[nb][e] * sl2 : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
-            }
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
         float alpha[2], mref[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             float mnew = fmaxf(m[r], mx[r]);
-            mref[r] = mnew == -INFINITY ? 0.0f : mnew;
-            alpha[r] = exp2f(m[r] - mref[r]);
+            mref[r] = mnew == -INFINITY ? 0.0f : mnew * sl2;
+            alpha[r] = fa_exp2(fmaf(m[r], sl2, -mref[r]));
             m[r] = mnew;
             l[r] *= alpha[r];
         }
@@ -241,7 +264,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float p = exp2f(s[nb][e] - mref[e >> 1]);
+                float p = fa_exp2(fmaf(s[nb][e], sl2, -mref[e >> 1]));
                 s[nb][e] = p;
                 l[e >> 1] += p;
             }
@@ -259,7 +282,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         inv[r] = 1.0f / l[r];
         int qi = qi0 + 8 * r;
-        if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[r] + log2f(l[r]);
+        if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[r] * sl2 + log2f(l[r]);
     }
     fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + warp * 16, t, o, inv[0], inv[1]);
 }
@@ -301,6 +324,8 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     bf16* vs = ks + Fa<D>::TILE;
     bf16* qs = vs + Fa<D>::TILE;       // two buffers
     bf16* dos = qs + 2 * Fa<D>::TILE;  // two buffers
+    // lse2 and delta of the query tile of each buffer, staged with it.
+    __shared__ float rows_s[2][2][FA_TILE];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int kb = blockIdx.x, grp = blockIdx.y, b = blockIdx.z;
     int rep = nh / kvh;
@@ -316,12 +341,19 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     // The (head, query tile) of iteration i.
     auto head_of = [&](int i) { return grp * rep + i / per_head; };
     auto tile_of = [&](int i) { return qb0 + i % per_head; };
-    {
-        u64 hrow = ((u64)b * nh + head_of(0)) * t * D;
-        fa_load<D>(qs, q + hrow, tile_of(0) * FA_TILE, t);
-        fa_load<D>(dos, dy + hrow, tile_of(0) * FA_TILE, t);
-        cp_async_commit();
-    }
+    // Stages iteration i's q and dout tiles (cp.async) and its lse2 and delta rows into buffer buf.
+    auto stage = [&](int i, int buf) {
+        u64 hr = ((u64)b * nh + head_of(i)) * t;
+        int q0 = tile_of(i) * FA_TILE;
+        fa_load<D>(qs + buf * Fa<D>::TILE, q + hr * D, q0, t);
+        fa_load<D>(dos + buf * Fa<D>::TILE, dy + hr * D, q0, t);
+        if (threadIdx.x < FA_TILE) {
+            rows_s[buf][0][threadIdx.x] = fa_row(lse + hr, q0 + threadIdx.x, t);
+            rows_s[buf][1][threadIdx.x] = fa_row(delta + hr, q0 + threadIdx.x, t);
+        }
+    };
+    stage(0, 0);
+    cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     u32 ka[Fa<D>::KS][4], va[Fa<D>::KS][4];
@@ -339,38 +371,37 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     const float sl2 = scale * 1.4426950408889634f;
     for (int it = 0; it < iters; it++) {
         int cur = it & 1;
-        if (it + 1 < iters) {
-            u64 hrow = ((u64)b * nh + head_of(it + 1)) * t * D;
-            fa_load<D>(qs + (cur ^ 1) * Fa<D>::TILE, q + hrow, tile_of(it + 1) * FA_TILE, t);
-            fa_load<D>(dos + (cur ^ 1) * Fa<D>::TILE, dy + hrow, tile_of(it + 1) * FA_TILE, t);
-        }
+        if (it + 1 < iters) stage(it + 1, cur ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
         const bf16* qt = qs + cur * Fa<D>::TILE;
         const bf16* dt = dos + cur * Fa<D>::TILE;
         int q0 = tile_of(it) * FA_TILE;
-        u64 hr = ((u64)b * nh + head_of(it)) * t;
+        const float* lse_t = rows_s[cur][0];
+        const float* delta_t = rows_s[cur][1];
         // P^T = exp2(K_w Q^T scaled - lse2[query]).
         float p[8][4], ds[8][4];
         fa_abt<D>(p, ka, qt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = q0 + nb * 8 + 2 * cq + (e & 1);
-                bool ok = fa_visible(qi, kj0 + 8 * (e >> 1), t, causal);
-                p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - fa_row(lse + hr, qi, t)) : 0.0f;
-            }
+            for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_t[nb * 8 + 2 * cq + (e & 1)]));
+        if (!fa_tile_visible(q0, k0, t, causal)) {
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = q0 + nb * 8 + 2 * cq + (e & 1);
+                    if (!fa_visible(qi, kj0 + 8 * (e >> 1), t, causal)) p[nb][e] = 0.0f;
+                }
+        }
         // dS^T = P^T (V_w dO^T - delta[query]).
         fa_abt<D>(ds, va, dt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = q0 + nb * 8 + 2 * cq + (e & 1);
-                ds[nb][e] = p[nb][e] * (ds[nb][e] - fa_row(delta + hr, qi, t));
-            }
+            for (int e = 0; e < 4; e++) ds[nb][e] = p[nb][e] * (ds[nb][e] - delta_t[nb * 8 + 2 * cq + (e & 1)]);
         fa_pv<D>(dv, p, dt);
         fa_pv<D>(dk, ds, qt);
         __syncthreads();
@@ -442,11 +473,16 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int kj = k0 + nb * 8 + 2 * cq + (e & 1);
-                bool ok = fa_visible(qi0 + 8 * (e >> 1), kj, t, causal);
-                p[nb][e] = ok ? exp2f(p[nb][e] * sl2 - lse_r[e >> 1]) : 0.0f;
-            }
+            for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_r[e >> 1]));
+        if (!fa_tile_visible(q0, k0, t, causal)) {
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int kj = k0 + nb * 8 + 2 * cq + (e & 1);
+                    if (!fa_visible(qi0 + 8 * (e >> 1), kj, t, causal)) p[nb][e] = 0.0f;
+                }
+        }
         fa_abt<D>(ds, da, vt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)

@@ -23,18 +23,28 @@ use fp8scope_schemas::names::{Gemm, Module, Role};
 /// Rows and columns of a tile of the transposed and dual casts (kernels/cast.cu: TILE).
 const CAST_TILE: usize = 64;
 
-/// Blocks for a cast of `rows × cols` (`most` caps them; 0: the measured defaults). A straight
-/// cast takes one block per 4096 values (16 per thread), up to 4 blocks per SM of an H200; a
-/// transposed or dual cast one per 64 × 64 tile, all at once up to 4 per SM, else 2 per SM striding
-/// over the tiles — the fastest settings in `cuda_layers`' `cast_throughput` table.
-fn cast_grid(rows: usize, cols: usize, transpose: bool, most: usize) -> u32 {
+/// Blocks of a cast kernel at statistics level `level` that fit on one SM (kernels/cast.cu:
+/// CAST_MIN_BLOCKS, which caps the kernels' registers for it).
+fn cast_blocks_per_sm(level: usize) -> usize {
+    match level {
+        0 => 4,
+        1 => 3,
+        _ => 2,
+    }
+}
+
+/// Blocks for a cast of `rows × cols` at statistics level `level` on `sms` SMs (`most` caps them;
+/// 0: the defaults). A straight cast takes one block per 4096 values (16 per thread), up to 8 per
+/// SM; a transposed or dual cast one per 64 × 64 tile, up to as many as are resident at once
+/// (each block strides over the tiles, loading its next tile while it casts the current one).
+fn cast_grid(rows: usize, cols: usize, transpose: bool, level: usize, sms: usize, most: usize) -> u32 {
     let g = if transpose {
         let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
-        if most > 0 { tiles.min(most) } else if tiles <= 528 { tiles } else { 264 }
+        tiles.min(if most > 0 { most } else { sms * cast_blocks_per_sm(level) })
     } else {
-        (rows * cols).div_ceil(4096).min(if most > 0 { most } else { 1056 })
+        (rows * cols).div_ceil(4096).min(if most > 0 { most } else { 8 * sms })
     };
-    g.max(1) as u32
+    g.clamp(1, CAST_GRID_MAX) as u32
 }
 
 /// Where a cast is for: the GEMM site and the operand's role in it, whether the GEMM takes it
@@ -204,6 +214,7 @@ impl CudaBackend {
         let (ch_sq, ch_amax) = channels.map(|t| (t.part_sq, t.part_amax)).unwrap_or((0, 0));
         let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
         let slot_ptr = self.slot_ptr(slot);
+        let sms = self.info.parallelism.max(1) as usize;
         let mut o = [u64::MAX; 4];
         if fault.outlier_factor != 1.0 {
             for (j, i) in outlier_indices(rows * cols).enumerate() {
@@ -216,7 +227,7 @@ impl CudaBackend {
             match scale {
                 ScaleSource::Given { scale, .. } => scale_arg = scale,
                 ScaleSource::Current { margin } => {
-                    let grid = cast_grid(rows, cols, false, self.cast_grid);
+                    let grid = cast_grid(rows, cols, false, 0, sms, self.cast_grid);
                     #[rustfmt::skip]
                     launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
                         slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64)?;
@@ -224,7 +235,7 @@ impl CudaBackend {
                 }
             }
         }
-        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, self.cast_grid);
+        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, level_code(level), sms, self.cast_grid);
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
             slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
