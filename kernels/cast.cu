@@ -146,47 +146,43 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
         float y = v * s;
         u8 q = to_fp8(y, FMT);
         sat = fabsf(y) > fmt_max(FMT);
-        if (overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f)) {
-            q = (FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0);
-            sat = false;
-            if (FMT == FMT_E4M3) a.nan_++; else a.inf_++;
-        }
+        bool ovf = overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f);
+        q = ovf ? (u8)((FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0)) : q;
+        sat = sat && !ovf;
+        if (FMT == FMT_E4M3) a.nan_ += ovf; else a.inf_ += ovf;
         code = q;
         if (L >= 2) dq = from_fp8(q, FMT) / base;
         under = (q & 0x7f) == 0;
     }
     // FP8: saturated counts every non-NaN input whose scaled value passes max (Inf included), as
     // crate::fp8::quantize does; BF16: finite inputs that round to Inf.
-    if (FMT != FMT_BF16 && sat) a.sat++;
-    if (isnan(v)) {
-        a.nan_++;
-    } else if (isinf(v)) {
-        a.inf_++;
-    } else {
-        float av = fabsf(v);
-        a.amax = fmaxf(a.amax, av);
-        if (v == 0.0f) {
-            a.zeros++;
-        } else {
-            if (under) a.under++;
-            if (FMT == FMT_BF16 && sat) a.sat++;
-        }
-        if (L >= 1) {
-            a.cnt++;
-            a.sum += (double)v;
-            a.sumsq += (double)v * (double)v;
-            a.mn = fminf(a.mn, v);
-            a.mx = fmaxf(a.mx, v);
-            if (av > 0.0f) a.minabs = fminf(a.minabs, av);
-        }
-        if (L >= 2 && isfinite(dq)) {
-            double d = (double)dq - (double)v;
-            a.d2 += d * d;
-            a.dot += (double)dq * (double)v;
-            a.a2 += (double)dq * (double)dq;
-            a.b2 += (double)v * (double)v;
-            a.np++;
-        }
+    // Branch-free: selects and predicated adds, so that a warp never diverges per element (the
+    // statistics of a non-finite input are the identities: 0 to sums, ±inf to min / max).
+    if (FMT != FMT_BF16) a.sat += sat;
+    bool vnan = isnan(v), vinf = isinf(v), fin = !(vnan || vinf), nz = fin && v != 0.0f;
+    a.nan_ += vnan;
+    a.inf_ += vinf;
+    float av = fabsf(v);
+    a.amax = fmaxf(a.amax, fin ? av : 0.0f);
+    a.zeros += fin && !nz;
+    a.under += nz && under;
+    if (FMT == FMT_BF16) a.sat += nz && sat;
+    if (L >= 1) {
+        double dv = (double)(fin ? v : 0.0f);
+        a.cnt += fin;
+        a.sum += dv;
+        a.sumsq = fma(dv, dv, a.sumsq);
+        a.mn = fminf(a.mn, fin ? v : INFINITY);
+        a.mx = fmaxf(a.mx, fin ? v : -INFINITY);
+        a.minabs = fminf(a.minabs, nz ? av : INFINITY);
+    }
+    if (L >= 2 && fin && isfinite(dq)) {
+        double d = (double)dq - (double)v;
+        a.d2 += d * d;
+        a.dot += (double)dq * (double)v;
+        a.a2 += (double)dq * (double)dq;
+        a.b2 += (double)v * (double)v;
+        a.np++;
     }
     return code;
 }
@@ -283,6 +279,55 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
     }
 }
 
+// One thread's share of a tile of cast_transposed: its 16 values (rows r0 + ty + 16 j, columns
+// c .. c + 3) cast into the shared tile and, with out set, into out in x's layout, 4 codes at
+// once; with channels, their squares and |x| folded into sq / am per column. Elements past the
+// tensor's edge get code 0 and no statistics; planted outliers are applied only when there are
+// some (the index arithmetic stays out of the common path).
+template <int FMT, int L>
+__device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, int c, int rows, int cols, int tx, int ty,
+                                               float s, float base, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3,
+                                               float outlier_factor, bool channels, Acc& a,
+                                               unsigned short (&tile)[TILE][TILE + 2], void* __restrict__ out,
+                                               double (&sq)[4], float (&am)[4]) {
+    bool full4 = (cols & 3) == 0 && c + 3 < cols;
+    bool plant = outlier_factor != 1.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = r0 + ty + 16 * j;
+        unsigned short code[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            code[k] = 0;
+            if (r < rows && c + k < cols) {
+                float pv = v[j][k];
+                if (plant) pv = planted(pv, (u64)r * cols + c + k, o0, o1, o2, o3, outlier_factor);
+                code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
+                if (channels) {
+                    bool fin = isfinite(pv);
+                    double dv = (double)(fin ? pv : 0.0f);
+                    sq[k] = fma(dv, dv, sq[k]);
+                    am[k] = fmaxf(am[k], fin ? fabsf(pv) : -INFINITY);
+                }
+            }
+            tile[ty + 16 * j][4 * tx + k] = code[k];
+        }
+        if (out != nullptr && r < rows) {
+            u64 i = (u64)r * cols + c;
+            if (full4) {
+                if (FMT == FMT_BF16) *reinterpret_cast<uint2*>((unsigned short*)out + i) = make_uint2((u32)code[0] | ((u32)code[1] << 16), (u32)code[2] | ((u32)code[3] << 16));
+                else *reinterpret_cast<u32*>((u8*)out + i) = (u32)code[0] | ((u32)code[1] << 8) | ((u32)code[2] << 16) | ((u32)code[3] << 24);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    if (c + k >= cols) break;
+                    if (FMT == FMT_BF16) ((unsigned short*)out)[i + k] = code[k]; else ((u8*)out)[i + k] = (u8)code[k];
+                }
+            }
+        }
+    }
+}
+
 // out_t = cast(x)^T: (cols, rows), and with out not null also out = cast(x) in x's layout (both
 // layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks. Thread t of the
 // block takes rows ty + 16 j (j < 4, ty = t / 16) at columns 4 tx .. 4 tx + 3 (tx = t % 16): 16-byte
@@ -305,55 +350,26 @@ __device__ void cast_transposed(CAST_PARAMS) {
     Acc a;
     acc_init(a);
     int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    int tiles_c = (cols + TILE - 1) / TILE;
-    long long ntiles = (long long)((rows + TILE - 1) / TILE) * tiles_c;
+    int tiles_r = (rows + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
     bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
     // Channel statistics exist from the cheap level on; the amax level compiles them out.
     bool channels = L >= 1 && ch_sq != nullptr;
+    // Tile (tr, tc): block b takes tiles b, b + G, b + 2G, ... in row-major order (G blocks),
+    // stepping by (G / tiles_c, G % tiles_c) without a division per tile.
+    int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
+    int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
     float v[4][4];
-    long long t = blockIdx.x;
-    if (t < ntiles) load_tile(x, rows, cols, (int)(t / tiles_c) * TILE, (int)(t % tiles_c) * TILE, tx, ty, vec_in, v);
-    for (; t < ntiles; t += gridDim.x) {
-        int r0 = (int)(t / tiles_c) * TILE, c0 = (int)(t % tiles_c) * TILE;
+    if (tr < tiles_r) load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
+    while (tr < tiles_r) {
+        int r0 = tr * TILE, c0 = tc * TILE;
         int c = c0 + 4 * tx;
-        bool full4 = vec_in && c + 3 < cols;
+        int nr = tr + step_r, nc = tc + step_c;
+        if (nc >= tiles_c) { nc -= tiles_c; nr++; }
         float nv[4][4];
-        long long tn = t + gridDim.x;
-        if (tn < ntiles) load_tile(x, rows, cols, (int)(tn / tiles_c) * TILE, (int)(tn % tiles_c) * TILE, tx, ty, vec_in, nv);
+        if (nr < tiles_r) load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int r = r0 + ty + 16 * j;
-            unsigned short code[4];
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                code[k] = 0;
-                if (r < rows && c + k < cols) {
-                    u64 i = (u64)r * cols + c + k;
-                    float pv = planted(v[j][k], i, o0, o1, o2, o3, outlier_factor);
-                    code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
-                    if (channels && isfinite(pv)) {
-                        sq[k] += (double)pv * (double)pv;
-                        am[k] = fmaxf(am[k], fabsf(pv));
-                    }
-                }
-                tile[ty + 16 * j][4 * tx + k] = code[k];
-            }
-            if (out != nullptr && r < rows) {
-                u64 i = (u64)r * cols + c;
-                if (full4) {
-                    if (FMT == FMT_BF16) *reinterpret_cast<uint2*>((unsigned short*)out + i) = make_uint2((u32)code[0] | ((u32)code[1] << 16), (u32)code[2] | ((u32)code[3] << 16));
-                    else *reinterpret_cast<u32*>((u8*)out + i) = (u32)code[0] | ((u32)code[1] << 8) | ((u32)code[2] << 16) | ((u32)code[3] << 24);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        if (c + k >= cols) break;
-                        if (FMT == FMT_BF16) ((unsigned short*)out)[i + k] = code[k]; else ((u8*)out)[i + k] = (u8)code[k];
-                    }
-                }
-            }
-        }
+        cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
         if (channels) {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -410,6 +426,8 @@ __device__ void cast_transposed(CAST_PARAMS) {
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int k = 0; k < 4; k++) v[j][k] = nv[j][k];
+        tr = nr;
+        tc = nc;
     }
     stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
 }
