@@ -279,11 +279,55 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
     }
 }
 
+// The code of v cast as cast_one casts it (scale s; overflow_nan as there), without statistics.
+template <int FMT>
+__device__ __forceinline__ unsigned short cast_code(float v, float s, int overflow_nan) {
+    if (FMT == FMT_BF16) {
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        return *reinterpret_cast<unsigned short*>(&b);
+    }
+    float y = v * s;
+    u8 q = to_fp8(y, FMT);
+    bool ovf = overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f);
+    return ovf ? (u8)((FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0)) : q;
+}
+
+// Whether casting v to `code` is plain: v finite and non-zero, and its code neither zero
+// (underflow), nor saturated, nor NaN / Inf. A plain value adds to no count of cast_one's, only
+// to the amax and the moments.
+template <int FMT>
+__device__ __forceinline__ bool cast_plain(float v, float s, unsigned short code) {
+    if (FMT == FMT_BF16) {
+        float r = __uint_as_float((u32)code << 16);
+        return fabsf(r) > 0.0f && fabsf(r) < INFINITY;
+    }
+    return (code & 0x7f) != 0 && fabsf(v * s) <= fmt_max(FMT);
+}
+
+// cast_one's statistics of a plain value (cast_plain): the same operations in the same order, so
+// the results are bit-identical to cast_one's.
+template <int L>
+__device__ __forceinline__ void plain_stats(float v, Acc& a) {
+    float av = fabsf(v);
+    a.amax = fmaxf(a.amax, av);
+    if (L >= 1) {
+        double dv = (double)v;
+        a.cnt += 1;
+        a.sum += dv;
+        a.sumsq = fma(dv, dv, a.sumsq);
+        a.mn = fminf(a.mn, v);
+        a.mx = fmaxf(a.mx, v);
+        a.minabs = fminf(a.minabs, av);
+    }
+}
+
 // One thread's share of a tile of cast_transposed: its 16 values (rows r0 + ty + 16 j, columns
 // c .. c + 3) cast into the shared tile and, with out set, into out in x's layout, 4 codes at
 // once; with channels, their squares and |x| folded into sq / am per column. Elements past the
 // tensor's edge get code 0 and no statistics; planted outliers are applied only when there are
-// some (the index arithmetic stays out of the common path).
+// some (the index arithmetic stays out of the common path). A row of 4 inside the tensor is cast
+// first and, when all 4 are plain (cast_plain: the common case), only their amax and moments are
+// folded in; otherwise cast_one counts each (zeros, underflow, saturation, NaN, Inf).
 template <int FMT, int L>
 __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, int c, int rows, int cols, int tx, int ty,
                                                float s, float base, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3,
@@ -296,6 +340,39 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
     for (int j = 0; j < 4; j++) {
         int r = r0 + ty + 16 * j;
         unsigned short code[4];
+        if (L <= 1 && !plant && full4 && r < rows) {
+            bool plain = true;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                code[k] = cast_code<FMT>(v[j][k], s, overflow_nan);
+                plain = plain && cast_plain<FMT>(v[j][k], s, code[k]);
+            }
+            if (plain) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    plain_stats<L>(v[j][k], a);
+                    if (channels) {
+                        double dv = (double)v[j][k];
+                        sq[k] = fma(dv, dv, sq[k]);
+                        am[k] = fmaxf(am[k], fabsf(v[j][k]));
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float pv = v[j][k];
+                    cast_one<FMT, L>(pv, s, base, overflow_nan, a);
+                    if (channels) {
+                        bool fin = isfinite(pv);
+                        double dv = (double)(fin ? pv : 0.0f);
+                        sq[k] = fma(dv, dv, sq[k]);
+                        am[k] = fmaxf(am[k], fin ? fabsf(pv) : -INFINITY);
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) tile[ty + 16 * j][4 * tx + k] = code[k];
+        } else {
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             code[k] = 0;
@@ -311,6 +388,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
                 }
             }
             tile[ty + 16 * j][4 * tx + k] = code[k];
+        }
         }
         if (out != nullptr && r < rows) {
             u64 i = (u64)r * cols + c;
@@ -485,22 +563,54 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     if (threadIdx.x == 0) dbias[r] += (float)s;
 }
 
+// One element of gemm_epilogue: d's value v at flat index i (column col), biased, rounded, planted
+// with a NaN at 0 if asked; bad counts a non-finite result.
+__device__ __forceinline__ float epilogue_one(u64 i, float v, int col, const float* __restrict__ bias, int nan_first, u32& bad) {
+    if (bias != nullptr) v += round_bf16(bias[col]);
+    v = round_bf16(v);
+    if (nan_first && i == 0) v = NAN;
+    bad += !isfinite(v);
+    return v;
+}
+
 // The GEMM's f32 result d (n_rows, n_cols) -> out: round_bf16(d + round_bf16(bias[col])), assigned or,
 // with accumulate, added to out. d may alias out. With nan_first, out[0] = NaN (a planted NaN).
 // Non-finite results are counted into *nonfinite (integer atomics: order-independent).
-// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32.
+// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32. When n_cols is a
+// multiple of 4, each thread takes 4 consecutive elements of a row per step (8- or 16-byte loads).
 extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, u64 n_rows, int n_cols,
                                          const float* __restrict__ bias, int accumulate, int nan_first,
                                          u64* __restrict__ nonfinite) {
     u64 n = n_rows * (u64)n_cols;
+    u64 stride = (u64)gridDim.x * blockDim.x;
     u32 bad = 0;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float v = d_bf16 ? __uint_as_float(((u32)((const unsigned short*)d)[i]) << 16) : ((const float*)d)[i];
-        if (bias != nullptr) v += round_bf16(bias[i % n_cols]);
-        v = round_bf16(v);
-        if (nan_first && i == 0) v = NAN;
-        if (!isfinite(v)) bad++;
-        out[i] = accumulate ? out[i] + v : v;
+    if ((n_cols & 3) == 0) {
+        for (u64 i4 = blockIdx.x * (u64)blockDim.x + threadIdx.x; i4 < n / 4; i4 += stride) {
+            float v[4];
+            if (d_bf16) {
+                uint2 h = ((const uint2*)d)[i4];
+                v[0] = __uint_as_float(h.x << 16); v[1] = __uint_as_float(h.x & 0xffff0000u);
+                v[2] = __uint_as_float(h.y << 16); v[3] = __uint_as_float(h.y & 0xffff0000u);
+            } else {
+                float4 f = ((const float4*)d)[i4];
+                v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+            }
+            int col = (int)((4 * i4) % (u64)n_cols);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = epilogue_one(4 * i4 + k, v[k], col + k, bias, nan_first, bad);
+            float4 r = make_float4(v[0], v[1], v[2], v[3]);
+            if (accumulate) {
+                float4 o = ((const float4*)out)[i4];
+                r = make_float4(o.x + r.x, o.y + r.y, o.z + r.z, o.w + r.w);
+            }
+            ((float4*)out)[i4] = r;
+        }
+    } else {
+        for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += stride) {
+            float v = d_bf16 ? __uint_as_float(((u32)((const unsigned short*)d)[i]) << 16) : ((const float*)d)[i];
+            v = epilogue_one(i, v, (int)(i % (u64)n_cols), bias, nan_first, bad);
+            out[i] = accumulate ? out[i] + v : v;
+        }
     }
     if (nonfinite != nullptr) {
         bad = __reduce_add_sync(0xffffffffu, bad);
