@@ -3,7 +3,8 @@
 //!   every code point, the ties between them, saturation, subnormals, zeros, Inf and NaN, at
 //!   several scales, transposed or not; and the cast statistics agree;
 //! - per-channel statistics of operand casts (amax channel exactly, the top channels' share of Σx²
-//!   to f64 summation order) on tensors with a planted outlier channel, ties and non-finite values;
+//!   to f64 summation order) and the moments of the tiled casts, on tensors with a planted
+//!   outlier channel, ties and non-finite values;
 //! - every layer's forward and backward (the GPT family's and the Llama family's: RMSNorm,
 //!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
 //!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
@@ -171,6 +172,16 @@ fn same_channels(gpu: &fp8_capture::backend::CastReport, cpu: &fp8_capture::back
     }
 }
 
+/// The moments of a GPU cast report against the CPU's: min / max exactly; the mean to 1e-9 of the
+/// mean |x| over finite values (`mean_abs`) and the standard deviation to 1e-9 relative (f64 sums
+/// in different orders: the tiled casts sum per thread and tile, then over blocks).
+fn same_moments(gpu: &fp8_capture::backend::CastReport, cpu: &fp8_capture::backend::CastReport, mean_abs: f64, what: &str) {
+    let (g, c) = (gpu.moments.expect("GPU moments"), cpu.moments.expect("CPU moments"));
+    assert_eq!((g.min, g.max), (c.min, c.max), "{what}: min / max");
+    assert!((g.mean - c.mean).abs() <= 1e-9 * mean_abs, "{what}: mean {} vs {}", g.mean, c.mean);
+    assert!((g.std - c.std).abs() <= 1e-9 * c.std, "{what}: std {} vs {}", g.std, c.std);
+}
+
 #[test]
 fn channel_statistics_match_the_cpu_reference() {
     let Some(mut gpu) = cuda_common::gpu("channel statistics") else { return };
@@ -186,6 +197,8 @@ fn channel_statistics_match_the_cpu_reference() {
     }
     let peak = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     x[1000 * cols + 901] = -peak;
+    let finite: Vec<f64> = x.iter().filter(|v| v.is_finite()).map(|&v| v.abs() as f64).collect();
+    let mean_abs = finite.iter().sum::<f64>() / finite.len() as f64;
     x[5 * cols + 2] = f32::NAN;
     x[6 * cols + 3] = f32::INFINITY;
     let xd = gpu.upload(&x);
@@ -201,6 +214,7 @@ fn channel_statistics_match_the_cpu_reference() {
         let cpu = cast_operand(&x, rows, cols, how, OperandFault::NONE, level, false).report;
         let what = format!("{how:?} transposed {transpose} {level:?}");
         same_channels(&rep, &cpu, &what);
+        same_moments(&rep, &cpu, mean_abs, &what);
         let c = rep.channels.expect("channels");
         assert_eq!(c.amax_channel, Some(733), "{what}: the outlier channel holds the amax, before its tie at 901");
         let share = c.top_channel_sq_frac.expect("share");
