@@ -87,6 +87,9 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     }
     // Start the GPU (kernels compiled, libraries loaded) before anything touches the disk.
     let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::new().context("starting the CUDA backend")?) } else { None };
+    if let Some(note) = cuda.as_ref().and_then(|be| be.attention_note(plan.config.model.channels as usize, plan.config.model.heads as usize)) {
+        eprintln!("note: {note}");
+    }
     prepare_new_run_dir(&plan.out).map_err(|e| UsageError(e.into()))?;
     let run = RunDir::new(&plan.out);
     interrupt::install();

@@ -53,6 +53,20 @@ fn flash_names(d: usize) -> Option<[&'static str; 3]> {
     ])
 }
 
+/// Why attention of `c` channels over `nh` heads runs unfused on the GPU, in one line for the
+/// user, or None when it runs fused (`fused_enabled`: FP8SCOPE_ATTENTION is not `unfused`).
+pub fn unfused_attention_note(c: usize, nh: usize, fused_enabled: bool) -> Option<String> {
+    let cost = "slower, and it keeps the (B, heads, T, T) probabilities in GPU memory";
+    if !fused_enabled {
+        return Some(format!("attention runs unfused (FP8SCOPE_ATTENTION=unfused): {cost}"));
+    }
+    if nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh)) {
+        return None;
+    }
+    let sizes = FLASH_HEAD_SIZES.map(|d| d.to_string()).join(", ");
+    Some(format!("attention runs unfused: head size {c}/{nh} has no fused kernel (sizes {sizes}): {cost}"))
+}
+
 /// Dynamic shared memory of the fused forward and backward kernels for head size `d`, in bytes
 /// (mirrors the carving at the top of each kernel in flash_attention.cu: BF16 tiles of 64 rows of
 /// d + 8; the forward holds q and two buffers each of k and v, the backward two resident tiles and
@@ -134,7 +148,13 @@ impl CudaBackend {
 
     /// Whether attention of C = `c` over `nh` heads runs fused.
     pub(super) fn attention_fused(&self, c: usize, nh: usize) -> bool {
-        self.attn.fused && nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh))
+        unfused_attention_note(c, nh, self.attn.fused).is_none()
+    }
+
+    /// [`unfused_attention_note`] for this backend: why attention of C = `c` over `nh` heads will
+    /// run unfused, or None.
+    pub fn attention_note(&self, c: usize, nh: usize) -> Option<String> {
+        unfused_attention_note(c, nh, self.attn.fused)
     }
 
     /// See `Backend::attention_saved_len`.
@@ -333,5 +353,18 @@ mod tests {
             assert!(names.iter().all(|n| n.ends_with(&format!("_d{d}"))), "{names:?}");
         }
         assert!(flash_names(80).is_none() && flash_names(256).is_none());
+    }
+
+    /// A head size without a fused kernel, or the switch, is said in one line; the fused sizes
+    /// say nothing.
+    #[test]
+    fn the_unfused_path_is_announced_with_its_reason() {
+        assert_eq!(unfused_attention_note(2048, 32, true), None);
+        assert_eq!(unfused_attention_note(768, 12, true), None);
+        let odd = unfused_attention_note(960, 12, true).expect("head size 80 is not fused");
+        assert!(odd.contains("head size 960/12") && odd.contains("16, 32, 64, 96, 128"), "{odd}");
+        let off = unfused_attention_note(2048, 32, false).expect("switched off");
+        assert!(off.contains("FP8SCOPE_ATTENTION=unfused"), "{off}");
+        assert!(!odd.contains('\n') && !off.contains('\n'));
     }
 }
