@@ -1,7 +1,8 @@
 //! The training loop: data → forward/backward → global-norm clip → AdamW, with the recipe's scaling
 //! updated after every step and every measurement handed to the writer thread. A non-finite loss
 //! stops the run after that step is recorded in full (status `diverged`); an error of the device
-//! backend stops it before that step records anything, as any other error (status `crashed`).
+//! backend stops it before that step records anything (status `crashed`, the error returned), the
+//! steps before it closed into their tables first, so that nothing recorded is lost.
 
 use crate::backend::{Backend, GemmId, OperandFault, StatsLevel};
 use crate::config::is_fp8;
@@ -158,6 +159,8 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let mut losses: Vec<f64> = Vec::new();
     let mut status = RunStatus::Completed;
     let mut error = None;
+    // A backend error in a step: it ends the loop, the tables are closed, then it is returned.
+    let mut failure: Option<anyhow::Error> = None;
     let tokens = dims.n as u64;
     let started = Instant::now();
     for step in 1..=cfg.train.steps {
@@ -194,7 +197,12 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         }
         let reports = be.take_reports();
         // A failed primitive leaves the whole step unknown: stop before any of its rows is written.
-        check_backend(be)?;
+        if let Err(e) = check_backend(be) {
+            status = RunStatus::Crashed;
+            error = Some(format!("{e:#}"));
+            failure = Some(e);
+            break;
+        }
         scaling.observe(&reports);
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
 
@@ -252,5 +260,41 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let tail = &losses[losses.len().saturating_sub(20)..];
     let final_loss = (!tail.is_empty() && tail.iter().all(|l| l.is_finite())).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
     let manifest = writer.finish(status, done, final_loss, error)?;
-    Ok(Outcome { manifest })
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Outcome { manifest }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    use fp8scope_schemas::layout::Table;
+
+    /// A backend that fails in step 4 of 8: the run ends `crashed` with the backend's error, and
+    /// steps 1-3 are in the steps table although no flush was due (the error path closes the
+    /// tables instead of dropping the writer's buffered rows).
+    #[test]
+    fn a_backend_error_keeps_every_step_recorded_before_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("run");
+        let args = ["fp8-capture", "train", "--preset", "tiny", "--recipe", "delayed", "--steps", "8", "--flush-every", "100", "--out"];
+        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        argv.push(out.display().to_string());
+        let Command::Train(t) = Cli::try_parse_from(argv).expect("flags parse").command else { panic!("not train") };
+        let cfg = t.validate("cpu").expect("valid flags").config;
+        std::fs::create_dir_all(&out).expect("run dir");
+        let mut be = CpuBackend::new();
+        be.fail_after_steps = Some(4);
+        let Err(err) = train(&mut be, &cfg, RunDir::new(&out), "t".into(), true) else { panic!("the planted failure did not stop the run") };
+        assert_eq!(format!("{err:#}"), "CPU backend: planted failure in step 4");
+        let m = Manifest::read(&out).expect("manifest");
+        assert_eq!((m.status, m.steps_completed), (RunStatus::Crashed, 3));
+        assert_eq!(m.error.as_deref(), Some("CPU backend: planted failure in step 4"));
+        let steps = fp8scope_schemas::parts::read_table(&RunDir::new(&out), Table::Steps).expect("steps table");
+        assert_eq!(steps.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+    }
 }

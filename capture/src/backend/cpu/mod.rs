@@ -19,6 +19,12 @@ pub struct CpuBackend {
     reports: Vec<GemmReport>,
     /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
     rope: Option<((usize, usize, u32), Vec<f32>)>,
+    /// Tests only: `take_error` reports a planted failure once `take_reports` has run this many
+    /// times (a device backend failing mid-run, for the training loop's error path).
+    #[cfg(test)]
+    pub(crate) fail_after_steps: Option<u32>,
+    #[cfg(test)]
+    steps_taken: u32,
 }
 
 impl CpuBackend {
@@ -229,7 +235,22 @@ impl Backend for CpuBackend {
     }
 
     fn take_reports(&mut self) -> Vec<GemmReport> {
+        #[cfg(test)]
+        {
+            self.steps_taken += 1;
+        }
         std::mem::take(&mut self.reports)
+    }
+
+    #[cfg(test)]
+    fn take_error(&mut self) -> Option<String> {
+        match self.fail_after_steps {
+            Some(n) if self.steps_taken >= n => {
+                self.fail_after_steps = None;
+                Some(format!("planted failure in step {n}"))
+            }
+            _ => None,
+        }
     }
 }
 
