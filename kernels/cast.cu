@@ -292,6 +292,15 @@ __device__ __forceinline__ unsigned short cast_code(float v, float s, int overfl
     return ovf ? (u8)((FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0)) : q;
 }
 
+// Folds one value into its column's channel partials (the thread's share of a tile): its square
+// (f64) and |x|, for finite values only.
+__device__ __forceinline__ void channel_add(float pv, double& sq, float& am) {
+    bool fin = isfinite(pv);
+    double dv = (double)(fin ? pv : 0.0f);
+    sq = fma(dv, dv, sq);
+    am = fmaxf(am, fin ? fabsf(pv) : -INFINITY);
+}
+
 // Whether casting v to `code` is plain: v finite and non-zero, and its code neither zero
 // (underflow), nor saturated, nor NaN / Inf. A plain value adds to no count of cast_one's, only
 // to the amax and the moments.
@@ -360,35 +369,24 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
             } else {
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    float pv = v[j][k];
-                    cast_one<FMT, L>(pv, s, base, overflow_nan, a);
-                    if (channels) {
-                        bool fin = isfinite(pv);
-                        double dv = (double)(fin ? pv : 0.0f);
-                        sq[k] = fma(dv, dv, sq[k]);
-                        am[k] = fmaxf(am[k], fin ? fabsf(pv) : -INFINITY);
-                    }
+                    cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a);
+                    if (channels) channel_add(v[j][k], sq[k], am[k]);
                 }
             }
 #pragma unroll
             for (int k = 0; k < 4; k++) tile[ty + 16 * j][4 * tx + k] = code[k];
         } else {
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            code[k] = 0;
-            if (r < rows && c + k < cols) {
-                float pv = v[j][k];
-                if (plant) pv = planted(pv, (u64)r * cols + c + k, o0, o1, o2, o3, outlier_factor);
-                code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
-                if (channels) {
-                    bool fin = isfinite(pv);
-                    double dv = (double)(fin ? pv : 0.0f);
-                    sq[k] = fma(dv, dv, sq[k]);
-                    am[k] = fmaxf(am[k], fin ? fabsf(pv) : -INFINITY);
+            for (int k = 0; k < 4; k++) {
+                code[k] = 0;
+                if (r < rows && c + k < cols) {
+                    float pv = v[j][k];
+                    if (plant) pv = planted(pv, (u64)r * cols + c + k, o0, o1, o2, o3, outlier_factor);
+                    code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
+                    if (channels) channel_add(pv, sq[k], am[k]);
                 }
+                tile[ty + 16 * j][4 * tx + k] = code[k];
             }
-            tile[ty + 16 * j][4 * tx + k] = code[k];
-        }
         }
         if (out != nullptr && r < rows) {
             u64 i = (u64)r * cols + c;

@@ -157,6 +157,21 @@ __device__ __forceinline__ bool fa_tile_visible(int q0, int k0, int t, int causa
     return q0 + FA_TILE <= t && k0 + FA_TILE <= t && (!causal || k0 + FA_TILE - 1 <= q0);
 }
 
+// Sets x[nb][e] to `fill` where the mask hides it. x is a warp's 16 x 64 accumulator: element
+// (nb, e) lies in the warp's own row own0 + 8 (e >> 1) (g folded into own0) and the tile's column
+// other0 + 8 nb + 2 cq + (e & 1). OWN_IS_QUERY: the own rows are queries and the columns keys
+// (forward, dQ); otherwise the own rows are keys and the columns queries (dK/dV).
+template <bool OWN_IS_QUERY>
+__device__ __forceinline__ void fa_mask(float (&x)[8][4], int own0, int other0, int cq, int t, int causal, float fill) {
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int own = own0 + 8 * (e >> 1), other = other0 + nb * 8 + 2 * cq + (e & 1);
+            if (!fa_visible(OWN_IS_QUERY ? own : other, OWN_IS_QUERY ? other : own, t, causal)) x[nb][e] = fill;
+        }
+}
+
 // 2^x in one MUFU instruction (flushing subnormal results to zero); every probability of the
 // forward and the backward goes through it, so the backward recomputes the forward's exactly.
 __device__ __forceinline__ float fa_exp2(float x) {
@@ -235,15 +250,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         // one FFMA and one ex2: p = 2^(s sl2 - m sl2).
         float s[8][4];
         fa_abt<D>(s, qa, kt);
-        if (!fa_tile_visible(q0, kb * FA_TILE, t, causal)) {
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int kj = kb * FA_TILE + nb * 8 + 2 * cq + (e & 1);
-                    if (!fa_visible(qi0 + 8 * (e >> 1), kj, t, causal)) s[nb][e] = -INFINITY;
-                }
-        }
+        if (!fa_tile_visible(q0, kb * FA_TILE, t, causal)) fa_mask<true>(s, qi0, kb * FA_TILE, cq, t, causal, -INFINITY);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
@@ -387,15 +394,7 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_t[nb * 8 + 2 * cq + (e & 1)]));
-        if (!fa_tile_visible(q0, k0, t, causal)) {
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qi = q0 + nb * 8 + 2 * cq + (e & 1);
-                    if (!fa_visible(qi, kj0 + 8 * (e >> 1), t, causal)) p[nb][e] = 0.0f;
-                }
-        }
+        if (!fa_tile_visible(q0, k0, t, causal)) fa_mask<false>(p, kj0, q0, cq, t, causal, 0.0f);
         // dS^T = P^T (V_w dO^T - delta[query]).
         fa_abt<D>(ds, va, dt);
 #pragma unroll
@@ -474,15 +473,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_r[e >> 1]));
-        if (!fa_tile_visible(q0, k0, t, causal)) {
-#pragma unroll
-            for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int kj = k0 + nb * 8 + 2 * cq + (e & 1);
-                    if (!fa_visible(qi0 + 8 * (e >> 1), kj, t, causal)) p[nb][e] = 0.0f;
-                }
-        }
+        if (!fa_tile_visible(q0, k0, t, causal)) fa_mask<true>(p, qi0, k0, cq, t, causal, 0.0f);
         fa_abt<D>(ds, da, vt);
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
