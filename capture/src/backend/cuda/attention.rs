@@ -53,6 +53,12 @@ fn flash_names(d: usize) -> Option<[&'static str; 3]> {
     ])
 }
 
+/// Whether the fused kernels take attention of `c` channels over `nh` heads (its head size is one
+/// of [`FLASH_HEAD_SIZES`]).
+fn has_fused_kernel(c: usize, nh: usize) -> bool {
+    nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh))
+}
+
 /// Why attention of `c` channels over `nh` heads runs unfused on the GPU, in one line for the
 /// user, or None when it runs fused (`fused_enabled`: FP8SCOPE_ATTENTION is not `unfused`).
 pub fn unfused_attention_note(c: usize, nh: usize, fused_enabled: bool) -> Option<String> {
@@ -60,7 +66,7 @@ pub fn unfused_attention_note(c: usize, nh: usize, fused_enabled: bool) -> Optio
     if !fused_enabled {
         return Some(format!("attention runs unfused (FP8SCOPE_ATTENTION=unfused): {cost}"));
     }
-    if nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh)) {
+    if has_fused_kernel(c, nh) {
         return None;
     }
     let sizes = FLASH_HEAD_SIZES.map(|d| d.to_string()).join(", ");
@@ -148,7 +154,7 @@ impl CudaBackend {
 
     /// Whether attention of C = `c` over `nh` heads runs fused.
     pub(super) fn attention_fused(&self, c: usize, nh: usize) -> bool {
-        unfused_attention_note(c, nh, self.attn.fused).is_none()
+        self.attn.fused && has_fused_kernel(c, nh)
     }
 
     /// [`unfused_attention_note`] for this backend: why attention of C = `c` over `nh` heads will
