@@ -1,7 +1,9 @@
 // Cross-entropy over the vocabulary, forward and backward in one pass per row:
 // losses[row] = log(sum exp(x - max)) - (x[target] - max) (the sum in f64, as on the CPU);
-// dlogits (=) = (softmax - onehot) * dloss. A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's
-// ignore_index) marks an unsupervised position: its loss and its dlogits row are 0 (as on the CPU).
+// then the row of logits is overwritten in place with dlogits = (softmax - onehot) * dloss (the
+// logits are not needed after the loss; a second (N,V) buffer would cost a gigabyte at V = 32000).
+// A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's ignore_index) marks an unsupervised position:
+// its loss and its gradient row are 0 (as on the CPU).
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
 #include "common.cuh"
 
@@ -24,18 +26,18 @@ __device__ float block_reduce_f(float v, bool is_max, float* sh) {
 }
 
 extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
-    float* __restrict__ losses, float* __restrict__ dlogits, const float* __restrict__ logits,
-    const u32* __restrict__ targets, int v, float dloss) {
+    float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
     __shared__ float sh[32];
     u64 row = blockIdx.x;
     u32 tg = targets[row];
+    float* x = logits + row * v;
     if (tg == IGNORE_TARGET) {  // uniform over the block: no thread reaches a barrier
-        float* d = dlogits + row * v;
-        for (int i = threadIdx.x; i < v; i += blockDim.x) d[i] = 0.0f;
+        for (int i = threadIdx.x; i < v; i += blockDim.x) x[i] = 0.0f;
         if (threadIdx.x == 0) losses[row] = 0.0f;
         return;
     }
-    const float* x = logits + row * v;
+    // Read before the barriers below: the row is overwritten with its gradient after them.
+    float xt = x[tg];
     float m = -INFINITY;
     for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, x[i]);
     m = block_reduce_f(m, true, sh);
@@ -48,10 +50,9 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     __syncthreads();
     double s = total;
     float inv = (float)(1.0 / s);
-    float* d = dlogits + row * v;
     for (int i = threadIdx.x; i < v; i += blockDim.x) {
         float p = expf(x[i] - m) * inv;
-        d[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
+        x[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
     }
-    if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(x[tg] - m));
+    if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(xt - m));
 }

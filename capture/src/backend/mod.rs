@@ -276,8 +276,10 @@ pub trait Backend {
     fn matmul_bf16_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, dims: LinearDims);
     /// dinp (=) = dout·w and dw (+=) = doutᵀ·inp, BF16 operands, for the lm_head.
     fn matmul_bf16_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, dims: LinearDims);
-    /// Per-token losses and dlogits (=) = (softmax − onehot)·dloss, from logits (N,V).
-    fn crossentropy(&mut self, losses: &mut Self::Buf, dlogits: &mut Self::Buf, logits: &Self::Buf, targets: &Self::Tokens, v: usize, dloss: f32);
+    /// Per-token losses (=) from `logits` (N,V), whose values are then replaced by the dlogits
+    /// (softmax − onehot)·dloss: the logits are not needed after the loss, and at a large
+    /// vocabulary a second (N,V) buffer is a gigabyte.
+    fn crossentropy(&mut self, losses: &mut Self::Buf, logits: &mut Self::Buf, targets: &Self::Tokens, v: usize, dloss: f32);
     /// Σ x² in f64 (non-finite values propagate).
     fn sumsq(&mut self, x: &Self::Buf) -> f64;
     /// Σ x² over every buffer, in f64: the squared global gradient norm. One call instead of one
@@ -294,6 +296,14 @@ pub trait Backend {
     /// wgrad, `dbias` (if given) accumulates the column sums of dY. For fprop, `bias` is added.
     #[allow(clippy::too_many_arguments)]
     fn gemm(&mut self, call: &GemmCall, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf, bias: Option<&Self::Buf>, dbias: Option<&mut Self::Buf>);
+
+    /// Whether `gemm(call, ..)` would take operand `operand` (0: `a`, 1: `b`) from a cast kept
+    /// since the site's earlier GEMM (see the CUDA backend's `cast.rs`) instead of reading `x`.
+    /// When it would, `x` need not hold the operand any more: the model reuses one buffer for the
+    /// activations of every layer and recomputes a layer's only when this says no. Default: no.
+    fn reuses_kept_cast(&self, _call: &GemmCall, _operand: usize, _x: &Self::Buf) -> bool {
+        false
+    }
 
     /// The reports of every `gemm` since the last call, in call order.
     fn take_reports(&mut self) -> Vec<GemmReport>;

@@ -25,19 +25,19 @@ impl<B: Backend> Model<B> {
             let linear = |m: Module| lay.linear(l, m);
             let (n1w, n1b) = lay.norm(l, true);
             let (n2w, n2b) = lay.norm(l, false);
-            be.layernorm_fwd(&mut a.ln1, &mut a.ln1_mean, &mut a.ln1_rstd, res_in, &p[n1w], &p[bias(n1b)], d.c);
+            be.layernorm_fwd(&mut s.ln, &mut a.ln1_mean, &mut a.ln1_rstd, res_in, &p[n1w], &p[bias(n1b)], d.c);
             let (w, bi) = linear(Module::Qkv);
-            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &a.ln1, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &s.ln, &p[w], Some(&p[bias(bi)]), None);
             be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             let (w, bi) = linear(Module::Proj);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
             be.add(&mut a.res2, res_in, &s.proj);
-            be.layernorm_fwd(&mut a.ln2, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
+            be.layernorm_fwd(&mut s.ln, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
             let (w, bi) = linear(Module::Fc1);
-            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, &p[w], Some(&p[bias(bi)]), None);
-            be.gelu_fwd(&mut a.act, &a.fc1);
+            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, &p[w], Some(&p[bias(bi)]), None);
+            be.gelu_fwd(&mut s.act, &a.fc1);
             let (w, bi) = linear(Module::Fc2);
-            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &a.act, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &s.act, &p[w], Some(&p[bias(bi)]), None);
             be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, fb) = lay.final_norm();
@@ -69,14 +69,20 @@ impl<B: Backend> Model<B> {
             // fc2
             let (w, bi) = linear(Module::Fc2);
             Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w], None, None);
+            if !be.reuses_kept_cast(&wgrad[3], 1, &s.act) {
+                be.gelu_fwd(&mut s.act, &a.fc1);
+            }
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
-            Self::linear(be, &wgrad[3], plan, dumps, gw, &s.dres, &a.act, None, Some(gb));
+            Self::linear(be, &wgrad[3], plan, dumps, gw, &s.dres, &s.act, None, Some(gb));
             be.gelu_bwd(&mut s.dfc1, &a.fc1, &s.dact);
             // fc1
             let (w, bi) = linear(Module::Fc1);
             Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w], None, None);
+            if !be.reuses_kept_cast(&wgrad[2], 1, &s.ln) {
+                be.layernorm_fwd(&mut s.ln, &mut s.norm_mean, &mut s.norm_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
+            }
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
-            Self::linear(be, &wgrad[2], plan, dumps, gw, &s.dfc1, &a.ln2, None, Some(gb));
+            Self::linear(be, &wgrad[2], plan, dumps, gw, &s.dfc1, &s.ln, None, Some(gb));
             let (gw, gb) = two_mut(&mut s.grads, n2w, bias(n2b));
             be.layernorm_bwd(&mut s.dres, gw, gb, &s.dln, &a.res2, &p[n2w], &a.ln2_mean, &a.ln2_rstd, d.c);
             // proj
@@ -88,8 +94,11 @@ impl<B: Backend> Model<B> {
             // qkv
             let (w, bi) = linear(Module::Qkv);
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w], None, None);
+            if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {
+                be.layernorm_fwd(&mut s.ln, &mut s.norm_mean, &mut s.norm_rstd, &s.res[l], &p[n1w], &p[bias(n1b)], d.c);
+            }
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
-            Self::linear(be, &wgrad[0], plan, dumps, gw, &s.dqkv, &a.ln1, None, Some(gb));
+            Self::linear(be, &wgrad[0], plan, dumps, gw, &s.dqkv, &s.ln, None, Some(gb));
             let (gw, gb) = two_mut(&mut s.grads, n1w, bias(n1b));
             be.layernorm_bwd(&mut s.dres, gw, gb, &s.dln, &s.res[l], &p[n1w], &a.ln1_mean, &a.ln1_rstd, d.c);
         }

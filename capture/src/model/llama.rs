@@ -23,16 +23,16 @@ impl<B: Backend> Model<B> {
             let a = &mut s.layers[l];
             let p = &s.params;
             let w = |m: Module| &p[lay.linear(l, m).0];
-            be.rmsnorm_fwd(&mut a.ln1, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
-            Self::linear(be, &calls[0], plan, dumps, &mut s.qkv_pre, &a.ln1, w(Module::Qkv), None, None);
+            be.rmsnorm_fwd(&mut s.ln, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
+            Self::linear(be, &calls[0], plan, dumps, &mut s.qkv_pre, &s.ln, w(Module::Qkv), None, None);
             be.rope_fwd(&mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
             be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv_rot, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, w(Module::Proj), None, None);
             be.add(&mut a.res2, res_in, &s.proj);
-            be.rmsnorm_fwd(&mut a.ln2, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
-            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &a.ln2, w(Module::Fc1), None, None);
-            be.swiglu_fwd(&mut a.act, &a.fc1, d.f);
-            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &a.act, w(Module::Fc2), None, None);
+            be.rmsnorm_fwd(&mut s.ln, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
+            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, w(Module::Fc1), None, None);
+            be.swiglu_fwd(&mut s.act, &a.fc1, d.f);
+            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &s.act, w(Module::Fc2), None, None);
             be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, _) = lay.final_norm();
@@ -58,11 +58,17 @@ impl<B: Backend> Model<B> {
             let (n1, n2) = (lay.norm(l, true).0, lay.norm(l, false).0);
             // fc2
             Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w(Module::Fc2)], None, None);
-            Self::linear(be, &wgrad[3], plan, dumps, &mut s.grads[w(Module::Fc2)], &s.dres, &a.act, None, None);
+            if !be.reuses_kept_cast(&wgrad[3], 1, &s.act) {
+                be.swiglu_fwd(&mut s.act, &a.fc1, d.f);
+            }
+            Self::linear(be, &wgrad[3], plan, dumps, &mut s.grads[w(Module::Fc2)], &s.dres, &s.act, None, None);
             be.swiglu_bwd(&mut s.dfc1, &a.fc1, &s.dact, d.f);
             // fc1
             Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w(Module::Fc1)], None, None);
-            Self::linear(be, &wgrad[2], plan, dumps, &mut s.grads[w(Module::Fc1)], &s.dfc1, &a.ln2, None, None);
+            if !be.reuses_kept_cast(&wgrad[2], 1, &s.ln) {
+                be.rmsnorm_fwd(&mut s.ln, &mut s.norm_rstd, &a.res2, &p[n2], d.c, d.eps);
+            }
+            Self::linear(be, &wgrad[2], plan, dumps, &mut s.grads[w(Module::Fc1)], &s.dfc1, &s.ln, None, None);
             be.rmsnorm_bwd(&mut s.dres, &mut s.grads[n2], &s.dln, &a.res2, &p[n2], &a.ln2_rstd, d.c);
             // proj
             Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w(Module::Proj)], None, None);
@@ -71,7 +77,10 @@ impl<B: Backend> Model<B> {
             be.rope_bwd(&mut s.dqkv, &s.dqkv_rot, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
             // qkv
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w(Module::Qkv)], None, None);
-            Self::linear(be, &wgrad[0], plan, dumps, &mut s.grads[w(Module::Qkv)], &s.dqkv, &a.ln1, None, None);
+            if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {
+                be.rmsnorm_fwd(&mut s.ln, &mut s.norm_rstd, &s.res[l], &p[n1], d.c, d.eps);
+            }
+            Self::linear(be, &wgrad[0], plan, dumps, &mut s.grads[w(Module::Qkv)], &s.dqkv, &s.ln, None, None);
             be.rmsnorm_bwd(&mut s.dres, &mut s.grads[n1], &s.dln, &s.res[l], &p[n1], &a.ln1_rstd, d.c);
         }
         let s = &mut self.state;

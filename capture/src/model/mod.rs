@@ -97,8 +97,13 @@ impl Dims {
 
 /// Activations of one layer saved for backward. Shapes in comments; N = B·T, Q = qkv width,
 /// F1 = fc1 width. Buffers an architecture does not use are empty.
+///
+/// The norms' outputs and the activation function's output are not saved per layer: they are
+/// GEMM operands, which a backend that keeps its operand casts (the CUDA backend) never reads
+/// again, so every layer writes them to one buffer ([`State::ln`], [`State::act`]) and the
+/// backward recomputes a layer's from the saved inputs only where the backend says it will read
+/// them ([`Backend::reuses_kept_cast`]). At llama-1b that is 6 GB less memory.
 pub struct LayerActs<T> {
-    pub ln1: T,      // (N, C) first norm's output
     pub ln1_mean: T, // (N) gpt
     pub ln1_rstd: T, // (N)
     pub qkv: T,      // (N, Q) gpt (llama keeps only the rotated copy)
@@ -106,11 +111,9 @@ pub struct LayerActs<T> {
     pub att: T,      // Backend::attention_saved_len
     pub atty: T,     // (N, C)
     pub res2: T,     // (N, C) residual after attention
-    pub ln2: T,      // (N, C)
     pub ln2_mean: T, // (N) gpt
     pub ln2_rstd: T, // (N)
     pub fc1: T,      // (N, F1)
-    pub act: T,      // (N, F) GELU or SwiGLU output
 }
 
 /// Everything the model keeps on the device.
@@ -125,9 +128,13 @@ pub struct State<T> {
     pub lnf: T,      // (N, C)
     pub lnf_mean: T, // (N) gpt
     pub lnf_rstd: T, // (N)
-    pub logits: T,   // (N, V)
-    pub dlogits: T,  // (N, V)
+    pub logits: T,   // (N, V); after the loss, its gradient
     pub losses: T,   // (N)
+    // one buffer for every layer: GEMM operands recomputed in the backward where needed
+    pub ln: T,         // (N, C) a norm's output: ln1, then ln2
+    pub act: T,        // (N, F) GELU or SwiGLU output
+    pub norm_mean: T,  // (N) gpt: the recomputing LayerNorm's statistics (the saved ones stay)
+    pub norm_rstd: T,  // (N)
     // forward scratch: outputs no backward reads, one buffer for every layer
     pub qkv_pre: T, // (N, Q) llama: qkv before RoPE
     pub proj: T,    // (N, C)
@@ -225,7 +232,6 @@ impl<B: Backend> Model<B> {
         let res = (0..=l).map(|_| zeros(n * c)).collect();
         let layers = (0..l)
             .map(|_| LayerActs {
-                ln1: zeros(n * c),
                 ln1_mean: zeros(only(gpt, n)),
                 ln1_rstd: zeros(n),
                 qkv: zeros(only(gpt, n * q)),
@@ -233,11 +239,9 @@ impl<B: Backend> Model<B> {
                 att: zeros(saved),
                 atty: zeros(n * c),
                 res2: zeros(n * c),
-                ln2: zeros(n * c),
                 ln2_mean: zeros(only(gpt, n)),
                 ln2_rstd: zeros(n),
                 fc1: zeros(n * f1),
-                act: zeros(n * f),
             })
             .collect();
         let state = State {
@@ -251,8 +255,11 @@ impl<B: Backend> Model<B> {
             lnf_mean: zeros(only(gpt, n)),
             lnf_rstd: zeros(n),
             logits: zeros(n * v),
-            dlogits: zeros(n * v),
             losses: zeros(n),
+            ln: zeros(n * c),
+            act: zeros(n * f),
+            norm_mean: zeros(only(gpt, n)),
+            norm_rstd: zeros(n),
             qkv_pre: zeros(only(!gpt, n * q)),
             proj: zeros(n * c),
             fc2: zeros(n * c),
@@ -364,8 +371,8 @@ impl<B: Backend> Model<B> {
         let s = &mut self.state;
         let head = LinearDims { n: d.n, k: d.c, m: d.v };
         be.matmul_bf16_fwd(&mut s.logits, &s.lnf, &s.params[head_w], head);
-        be.crossentropy(&mut s.losses, &mut s.dlogits, &s.logits, targets, d.v, 1.0 / supervised.max(1) as f32);
-        be.matmul_bf16_bwd(&mut s.dlnf, &mut s.grads[head_w], &s.dlogits, &s.lnf, &s.params[head_w], head);
+        be.crossentropy(&mut s.losses, &mut s.logits, targets, d.v, 1.0 / supervised.max(1) as f32);
+        be.matmul_bf16_bwd(&mut s.dlnf, &mut s.grads[head_w], &s.logits, &s.lnf, &s.params[head_w], head);
     }
 }
 

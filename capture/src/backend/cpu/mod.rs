@@ -175,8 +175,9 @@ impl Backend for CpuBackend {
         round_bf16_inplace(&mut dw_step);
         self.add_inplace(dw, &dw_step);
     }
-    fn crossentropy(&mut self, losses: &mut Vec<f32>, dlogits: &mut Vec<f32>, logits: &Vec<f32>, targets: &Vec<u32>, v: usize, dloss: f32) {
-        layers::loss::crossentropy_fwd_bwd(losses, dlogits, logits, targets, v, dloss)
+    fn crossentropy(&mut self, losses: &mut Vec<f32>, logits: &mut Vec<f32>, targets: &Vec<u32>, v: usize, dloss: f32) {
+        let input = logits.clone();
+        layers::loss::crossentropy_fwd_bwd(losses, logits, &input, targets, v, dloss)
     }
     fn sumsq(&mut self, x: &Vec<f32>) -> f64 {
         let parts: Vec<f64> = x.par_chunks(1 << 15).map(|c| c.iter().map(|&v| (v as f64) * (v as f64)).sum()).collect();

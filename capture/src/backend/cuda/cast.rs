@@ -15,8 +15,8 @@ use super::blas::OpType;
 use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
 use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
-use crate::backend::operands::outlier_indices;
-use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use crate::backend::operands::{operand_shapes, outlier_indices};
+use crate::backend::{CastReport, GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use fp8scope_schemas::names::{Gemm, Module, Role};
 
@@ -122,7 +122,53 @@ fn level_code(level: StatsLevel) -> usize {
     }
 }
 
+/// Where a use's kept cast lives. A gradient's two GEMMs (dgrad, then wgrad) run back to back, so
+/// all sites share one kept gradient; activations and weights wait from the forward to the
+/// backward, one per site.
+fn kept_key(at: CastUse) -> (u32, Module, Role) {
+    if at.role == Role::Gradient { (0, Module::Qkv, Role::Gradient) } else { (at.site.0, at.site.1, at.role) }
+}
+
+/// Whether each operand (a, b) of a GEMM of kind `gemm` is cast transposed for cuBLASLt's TN
+/// layout.
+pub(super) fn operands_transposed(gemm: Gemm) -> [bool; 2] {
+    match gemm {
+        Gemm::Fprop => [false, false],
+        Gemm::Dgrad => [false, true],
+        Gemm::Wgrad => [true, true],
+    }
+}
+
 impl CudaBackend {
+    /// The kept cast that a cast of `key` for `at` takes instead of casting, if there is one: the
+    /// site's other GEMM cast the same tensor in the same way this step, with statistics at least
+    /// as rich as a `report` at `level` needs.
+    fn usable_kept(&self, key: CastKey, at: CastUse, level: StatsLevel, report: bool) -> Option<&KeptCast> {
+        let k = self.kept.get(&kept_key(at))?;
+        let same = k.live && k.key == key && (!report || (k.recorded && k.level >= level));
+        (at.share && at.transposed && same).then_some(k)
+    }
+
+    /// Whether the model GEMM `call` (`Backend::gemm`) would take operand `operand` (0: a, 1: b),
+    /// whose source is `x`, from a kept cast rather than read `x`. Not when a BF16 shadow GEMM
+    /// runs beside it (the shadow casts `x` again), nor while an error is kept.
+    pub(super) fn reuses_kept_cast_impl(&self, call: &GemmCall, operand: usize, x: &CudaSlice<f32>) -> bool {
+        if self.error.is_some() || call.shadow || operand > 1 {
+            return false;
+        }
+        let (rows, cols) = operand_shapes(call.id.gemm, call.dims)[operand];
+        let at = CastUse {
+            site: (call.id.layer, call.id.module),
+            role: call.id.gemm.operands()[operand],
+            transposed: operands_transposed(call.id.gemm)[operand],
+            share: true,
+        };
+        let (how, fault) = if operand == 0 { (call.cast_a, call.fault_a) } else { (call.cast_b, call.fault_b) };
+        let Ok(ty) = op_type(how) else { return false };
+        let key = CastKey::new(self.ptr(x), rows, cols, fmt_code(ty), how, fault);
+        self.usable_kept(key, at, call.stats, true).is_some()
+    }
+
     /// Casts `x` (rows × cols, row-major) for a GEMM — transposed if `at.transposed` — into the
     /// scratch of `side`, or takes the site's kept cast of it. With `report`, the statistics land
     /// in a slot, returned for the step's report.
@@ -131,16 +177,8 @@ impl CudaBackend {
         let ty = op_type(how)?;
         let fmt = fmt_code(ty);
         let key = CastKey::new(self.ptr(x), rows, cols, fmt, how, fault);
-        // A gradient's two GEMMs (dgrad, then wgrad) run back to back, so all sites share one kept
-        // gradient; activations and weights wait from the forward to the backward, one per site.
-        let kept_key = if at.role == Role::Gradient { (0, Module::Qkv, Role::Gradient) } else { (at.site.0, at.site.1, at.role) };
-        if at.share
-            && at.transposed
-            && let Some(k) = self.kept.get(&kept_key)
-            && k.live
-            && k.key == key
-            && (!report || (k.recorded && k.level >= level))
-        {
+        let kept_key = kept_key(at);
+        if let Some(k) = self.usable_kept(key, at, level, report) {
             let p = self.prepared(ty, self.ptr(&k.codes), k.slot);
             return Ok((p, k.slot.filter(|_| report)));
         }

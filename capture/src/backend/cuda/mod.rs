@@ -446,11 +446,12 @@ impl CudaBackend {
     ) -> Result<(), CudaError> {
         let d = call.dims;
         let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
-        // (transpose A, transpose B, rows, cols, k) of D = P·Qᵀ with P from A, Q from B.
-        let (ta, tb, rows, cols, k) = match call.id.gemm {
-            Gemm::Fprop => (false, false, d.n, d.m, d.k),
-            Gemm::Dgrad => (false, true, d.n, d.k, d.m),
-            Gemm::Wgrad => (true, true, d.m, d.k, d.n),
+        // (rows, cols, k) of D = P·Qᵀ with P from A, Q from B (transposed as `operands_transposed`).
+        let [ta, tb] = cast::operands_transposed(call.id.gemm);
+        let (rows, cols, k) = match call.id.gemm {
+            Gemm::Fprop => (d.n, d.m, d.k),
+            Gemm::Dgrad => (d.n, d.k, d.m),
+            Gemm::Wgrad => (d.m, d.k, d.n),
         };
         let level = if report { call.stats } else { StatsLevel::Amax };
         let [role_a, role_b] = call.id.gemm.operands();

@@ -197,8 +197,8 @@ impl Backend for CudaBackend {
         self.spanned("matmul_bf16_bwd", |me| me.matmul_bf16_bwd_impl(dinp, dw, dout, inp, w, dims));
     }
 
-    fn crossentropy(&mut self, losses: &mut CudaSlice<f32>, dlogits: &mut CudaSlice<f32>, logits: &CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) {
-        self.spanned("crossentropy", |me| me.crossentropy_fwd_impl(losses, dlogits, logits, targets, v, dloss));
+    fn crossentropy(&mut self, losses: &mut CudaSlice<f32>, logits: &mut CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) {
+        self.spanned("crossentropy", |me| me.crossentropy_fwd_impl(losses, logits, targets, v, dloss));
     }
 
     fn sumsq(&mut self, x: &CudaSlice<f32>) -> f64 {
@@ -229,6 +229,10 @@ impl Backend for CudaBackend {
         dbias: Option<&mut CudaSlice<f32>>,
     ) {
         self.spanned("gemm", |me| me.linear(call, out, a, b, bias, dbias, false, true, true));
+    }
+
+    fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &CudaSlice<f32>) -> bool {
+        self.reuses_kept_cast_impl(call, operand, x)
     }
 
     fn take_reports(&mut self) -> Vec<GemmReport> {
