@@ -574,14 +574,17 @@ __device__ __forceinline__ float epilogue_one(u64 i, float v, int col, const flo
 // The GEMM's f32 result d (n_rows, n_cols) -> out: round_bf16(d + round_bf16(bias[col])), assigned or,
 // with accumulate, added to out. d may alias out. With nan_first, out[0] = NaN (a planted NaN).
 // Non-finite results are counted into *nonfinite (integer atomics: order-independent).
-// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32. When n_cols is a
-// multiple of 4, each thread takes 4 consecutive elements of a row per step (8- or 16-byte loads).
-extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, u64 n_rows, int n_cols,
+// With d_bf16, d holds BF16 values (cuBLASLt's BF16 output) instead of f32. With out_bf16, out
+// holds BF16 values (the backend's 16-bit buffers; never with accumulate): the rounded result's top
+// half; when d is out itself, only a planted NaN is written. When n_cols is a multiple of 4, each
+// thread takes 4 consecutive elements of a row per step (8- or 16-byte loads).
+extern "C" __global__ void gemm_epilogue(void* out, const void* d, int d_bf16, u64 n_rows, int n_cols,
                                          const float* __restrict__ bias, int accumulate, int nan_first,
-                                         u64* __restrict__ nonfinite) {
+                                         u64* __restrict__ nonfinite, int out_bf16) {
     u64 n = n_rows * (u64)n_cols;
     u64 stride = (u64)gridDim.x * blockDim.x;
     u32 bad = 0;
+    bool in_place = out_bf16 && d_bf16 && d == (const void*)out;
     if ((n_cols & 3) == 0) {
         for (u64 i4 = blockIdx.x * (u64)blockDim.x + threadIdx.x; i4 < n / 4; i4 += stride) {
             float v[4];
@@ -596,6 +599,15 @@ extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, 
             int col = (int)((4 * i4) % (u64)n_cols);
 #pragma unroll
             for (int k = 0; k < 4; k++) v[k] = epilogue_one(4 * i4 + k, v[k], col + k, bias, nan_first, bad);
+            if (out_bf16) {
+                if (!in_place || (nan_first && i4 == 0)) {
+                    uint2 h;
+                    h.x = (__float_as_uint(v[0]) >> 16) | (__float_as_uint(v[1]) & 0xffff0000u);
+                    h.y = (__float_as_uint(v[2]) >> 16) | (__float_as_uint(v[3]) & 0xffff0000u);
+                    ((uint2*)out)[i4] = h;
+                }
+                continue;
+            }
             float4 r = make_float4(v[0], v[1], v[2], v[3]);
             if (accumulate) {
                 float4 o = ((const float4*)out)[i4];
@@ -607,7 +619,12 @@ extern "C" __global__ void gemm_epilogue(float* out, const void* d, int d_bf16, 
         for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += stride) {
             float v = d_bf16 ? __uint_as_float(((u32)((const unsigned short*)d)[i]) << 16) : ((const float*)d)[i];
             v = epilogue_one(i, v, (int)(i % (u64)n_cols), bias, nan_first, bad);
-            out[i] = accumulate ? out[i] + v : v;
+            if (out_bf16) {
+                if (!in_place || (nan_first && i == 0)) ((unsigned short*)out)[i] = (unsigned short)(__float_as_uint(v) >> 16);
+            } else {
+                float* o = (float*)out;
+                o[i] = accumulate ? o[i] + v : v;
+            }
         }
     }
     if (nonfinite != nullptr) {

@@ -1,25 +1,26 @@
 // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // Forward and backward side by side; the caller keeps inp for the backward.
-// Backward: dinp (=) = gelu'(inp) * dout.
+// Backward: dinp (=) = gelu'(inp) * dout. inp holds f32 values, or BF16 values with in_bf16 (fc1's
+// output, a GEMM's, is BF16 and may be stored so).
 #include "common.cuh"
 
 #define GELU_SCALE 0.7978846f  // sqrt(2/pi)
 #define GELU_CUBE 0.044715f
 
 // Computed as the CPU reference does, through 0.5 (1 + tanh(a)) = sigmoid(2a): one expf.
-extern "C" __global__ void gelu_fwd(float* __restrict__ out, const float* __restrict__ inp, u64 n) {
+extern "C" __global__ void gelu_fwd(float* __restrict__ out, const void* __restrict__ inp, int in_bf16, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = load_value(inp, i, in_bf16);
         float a = GELU_SCALE * (x + GELU_CUBE * x * x * x);
         out[i] = x / (1.0f + expf(-2.0f * a));
     }
 }
 
 // dinp = (sig + 2 x sig (1 - sig) da/dx) * dout, sig = sigmoid(2a).
-extern "C" __global__ void gelu_bwd(float* __restrict__ dinp, const float* __restrict__ inp,
+extern "C" __global__ void gelu_bwd(float* __restrict__ dinp, const void* __restrict__ inp, int in_bf16,
                                     const float* __restrict__ dout, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = load_value(inp, i, in_bf16);
         float x2 = x * x;
         float a = GELU_SCALE * (x + GELU_CUBE * x2 * x);
         float e = expf(-2.0f * a);

@@ -718,6 +718,77 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
     assert!(differ.is_empty(), "not bit-identical on a rerun:\n{}", differ.join("\n"));
 }
 
+/// A GEMM output kept in 16 bits (`Backend::zeros_bf16`, fc1's storage in the model) holds exactly
+/// the values an f32 buffer gets, through every path that writes one (BF16 and FP8 operands,
+/// cuBLASLt's BF16 output straight into the buffer, or f32 output with a bias through the
+/// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
+/// SwiGLU and GELU forward and backward).
+#[test]
+fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
+    let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
+    let mut rng = Pcg64::seed_from_u64(11);
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let dims = LinearDims { n: 64, k: 128, m: 96 };
+    let (n, k, m) = (dims.n, dims.k, dims.m);
+    let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng)).collect() };
+    let (x, w, bias, dy) = (gpu.upload(&draw(n * k)), gpu.upload(&draw(m * k)), gpu.upload(&draw(m)), gpu.upload(&draw(n * m / 2)));
+    let fp8 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+    let mut checked = 0;
+    for (label, cast, with_bias, nan) in [("bf16", OperandCast::Bf16, false, false), ("fp8", fp8, false, false), ("fp8+bias", fp8, true, false), ("bf16+nan", OperandCast::Bf16, false, true)] {
+        let call = GemmCall {
+            id: GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop },
+            dims,
+            cast_a: cast,
+            cast_b: cast,
+            fault_a: OperandFault::NONE,
+            fault_b: OperandFault::NONE,
+            nan_output: nan,
+            stats: StatsLevel::Cheap,
+            keep_quantized: [false; 2],
+            shadow: false,
+        };
+        let run = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, out: &mut fp8_capture::backend::cuda::DevBuf| {
+            gpu.gemm(&call, out, &x, &w, with_bias.then_some(&bias), None);
+            let r = gpu.take_reports();
+            r[0].output_nonfinite
+        };
+        let (mut of, mut ob) = (gpu.zeros(n * m), gpu.zeros_bf16(n * m));
+        let (nf_f, nf_b) = (run(&mut gpu, &mut of), run(&mut gpu, &mut ob));
+        assert!(ob.is_bf16() && gpu.len(&ob) == n * m, "{label}: zeros_bf16 gave no BF16 buffer of {} values", n * m);
+        assert_eq!((nf_f, nf_b), (nan as u64, nan as u64), "{label}: non-finite outputs counted");
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+        for (offset, len, stride) in [(0, n * m, 1), (1, 100, 3), (7, 1, 1), (n * m - 1, 1, 1), (5, 40, 0)] {
+            let (a, b) = (gpu.download(&of, offset, len, stride), gpu.download(&ob, offset, len, stride));
+            assert_eq!(bits(a), bits(b), "{label}: download({offset}, {len}, {stride}) differs");
+            checked += 1;
+        }
+        if nan {
+            continue;
+        }
+        let f = m / 2;
+        let (mut af, mut ab) = (gpu.zeros(n * f), gpu.zeros(n * f));
+        gpu.swiglu_fwd(&mut af, &of, f);
+        gpu.swiglu_fwd(&mut ab, &ob, f);
+        let (mut df, mut db) = (gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.swiglu_bwd(&mut df, &of, &dy, f);
+        gpu.swiglu_bwd(&mut db, &ob, &dy, f);
+        let (mut gf, mut gb) = (gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.gelu_fwd(&mut gf, &of);
+        gpu.gelu_fwd(&mut gb, &ob);
+        let dy2 = gpu.upload(&vec![0.5f32; n * m]);
+        let (mut hf, mut hb) = (gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.gelu_bwd(&mut hf, &of, &dy2);
+        gpu.gelu_bwd(&mut hb, &ob, &dy2);
+        for (what, a, b) in [("swiglu_fwd", &af, &ab), ("swiglu_bwd", &df, &db), ("gelu_fwd", &gf, &gb), ("gelu_bwd", &hf, &hb)] {
+            let len = gpu.len(a);
+            assert_eq!(bits(gpu.download(a, 0, len, 1)), bits(gpu.download(b, 0, len, 1)), "{label}: {what} reads the BF16 buffer differently");
+            checked += 1;
+        }
+    }
+    assert_eq!(gpu.take_error(), None);
+    println!("{checked} outputs of BF16 and f32 buffers compared bit for bit: equal");
+}
+
 /// A primitive that fails (here the fused attention forward, given a saved buffer one float short)
 /// keeps its error for `take_error` instead of panicking; every later primitive skips its device
 /// work and returns a harmless value until the error is taken, and then the backend works again.

@@ -214,6 +214,13 @@ pub trait Backend {
     fn device_info(&self) -> fp8scope_schemas::manifest::DeviceInfo;
 
     fn zeros(&mut self, n: usize) -> Self::Buf;
+    /// Zeros, for a tensor whose every value will be a BF16 number (a GEMM's output, which the
+    /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only the
+    /// primitives that read such a tensor take it: `gemm` (as its output), `swiglu_*`, `gelu_*`
+    /// (as their input), `download`, `len`, `fill_zero`. Default: [`Backend::zeros`].
+    fn zeros_bf16(&mut self, n: usize) -> Self::Buf {
+        self.zeros(n)
+    }
     fn upload(&mut self, data: &[f32]) -> Self::Buf;
     fn upload_tokens(&mut self, tokens: &[u32]) -> Self::Tokens;
     /// Copies `len` values from `offset` on, with `stride` between them, to the host.

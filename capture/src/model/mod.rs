@@ -220,6 +220,8 @@ impl<B: Backend> Model<B> {
         let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
         let sizes = param_sizes(&dims);
         let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
+        // fc1's output is a GEMM's, BF16 by construction: a backend may keep it in 16 bits.
+        let mut fc1s = (0..dims.l).map(|_| be.zeros_bf16(dims.n * dims.fc1_width())).collect::<Vec<_>>().into_iter();
         let mut zeros = |n: usize| be.zeros(n);
         let grads = sizes.iter().map(|&s| zeros(s)).collect();
         let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
@@ -241,7 +243,7 @@ impl<B: Backend> Model<B> {
                 res2: zeros(n * c),
                 ln2_mean: zeros(only(gpt, n)),
                 ln2_rstd: zeros(n),
-                fc1: zeros(n * f1),
+                fc1: fc1s.next().expect("one fc1 buffer per layer"),
             })
             .collect();
         let state = State {

@@ -1,24 +1,24 @@
 //! GELU (tanh approximation) on the GPU: the launchers of `kernels/gelu.cu` (the CPU reference is
 //! `layers/gelu.rs`). Element-wise, grid-stride over any shape.
 
-use super::{CudaBackend, CudaError, grid_for};
+use super::{CudaBackend, CudaError, DevBuf, grid_for};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Threads per block of both kernels.
 const THREADS: u32 = 256;
 
 impl CudaBackend {
-    /// out `=` gelu(inp).
-    pub(super) fn gelu_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) -> Result<(), CudaError> {
+    /// out `=` gelu(inp) (inp in f32 or BF16 storage).
+    pub(super) fn gelu_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &DevBuf) -> Result<(), CudaError> {
         let n = inp.len();
-        let (o, x) = (self.ptr(out), self.ptr(inp));
-        launch!(self, "gelu_fwd", grid_for(n, THREADS), o, x, n as u64)
+        let (o, x) = (self.ptr(out), self.ptr(inp.raw()));
+        launch!(self, "gelu_fwd", grid_for(n, THREADS), o, x, inp.is_bf16() as i32, n as u64)
     }
 
     /// dinp `=` gelu'(inp)·dout.
-    pub(super) fn gelu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>) -> Result<(), CudaError> {
+    pub(super) fn gelu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &CudaSlice<f32>) -> Result<(), CudaError> {
         let n = inp.len();
-        let (d, x, g) = (self.ptr(dinp), self.ptr(inp), self.ptr(dout));
-        launch!(self, "gelu_bwd", grid_for(n, THREADS), d, x, g, n as u64)
+        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout));
+        launch!(self, "gelu_bwd", grid_for(n, THREADS), d, x, inp.is_bf16() as i32, g, n as u64)
     }
 }

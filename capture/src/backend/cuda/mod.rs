@@ -29,8 +29,11 @@
 //!   are cached per shape so a shape always runs the same algorithm.
 
 pub mod blas;
+mod buffer;
 pub mod kernels;
 mod prof;
+
+pub use buffer::DevBuf;
 
 use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
@@ -394,7 +397,7 @@ impl CudaBackend {
     }
 
     /// `len` values of `buf` from `offset` on, `stride` apart, copied to the host.
-    fn download_impl(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
+    fn download_impl(&mut self, buf: &DevBuf, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
         if len == 0 {
             return Ok(Vec::new());
         }
@@ -402,7 +405,14 @@ impl CudaBackend {
         if end > buf.len() {
             return Err(CudaError::Unsupported(format!("download of {len} values {stride} apart from {offset} on: the buffer holds {}", buf.len())));
         }
-        let v = self.stream.clone_dtoh(&buf.slice(offset..end))?;
+        let v = if buf.is_bf16() {
+            // The whole words that hold values offset..end, two BF16 values per word.
+            let words = self.stream.clone_dtoh(&buf.raw().slice(offset / 2..end.div_ceil(2)))?;
+            let skip = offset % 2;
+            words.iter().flat_map(|w| { let b = w.to_bits(); [f32::from_bits(b << 16), f32::from_bits(b & 0xffff_0000)] }).skip(skip).take(end - offset).collect()
+        } else {
+            self.stream.clone_dtoh(&buf.slice(offset..end))?
+        };
         Ok(match stride {
             1 => v,
             0 => vec![v[0]; len],
@@ -435,7 +445,7 @@ impl CudaBackend {
     fn linear(
         &mut self,
         call: &GemmCall,
-        out: &mut CudaSlice<f32>,
+        out: &mut DevBuf,
         a: &CudaSlice<f32>,
         b: &CudaSlice<f32>,
         bias: Option<&CudaSlice<f32>>,
@@ -444,6 +454,10 @@ impl CudaBackend {
         report: bool,
         share: bool,
     ) -> Result<(), CudaError> {
+        let out_bf16 = out.is_bf16();
+        if out_bf16 && accumulate {
+            return Err(CudaError::Unsupported("a GEMM cannot accumulate into a BF16 buffer".into()));
+        }
         let d = call.dims;
         let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
         // (rows, cols, k) of D = P·Qᵀ with P from A, Q from B (transposed as `operands_transposed`).
@@ -461,38 +475,50 @@ impl CudaBackend {
         let (pa, slot_a) = self.span("gemm.cast", |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
         let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(b, br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
-        let dptr = if accumulate {
-            grow(&self.stream, &mut self.d_tmp, n_out)?;
-            self.ptr(&self.d_tmp)
-        } else {
-            self.ptr(out)
-        };
+        if out.len() < n_out {
+            return Err(CudaError::Unsupported(format!("a GEMM of {rows} × {cols} into a buffer of {}", out.len())));
+        }
+        let outp = self.ptr(out.raw());
         // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
-        // BF16 output into scratch instead (the epilogue rounds to BF16 either way).
+        // BF16 output instead (the epilogue rounds to BF16 either way).
         let key = (rows, cols, k, pa.ty, pb.ty);
         // Without a bias, BF16 output rounds exactly as the epilogue would (round(acc)), and moves
         // half the bytes; with a bias, FP32 output keeps the CPU's single rounding of acc + bias.
         let mut d_bf16 = bias.is_none() || self.bf16_out.contains(&key);
+        let mut dptr = 0;
         if !d_bf16 {
-            if let Err(e) = self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, false) {
-                if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
-                    return Err(e);
+            // Into `out` itself when it holds f32 and is assigned, else into scratch.
+            let f32_dst = if accumulate || out_bf16 {
+                grow(&self.stream, &mut self.d_tmp, n_out)?;
+                self.ptr(&self.d_tmp)
+            } else {
+                outp
+            };
+            match self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, f32_dst, false) {
+                Ok(()) => dptr = f32_dst,
+                Err(e) => {
+                    if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
+                        return Err(e);
+                    }
+                    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                        eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
+                    }
+                    self.bf16_out.insert(key);
+                    d_bf16 = true;
                 }
-                if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
-                    eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
-                }
-                self.bf16_out.insert(key);
-                d_bf16 = true;
             }
         }
-        let dptr = if d_bf16 {
-            grow(&self.stream, &mut self.d_tmp, n_out)?;
-            let t = self.ptr(&self.d_tmp);
-            self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, t, true)?;
-            t
-        } else {
-            dptr
-        };
+        if d_bf16 {
+            // Into `out` itself when it holds BF16 and is assigned (then nothing is left to convert),
+            // else into scratch.
+            dptr = if out_bf16 {
+                outp
+            } else {
+                grow(&self.stream, &mut self.d_tmp, n_out)?;
+                self.ptr(&self.d_tmp)
+            };
+            self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, true)?;
+        }
         if let Some(db) = dbias {
             // dbias += row sums of dequant(dYᵀ) (P of wgrad is dYᵀ: m × n).
             let dbp = self.ptr(db);
@@ -519,21 +545,24 @@ impl CudaBackend {
             0
         };
         let bias_ptr = bias.map(|b| self.ptr(b)).unwrap_or(0);
-        let outp = self.ptr(out);
-        launch!(
-            self,
-            "gemm_epilogue",
-            grid_for(n_out, 256),
-            outp,
-            dptr,
-            d_bf16 as i32,
-            rows as u64,
-            cols as i32,
-            bias_ptr,
-            accumulate as i32,
-            call.nan_output as i32,
-            nf_ptr
-        )?;
+        // A BF16 result already in place needs the epilogue only to count or plant.
+        if !(dptr == outp && out_bf16 && nf_ptr == 0 && !call.nan_output) {
+            launch!(
+                self,
+                "gemm_epilogue",
+                grid_for(n_out, 256),
+                outp,
+                dptr,
+                d_bf16 as i32,
+                rows as u64,
+                cols as i32,
+                bias_ptr,
+                accumulate as i32,
+                call.nan_output as i32,
+                nf_ptr,
+                out_bf16 as i32
+            )?;
+        }
         if !report {
             return Ok(());
         }
@@ -542,7 +571,7 @@ impl CudaBackend {
         let is_fp8 = pa.ty.is_fp8() || pb.ty.is_fp8();
         let shadow = if call.shadow && is_fp8 {
             // The same GEMM in BF16 on the same inputs, compared on the host (dump steps only).
-            let got = self.stream.clone_dtoh(&out.slice(0..n_out))?;
+            let got = self.download_impl(out, 0, n_out, 1)?;
             let bf = GemmCall {
                 cast_a: OperandCast::Bf16,
                 cast_b: OperandCast::Bf16,
@@ -553,9 +582,9 @@ impl CudaBackend {
                 keep_quantized: [false; 2],
                 ..call.clone()
             };
-            let mut reference = self.stream.alloc_zeros::<f32>(n_out)?;
+            let mut reference = DevBuf::f32(self.stream.alloc_zeros::<f32>(n_out)?);
             self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
-            let want = self.stream.clone_dtoh(&reference)?;
+            let want = self.stream.clone_dtoh(&*reference)?;
             let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
             Some(ShadowError {
                 numel: n_out as u64,
@@ -696,15 +725,15 @@ impl CudaBackend {
     }
 
     /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
-    fn matmul_bf16_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
+    fn matmul_bf16_fwd_impl(&mut self, out: &mut DevBuf, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
         self.linear(&plain_call(Gemm::Fprop, dims), out, inp, w, None, None, false, false, true)
     }
 
     /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
     fn matmul_bf16_bwd_impl(
         &mut self,
-        dinp: &mut CudaSlice<f32>,
-        dw: &mut CudaSlice<f32>,
+        dinp: &mut DevBuf,
+        dw: &mut DevBuf,
         dout: &CudaSlice<f32>,
         inp: &CudaSlice<f32>,
         w: &CudaSlice<f32>,

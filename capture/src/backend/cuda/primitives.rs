@@ -8,7 +8,7 @@ use super::*;
 use super::attention::AttentionShape;
 
 impl Backend for CudaBackend {
-    type Buf = CudaSlice<f32>;
+    type Buf = DevBuf;
     type Tokens = CudaTokens;
 
     fn kind(&self) -> &'static str {
@@ -19,17 +19,25 @@ impl Backend for CudaBackend {
         self.info.clone()
     }
 
-    fn zeros(&mut self, n: usize) -> CudaSlice<f32> {
+    fn zeros(&mut self, n: usize) -> DevBuf {
         let r = self.guarded("zeros", |me| Ok(me.stream.alloc_zeros::<f32>(n.max(1))?));
-        r.unwrap_or_else(|| self.placeholder())
+        DevBuf::f32(r.unwrap_or_else(|| self.placeholder()))
     }
 
-    fn upload(&mut self, data: &[f32]) -> CudaSlice<f32> {
+    fn zeros_bf16(&mut self, n: usize) -> DevBuf {
+        let r = self.guarded("zeros", |me| Ok(me.stream.alloc_zeros::<f32>(n.div_ceil(2).max(1))?));
+        match r {
+            Some(mem) => DevBuf::bf16(mem, n),
+            None => DevBuf::f32(self.placeholder()),
+        }
+    }
+
+    fn upload(&mut self, data: &[f32]) -> DevBuf {
         if data.is_empty() {
             return self.zeros(1);
         }
         let r = self.guarded("upload", |me| Ok(me.stream.clone_htod(data)?));
-        r.unwrap_or_else(|| self.placeholder())
+        DevBuf::f32(r.unwrap_or_else(|| self.placeholder()))
     }
 
     fn upload_tokens(&mut self, tokens: &[u32]) -> CudaTokens {
@@ -43,34 +51,34 @@ impl Backend for CudaBackend {
         })
     }
 
-    fn download(&mut self, buf: &CudaSlice<f32>, offset: usize, len: usize, stride: usize) -> Vec<f32> {
+    fn download(&mut self, buf: &DevBuf, offset: usize, len: usize, stride: usize) -> Vec<f32> {
         self.spanned("download", |me| me.download_impl(buf, offset, len, stride)).unwrap_or_else(|| vec![f32::NAN; len])
     }
 
-    fn len(&self, buf: &CudaSlice<f32>) -> usize {
+    fn len(&self, buf: &DevBuf) -> usize {
         buf.len()
     }
 
-    fn fill_zero(&mut self, buf: &mut CudaSlice<f32>) {
-        self.spanned("fill_zero", |me| Ok(me.stream.memset_zeros(buf)?));
+    fn fill_zero(&mut self, buf: &mut DevBuf) {
+        self.spanned("fill_zero", |me| Ok(me.stream.memset_zeros(buf.raw_mut())?));
     }
 
-    fn embedding_fwd(&mut self, out: &mut CudaSlice<f32>, tokens: &CudaTokens, wte: &CudaSlice<f32>, c: usize) {
+    fn embedding_fwd(&mut self, out: &mut DevBuf, tokens: &CudaTokens, wte: &DevBuf, c: usize) {
         self.spanned("embedding_fwd", |me| me.embedding_fwd_impl(out, tokens, wte, c));
     }
 
-    fn embedding_bwd(&mut self, dwte: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, tokens: &CudaTokens, c: usize) {
+    fn embedding_bwd(&mut self, dwte: &mut DevBuf, dout: &DevBuf, tokens: &CudaTokens, c: usize) {
         self.spanned("embedding_bwd", |me| me.embedding_bwd_impl(dwte, dout, tokens, c));
     }
 
     fn layernorm_fwd(
         &mut self,
-        out: &mut CudaSlice<f32>,
-        mean: &mut CudaSlice<f32>,
-        rstd: &mut CudaSlice<f32>,
-        inp: &CudaSlice<f32>,
-        w: &CudaSlice<f32>,
-        b: &CudaSlice<f32>,
+        out: &mut DevBuf,
+        mean: &mut DevBuf,
+        rstd: &mut DevBuf,
+        inp: &DevBuf,
+        w: &DevBuf,
+        b: &DevBuf,
         c: usize,
     ) {
         self.spanned("layernorm_fwd", |me| me.layernorm_fwd_impl(out, mean, rstd, inp, w, b, c));
@@ -78,49 +86,49 @@ impl Backend for CudaBackend {
 
     fn layernorm_bwd(
         &mut self,
-        dinp: &mut CudaSlice<f32>,
-        dw: &mut CudaSlice<f32>,
-        db: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        inp: &CudaSlice<f32>,
-        w: &CudaSlice<f32>,
-        mean: &CudaSlice<f32>,
-        rstd: &CudaSlice<f32>,
+        dinp: &mut DevBuf,
+        dw: &mut DevBuf,
+        db: &mut DevBuf,
+        dout: &DevBuf,
+        inp: &DevBuf,
+        w: &DevBuf,
+        mean: &DevBuf,
+        rstd: &DevBuf,
         c: usize,
     ) {
         self.spanned("layernorm_bwd", |me| me.layernorm_bwd_impl(dinp, dw, db, dout, inp, w, mean, rstd, c));
     }
 
-    fn rmsnorm_fwd(&mut self, out: &mut CudaSlice<f32>, rstd: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, c: usize, eps: f32) {
+    fn rmsnorm_fwd(&mut self, out: &mut DevBuf, rstd: &mut DevBuf, inp: &DevBuf, w: &DevBuf, c: usize, eps: f32) {
         self.spanned("rmsnorm_fwd", |me| me.rmsnorm_fwd_impl(out, rstd, inp, w, c, eps));
     }
 
     fn rmsnorm_bwd(
         &mut self,
-        dinp: &mut CudaSlice<f32>,
-        dw: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        inp: &CudaSlice<f32>,
-        w: &CudaSlice<f32>,
-        rstd: &CudaSlice<f32>,
+        dinp: &mut DevBuf,
+        dw: &mut DevBuf,
+        dout: &DevBuf,
+        inp: &DevBuf,
+        w: &DevBuf,
+        rstd: &DevBuf,
         c: usize,
     ) {
         self.spanned("rmsnorm_bwd", |me| me.rmsnorm_bwd_impl(dinp, dw, dout, inp, w, rstd, c));
     }
 
-    fn swiglu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, f: usize) {
+    fn swiglu_fwd(&mut self, out: &mut DevBuf, inp: &DevBuf, f: usize) {
         self.spanned("swiglu_fwd", |me| me.swiglu_fwd_impl(out, inp, f));
     }
 
-    fn swiglu_bwd(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>, f: usize) {
+    fn swiglu_bwd(&mut self, dinp: &mut DevBuf, inp: &DevBuf, dout: &DevBuf, f: usize) {
         self.spanned("swiglu_bwd", |me| me.swiglu_bwd_impl(dinp, inp, dout, f));
     }
 
-    fn rope_fwd(&mut self, out: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+    fn rope_fwd(&mut self, out: &mut DevBuf, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
         self.spanned("rope_fwd", |me| me.rope_impl("rope_fwd", out, qkv, b, t, nh, kvh, hd, theta));
     }
 
-    fn rope_bwd(&mut self, dqkv: &mut CudaSlice<f32>, dout: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
+    fn rope_bwd(&mut self, dqkv: &mut DevBuf, dout: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
         self.spanned("rope_bwd", |me| me.rope_impl("rope_bwd", dqkv, dout, b, t, nh, kvh, hd, theta));
     }
 
@@ -130,9 +138,9 @@ impl Backend for CudaBackend {
 
     fn attention_fwd(
         &mut self,
-        out: &mut CudaSlice<f32>,
-        att: &mut CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
+        out: &mut DevBuf,
+        att: &mut DevBuf,
+        qkv: &DevBuf,
         b: usize,
         t: usize,
         c: usize,
@@ -145,12 +153,12 @@ impl Backend for CudaBackend {
 
     fn attention_bwd(
         &mut self,
-        dqkv: &mut CudaSlice<f32>,
-        datt: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        out: &CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
-        att: &CudaSlice<f32>,
+        dqkv: &mut DevBuf,
+        datt: &mut DevBuf,
+        dout: &DevBuf,
+        out: &DevBuf,
+        qkv: &DevBuf,
+        att: &DevBuf,
         b: usize,
         t: usize,
         c: usize,
@@ -161,77 +169,78 @@ impl Backend for CudaBackend {
         self.spanned("attention_bwd", |me| me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
-    fn gelu_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>) {
+    fn gelu_fwd(&mut self, out: &mut DevBuf, inp: &DevBuf) {
         self.spanned("gelu_fwd", |me| me.gelu_fwd_impl(out, inp));
     }
 
-    fn gelu_bwd(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>) {
+    fn gelu_bwd(&mut self, dinp: &mut DevBuf, inp: &DevBuf, dout: &DevBuf) {
         self.spanned("gelu_bwd", |me| me.gelu_bwd_impl(dinp, inp, dout));
     }
 
-    fn add(&mut self, out: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &CudaSlice<f32>) {
+    fn add(&mut self, out: &mut DevBuf, a: &DevBuf, b: &DevBuf) {
         self.spanned("add", |me| me.residual_fwd_impl(out, a, b));
     }
 
-    fn add_inplace(&mut self, acc: &mut CudaSlice<f32>, x: &CudaSlice<f32>) {
+    fn add_inplace(&mut self, acc: &mut DevBuf, x: &DevBuf) {
         self.spanned("add_inplace", |me| me.residual_bwd_impl(acc, x));
     }
 
-    fn round_bf16(&mut self, x: &mut CudaSlice<f32>) {
+    fn round_bf16(&mut self, x: &mut DevBuf) {
         self.spanned("round_bf16", |me| me.round_bf16_fwd_impl(x));
     }
 
-    fn matmul_bf16_fwd(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) {
+    fn matmul_bf16_fwd(&mut self, out: &mut DevBuf, inp: &DevBuf, w: &DevBuf, dims: LinearDims) {
         self.spanned("matmul_bf16_fwd", |me| me.matmul_bf16_fwd_impl(out, inp, w, dims));
     }
 
     fn matmul_bf16_bwd(
         &mut self,
-        dinp: &mut CudaSlice<f32>,
-        dw: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        inp: &CudaSlice<f32>,
-        w: &CudaSlice<f32>,
+        dinp: &mut DevBuf,
+        dw: &mut DevBuf,
+        dout: &DevBuf,
+        inp: &DevBuf,
+        w: &DevBuf,
         dims: LinearDims,
     ) {
         self.spanned("matmul_bf16_bwd", |me| me.matmul_bf16_bwd_impl(dinp, dw, dout, inp, w, dims));
     }
 
-    fn crossentropy(&mut self, losses: &mut CudaSlice<f32>, logits: &mut CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) {
+    fn crossentropy(&mut self, losses: &mut DevBuf, logits: &mut DevBuf, targets: &CudaTokens, v: usize, dloss: f32) {
         self.spanned("crossentropy", |me| me.crossentropy_fwd_impl(losses, logits, targets, v, dloss));
     }
 
-    fn sumsq(&mut self, x: &CudaSlice<f32>) -> f64 {
-        self.guarded("sumsq", |me| me.sumsq_impl(&[x])).unwrap_or(f64::NAN)
+    fn sumsq(&mut self, x: &DevBuf) -> f64 {
+        self.guarded("sumsq", |me| me.sumsq_impl(&[&**x])).unwrap_or(f64::NAN)
     }
 
-    fn sumsq_all(&mut self, xs: &[CudaSlice<f32>]) -> f64 {
-        let refs: Vec<&CudaSlice<f32>> = xs.iter().collect();
+    fn sumsq_all(&mut self, xs: &[DevBuf]) -> f64 {
+        let refs: Vec<&CudaSlice<f32>> = xs.iter().map(|x| &**x).collect();
         self.spanned("sumsq_all", |me| me.sumsq_impl(&refs)).unwrap_or(f64::NAN)
     }
 
-    fn count_nonfinite(&mut self, x: &CudaSlice<f32>) -> u64 {
+    fn count_nonfinite(&mut self, x: &DevBuf) -> u64 {
         // Unknown counts as non-finite: a check that failed must not pass for a clean buffer.
         self.guarded("count_nonfinite", |me| me.count_nonfinite_impl(x)).unwrap_or(x.len() as u64)
     }
 
-    fn adamw(&mut self, p: &mut CudaSlice<f32>, g: &CudaSlice<f32>, m: &mut CudaSlice<f32>, v: &mut CudaSlice<f32>, h: &AdamW) {
+    fn adamw(&mut self, p: &mut DevBuf, g: &DevBuf, m: &mut DevBuf, v: &mut DevBuf, h: &AdamW) {
         self.spanned("adamw", |me| me.adamw_fwd_impl(p, g, m, v, h));
     }
 
     fn gemm(
         &mut self,
         call: &GemmCall,
-        out: &mut CudaSlice<f32>,
-        a: &CudaSlice<f32>,
-        b: &CudaSlice<f32>,
-        bias: Option<&CudaSlice<f32>>,
-        dbias: Option<&mut CudaSlice<f32>>,
+        out: &mut DevBuf,
+        a: &DevBuf,
+        b: &DevBuf,
+        bias: Option<&DevBuf>,
+        dbias: Option<&mut DevBuf>,
     ) {
+        let (bias, dbias) = (bias.map(|b| &**b), dbias.map(|d| &mut **d));
         self.spanned("gemm", |me| me.linear(call, out, a, b, bias, dbias, false, true, true));
     }
 
-    fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &CudaSlice<f32>) -> bool {
+    fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &DevBuf) -> bool {
         self.reuses_kept_cast_impl(call, operand, x)
     }
 

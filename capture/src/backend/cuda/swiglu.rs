@@ -2,7 +2,7 @@
 //! `layers/swiglu.rs`). Element-wise: one thread per output element of the (N, F) side, which
 //! in the backward writes both the gate and the up gradient of that element.
 
-use super::{CudaBackend, CudaError, grid_for};
+use super::{CudaBackend, CudaError, DevBuf, grid_for};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Threads per block of both kernels.
@@ -17,23 +17,23 @@ fn rows(layer: &str, len: usize, f: usize) -> Result<usize, CudaError> {
 }
 
 impl CudaBackend {
-    /// out (N, F) `=` silu(gate)·up from inp (N, 2F) = [gate | up].
-    pub(super) fn swiglu_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, f: usize) -> Result<(), CudaError> {
+    /// out (N, F) `=` silu(gate)·up from inp (N, 2F) = [gate | up] (f32 or BF16 storage).
+    pub(super) fn swiglu_fwd_impl(&mut self, out: &mut CudaSlice<f32>, inp: &DevBuf, f: usize) -> Result<(), CudaError> {
         let n = rows("swiglu_fwd", inp.len(), f)?;
         if n == 0 {
             return Ok(());
         }
-        let (o, x) = (self.ptr(out), self.ptr(inp));
-        launch!(self, "swiglu_fwd", grid_for(n * f, THREADS), o, x, n as u64, f as i32)
+        let (o, x) = (self.ptr(out), self.ptr(inp.raw()));
+        launch!(self, "swiglu_fwd", grid_for(n * f, THREADS), o, x, inp.is_bf16() as i32, n as u64, f as i32)
     }
 
     /// dinp (N, 2F) `=` from inp (N, 2F) and dout (N, F).
-    pub(super) fn swiglu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &CudaSlice<f32>, dout: &CudaSlice<f32>, f: usize) -> Result<(), CudaError> {
+    pub(super) fn swiglu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &CudaSlice<f32>, f: usize) -> Result<(), CudaError> {
         let n = rows("swiglu_bwd", inp.len(), f)?;
         if n == 0 {
             return Ok(());
         }
-        let (d, x, g) = (self.ptr(dinp), self.ptr(inp), self.ptr(dout));
-        launch!(self, "swiglu_bwd", grid_for(n * f, THREADS), d, x, g, n as u64, f as i32)
+        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout));
+        launch!(self, "swiglu_bwd", grid_for(n * f, THREADS), d, x, inp.is_bf16() as i32, g, n as u64, f as i32)
     }
 }
