@@ -4,10 +4,12 @@
 #     on both attention paths, fused vs unfused attention side by side, bit-identical reruns),
 #     small and llama-small parity with the CPU over 100 steps, bit-identical GPU reruns;
 #  2. the loss columns of the previous binary (OLD_BIN) and this one, same runs, compared step by
-#     step (max relative difference; a numerics change moves them within run-to-run noise);
+#     step (max relative difference; a numerics change moves them within run-to-run noise), and
+#     whether they are bit-identical (what a change that keeps the numerics must show);
 #  3. a short llama-1b run per recipe (RECIPES, default "bf16 delayed") under FP8SCOPE_PROFILE=1
 #     (where the step's time goes), then the old and the new binary's llama-1b delayed step side by
-#     side, unprofiled, in the same call (the speed-up of the change).
+#     side, unprofiled, in the same call (the speed-up of the change, the peak memory of each, and
+#     whether their losses are bit-identical).
 # Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [all|check|profile]  (default all)
 set -uo pipefail
 BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; MODE=${4:-all}
@@ -24,6 +26,8 @@ if [ "$MODE" != profile ]; then
       "$OLD/fp8-capture" train --quiet --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-old" || status=1
       "$BIN/fp8-capture" train --quiet --device cuda --preset $p --recipe $r --steps 100 --out "$OUT/runs/$p-$r-new" || status=1
       python3 "$HERE/runs.py" parity "$OUT/runs/$p-$r-old" "$OUT/runs/$p-$r-new" --tol 0.01 | tee -a "$OUT/old_vs_new.jsonl" || status=1
+      # Whether the change kept the numerics bit for bit (informational: a numerics change may not).
+      python3 "$HERE/runs.py" same "$OUT/runs/$p-$r-old" "$OUT/runs/$p-$r-new" | tee -a "$OUT/old_vs_new.jsonl"
     done
   done
 fi
@@ -37,12 +41,16 @@ for r in ${RECIPES:-bf16 delayed}; do
   sed -n '/== CUDA backend profile/,$p' "$log" | head -40; grep -iE 'error|panick' "$log" | head -3
   python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-$r" --skip 3 2>/dev/null
 done
-echo "== llama-1b delayed, 12 steps, old binary then new, unprofiled"
+echo "== llama-1b delayed, 12 steps, old binary then new, unprofiled (peak memory: nvidia-smi every 200 ms)"
 for v in old new; do
   b=$BIN; [ $v = old ] && b=$OLD
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/mem-$v.log" 2>/dev/null & mp=$!
   timeout 240 "$b/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe delayed --steps 12 \
     --out "$OUT/runs/llama1b-delayed-$v" > "$OUT/llama1b-delayed-$v.log" 2>&1 || status=1
-  echo "-- $v"; python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-delayed-$v" --skip 4 2>/dev/null
+  kill $mp 2>/dev/null; wait $mp 2>/dev/null
+  peak=$(sort -n "$OUT/mem-$v.log" | tail -1 | tr -dc 0-9)
+  echo "-- $v"; python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-delayed-$v" --skip 4 --peak-mib "${peak:-0}" 2>/dev/null
 done
+python3 "$HERE/runs.py" same "$OUT/runs/llama1b-delayed-old" "$OUT/runs/llama1b-delayed-new"
 echo "== engine_check status $status"
 exit $status
