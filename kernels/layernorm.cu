@@ -28,7 +28,7 @@ extern "C" __global__ void layernorm_fwd(float* __restrict__ out, float* __restr
 }
 
 // dinp[row] += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd. Launch: one warp per row.
-extern "C" __global__ void layernorm_bwd(float* __restrict__ dinp, const float* __restrict__ dout,
+extern "C" __global__ void layernorm_bwd(float* __restrict__ dinp, const void* __restrict__ dout, int dout_bf16,
                                          const float* __restrict__ inp, const float* __restrict__ w,
                                          const float* __restrict__ mean, const float* __restrict__ rstd,
                                          int n, int c) {
@@ -36,12 +36,12 @@ extern "C" __global__ void layernorm_bwd(float* __restrict__ dinp, const float* 
     int lane = threadIdx.x & 31;
     if (row >= n) return;
     const float* x = inp + (u64)row * c;
-    const float* g = dout + (u64)row * c;
+    u64 g0 = (u64)row * c;
     float m = mean[row], r = rstd[row];
     float a = 0.0f, bsum = 0.0f;
     for (int i = lane; i < c; i += 32) {
         float norm = (x[i] - m) * r;
-        float dn = w[i] * g[i];
+        float dn = w[i] * load_value(dout, g0 + i, dout_bf16);
         a += dn;
         bsum += dn * norm;
     }
@@ -50,14 +50,14 @@ extern "C" __global__ void layernorm_bwd(float* __restrict__ dinp, const float* 
     float* d = dinp + (u64)row * c;
     for (int i = lane; i < c; i += 32) {
         float norm = (x[i] - m) * r;
-        float dn = w[i] * g[i];
+        float dn = w[i] * load_value(dout, g0 + i, dout_bf16);
         d[i] += (dn - a - norm * bsum) * r;
     }
 }
 
 // partial[chunk][0][col] = sum over the chunk's rows of norm*dout, partial[chunk][1][col] = of dout.
 // Launch: grid (ceil(C / blockDim.x), n_chunks), rows_per_chunk rows each.
-extern "C" __global__ void layernorm_bwd_partial(float* __restrict__ partial, const float* __restrict__ dout,
+extern "C" __global__ void layernorm_bwd_partial(float* __restrict__ partial, const void* __restrict__ dout, int dout_bf16,
                                                  const float* __restrict__ inp, const float* __restrict__ mean,
                                                  const float* __restrict__ rstd, int n, int c, int rows_per_chunk) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
@@ -68,8 +68,9 @@ extern "C" __global__ void layernorm_bwd_partial(float* __restrict__ partial, co
     for (int row = chunk * rows_per_chunk; row < r1; row++) {
         u64 i = (u64)row * c + col;
         float norm = (inp[i] - mean[row]) * rstd[row];
-        dw += norm * dout[i];
-        db += dout[i];
+        float g = load_value(dout, i, dout_bf16);
+        dw += norm * g;
+        db += g;
     }
     partial[((u64)chunk * 2) * c + col] = dw;
     partial[((u64)chunk * 2 + 1) * c + col] = db;

@@ -722,7 +722,8 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
 /// the values an f32 buffer gets, through every path that writes one (BF16 and FP8 operands,
 /// cuBLASLt's BF16 output straight into the buffer, or f32 output with a bias through the
 /// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
-/// SwiGLU and GELU forward and backward).
+/// SwiGLU and GELU forward and backward as their input, SwiGLU, GELU, RMSNorm and LayerNorm
+/// backward as their gradient).
 #[test]
 fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
@@ -756,7 +757,9 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         let (nf_f, nf_b) = (run(&mut gpu, &mut of), run(&mut gpu, &mut ob));
         assert!(ob.is_bf16() && gpu.len(&ob) == n * m, "{label}: zeros_bf16 gave no BF16 buffer of {} values", n * m);
         assert_eq!((nf_f, nf_b), (nan as u64, nan as u64), "{label}: non-finite outputs counted");
-        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+        assert_eq!(gpu.download(&ob, 0, 1, 1)[0].is_nan(), nan, "{label}: the planted NaN");
+        // Bit for bit, every NaN alike (a planted NaN's payload is not kept in 16 bits).
+        let bits = |v: Vec<f32>| v.into_iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<u32>>();
         for (offset, len, stride) in [(0, n * m, 1), (1, 100, 3), (7, 1, 1), (n * m - 1, 1, 1), (5, 40, 0)] {
             let (a, b) = (gpu.download(&of, offset, len, stride), gpu.download(&ob, offset, len, stride));
             assert_eq!(bits(a), bits(b), "{label}: download({offset}, {len}, {stride}) differs");
@@ -779,7 +782,27 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         let (mut hf, mut hb) = (gpu.zeros(n * m), gpu.zeros(n * m));
         gpu.gelu_bwd(&mut hf, &of, &dy2);
         gpu.gelu_bwd(&mut hb, &ob, &dy2);
-        for (what, a, b) in [("swiglu_fwd", &af, &ab), ("swiglu_bwd", &df, &db), ("gelu_fwd", &gf, &gb), ("gelu_bwd", &hf, &hb)] {
+        // The same buffers as the gradient a backward reads (dout).
+        let xs: Vec<f32> = (0..n * 2 * m).map(|j| ((j % 97) as f32 - 48.0) / 17.0).collect();
+        let (xin, half) = (gpu.upload(&xs), gpu.upload(&xs[..n * m]));
+        let (wn, stat) = (gpu.upload(&(0..m).map(|j| 0.5 + (j % 7) as f32 / 8.0).collect::<Vec<f32>>()), gpu.upload(&(0..n).map(|j| 0.25 + (j % 5) as f32 / 4.0).collect::<Vec<f32>>()));
+        let (mut sf, mut sb) = (gpu.zeros(n * 2 * m), gpu.zeros(n * 2 * m));
+        gpu.swiglu_bwd(&mut sf, &xin, &of, m);
+        gpu.swiglu_bwd(&mut sb, &xin, &ob, m);
+        let (mut ef, mut eb) = (gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.gelu_bwd(&mut ef, &half, &of);
+        gpu.gelu_bwd(&mut eb, &half, &ob);
+        let (mut rf, mut rb, mut rwf, mut rwb) = (gpu.zeros(n * m), gpu.zeros(n * m), gpu.zeros(m), gpu.zeros(m));
+        gpu.rmsnorm_bwd(&mut rf, &mut rwf, &of, &half, &wn, &stat, m);
+        gpu.rmsnorm_bwd(&mut rb, &mut rwb, &ob, &half, &wn, &stat, m);
+        let (mut lf, mut lb, mut lwf, mut lwb, mut lbf, mut lbb) = (gpu.zeros(n * m), gpu.zeros(n * m), gpu.zeros(m), gpu.zeros(m), gpu.zeros(m), gpu.zeros(m));
+        gpu.layernorm_bwd(&mut lf, &mut lwf, &mut lbf, &of, &half, &wn, &stat, &stat, m);
+        gpu.layernorm_bwd(&mut lb, &mut lwb, &mut lbb, &ob, &half, &wn, &stat, &stat, m);
+        #[rustfmt::skip]
+        let pairs = [("swiglu_fwd", &af, &ab), ("swiglu_bwd", &df, &db), ("gelu_fwd", &gf, &gb), ("gelu_bwd", &hf, &hb),
+            ("swiglu_bwd dout", &sf, &sb), ("gelu_bwd dout", &ef, &eb), ("rmsnorm_bwd dinp", &rf, &rb), ("rmsnorm_bwd dw", &rwf, &rwb),
+            ("layernorm_bwd dinp", &lf, &lb), ("layernorm_bwd dw", &lwf, &lwb), ("layernorm_bwd db", &lbf, &lbb)];
+        for (what, a, b) in pairs {
             let len = gpu.len(a);
             assert_eq!(bits(gpu.download(a, 0, len, 1)), bits(gpu.download(b, 0, len, 1)), "{label}: {what} reads the BF16 buffer differently");
             checked += 1;

@@ -215,9 +215,10 @@ pub trait Backend {
 
     fn zeros(&mut self, n: usize) -> Self::Buf;
     /// Zeros, for a tensor whose every value will be a BF16 number (a GEMM's output, which the
-    /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only the
-    /// primitives that read such a tensor take it: `gemm` (as its output), `swiglu_*`, `gelu_*`
-    /// (as their input), `download`, `len`, `fill_zero`. Default: [`Backend::zeros`].
+    /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only these
+    /// primitives take such a buffer: `gemm` (as its output), `swiglu_*` and `gelu_*` (as `inp`),
+    /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `download`, `len`,
+    /// `fill_zero`. Default: [`Backend::zeros`].
     fn zeros_bf16(&mut self, n: usize) -> Self::Buf {
         self.zeros(n)
     }

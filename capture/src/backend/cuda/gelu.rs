@@ -15,10 +15,10 @@ impl CudaBackend {
         launch!(self, "gelu_fwd", grid_for(n, THREADS), o, x, inp.is_bf16() as i32, n as u64)
     }
 
-    /// dinp `=` gelu'(inp)·dout.
-    pub(super) fn gelu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &CudaSlice<f32>) -> Result<(), CudaError> {
+    /// dinp `=` gelu'(inp)·dout (inp and dout each in f32 or BF16 storage).
+    pub(super) fn gelu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &DevBuf) -> Result<(), CudaError> {
         let n = inp.len();
-        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout));
-        launch!(self, "gelu_bwd", grid_for(n, THREADS), d, x, inp.is_bf16() as i32, g, n as u64)
+        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout.raw()));
+        launch!(self, "gelu_bwd", grid_for(n, THREADS), d, x, inp.is_bf16() as i32, g, dout.is_bf16() as i32, n as u64)
     }
 }

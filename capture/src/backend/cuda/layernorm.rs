@@ -3,7 +3,7 @@
 //! and bias gradients are reduced over rows in two fixed-order passes (per-chunk column sums,
 //! then the chunks in order), so reruns are bit-identical.
 
-use super::{CudaBackend, CudaError, cfg, grow};
+use super::{CudaBackend, CudaError, DevBuf, cfg, grow};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Rows per block of the one-warp-per-row kernels (256 threads).
@@ -37,14 +37,14 @@ impl CudaBackend {
     }
 
     /// dinp (N, C) `+=` (`layernorm_bwd`), dw (C) `+=` and db (C) `+=` (`layernorm_bwd_partial`,
-    /// then `layernorm_bwd_reduce`).
+    /// then `layernorm_bwd_reduce`); dout in f32 or BF16 storage.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn layernorm_bwd_impl(
         &mut self,
         dinp: &mut CudaSlice<f32>,
         dw: &mut CudaSlice<f32>,
         db: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
+        dout: &DevBuf,
         inp: &CudaSlice<f32>,
         w: &CudaSlice<f32>,
         mean: &CudaSlice<f32>,
@@ -59,14 +59,15 @@ impl CudaBackend {
             self.ptr(dinp),
             self.ptr(dw),
             self.ptr(db),
-            self.ptr(dout),
+            self.ptr(dout.raw()),
             self.ptr(inp),
             self.ptr(w),
             self.ptr(mean),
             self.ptr(rstd),
             self.ptr(&self.ln_partial),
         );
-        launch!(self, "layernorm_bwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), di, g, x, wp, m, r, n as i32, c as i32)?;
+        let g16 = dout.is_bf16() as i32;
+        launch!(self, "layernorm_bwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), di, g, g16, x, wp, m, r, n as i32, c as i32)?;
         let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
         launch!(
             self,
@@ -74,6 +75,7 @@ impl CudaBackend {
             cfg((col_blocks, chunks as u32, 1), COLS_PER_BLOCK),
             part,
             g,
+            g16,
             x,
             m,
             r,

@@ -3,7 +3,7 @@
 //! gradient is reduced over rows in two fixed-order passes (per-chunk column sums, then the chunks
 //! in order), so reruns are bit-identical.
 
-use super::{CudaBackend, CudaError, cfg, grow};
+use super::{CudaBackend, CudaError, DevBuf, cfg, grow};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Rows per block of the one-warp-per-row kernels (256 threads).
@@ -41,13 +41,13 @@ impl CudaBackend {
         launch!(self, "rmsnorm_fwd", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), o, r, x, wp, n as i32, c as i32, eps)
     }
 
-    /// dinp (N, C) `+=`, dw (C) `+=`.
+    /// dinp (N, C) `+=`, dw (C) `+=` (dout in f32 or BF16 storage).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rmsnorm_bwd_impl(
         &mut self,
         dinp: &mut CudaSlice<f32>,
         dw: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
+        dout: &DevBuf,
         inp: &CudaSlice<f32>,
         w: &CudaSlice<f32>,
         rstd: &CudaSlice<f32>,
@@ -63,14 +63,15 @@ impl CudaBackend {
         let (di, dwp, g, x, wp, r, part) = (
             self.ptr(dinp),
             self.ptr(dw),
-            self.ptr(dout),
+            self.ptr(dout.raw()),
             self.ptr(inp),
             self.ptr(w),
             self.ptr(rstd),
             self.ptr(&self.ln_partial),
         );
         let blocks = n.div_ceil(ROWS_PER_BLOCK) as u32;
-        launch!(self, "rmsnorm_bwd", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), di, g, x, wp, r, n as i32, c as i32)?;
+        let g16 = dout.is_bf16() as i32;
+        launch!(self, "rmsnorm_bwd", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), di, g, g16, x, wp, r, n as i32, c as i32)?;
         let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
         launch!(
             self,
@@ -78,6 +79,7 @@ impl CudaBackend {
             cfg((col_blocks, chunks as u32, 1), COLS_PER_BLOCK),
             part,
             g,
+            g16,
             x,
             r,
             n as i32,

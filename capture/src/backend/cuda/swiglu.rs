@@ -27,13 +27,13 @@ impl CudaBackend {
         launch!(self, "swiglu_fwd", grid_for(n * f, THREADS), o, x, inp.is_bf16() as i32, n as u64, f as i32)
     }
 
-    /// dinp (N, 2F) `=` from inp (N, 2F) and dout (N, F).
-    pub(super) fn swiglu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &CudaSlice<f32>, f: usize) -> Result<(), CudaError> {
+    /// dinp (N, 2F) `=` from inp (N, 2F) and dout (N, F) (each in f32 or BF16 storage).
+    pub(super) fn swiglu_bwd_impl(&mut self, dinp: &mut CudaSlice<f32>, inp: &DevBuf, dout: &DevBuf, f: usize) -> Result<(), CudaError> {
         let n = rows("swiglu_bwd", inp.len(), f)?;
         if n == 0 {
             return Ok(());
         }
-        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout));
-        launch!(self, "swiglu_bwd", grid_for(n * f, THREADS), d, x, inp.is_bf16() as i32, g, n as u64, f as i32)
+        let (d, x, g) = (self.ptr(dinp), self.ptr(inp.raw()), self.ptr(dout.raw()));
+        launch!(self, "swiglu_bwd", grid_for(n * f, THREADS), d, x, inp.is_bf16() as i32, g, dout.is_bf16() as i32, n as u64, f as i32)
     }
 }
