@@ -30,8 +30,8 @@ __device__ __forceinline__ float round_bf16(float x) {
 
 // Value i of a buffer that holds f32 values, or BF16 values when bf16 is set (the two storages of
 // the backend's DevBuf).
-__device__ __forceinline__ float load_value(const void* p, u64 i, int bf16) {
-    return bf16 ? __uint_as_float((u32)((const unsigned short*)p)[i] << 16) : ((const float*)p)[i];
+__device__ __forceinline__ float load_value(const void* __restrict__ p, u64 i, int bf16) {
+    return bf16 ? __uint_as_float((u32)__ldg((const unsigned short*)p + i) << 16) : __ldg((const float*)p + i);
 }
 
 __device__ __forceinline__ float fmt_max(int fmt) {

@@ -3,23 +3,25 @@
 // Sums are deterministic: per-block partials in f64, then one fixed-order reduction.
 #include "common.cuh"
 
-// partials[blockIdx.x] = sum of x[i]^2 over this block's grid-stride share (f64).
+// partials[blockIdx.x] = sum of x[i]^2 over this block's grid-stride share (f64). x holds f32
+// values, or BF16 values with x_bf16 (a weight gradient, assigned by its wgrad GEMM, may be).
 // Launch: 256 threads, any grid.
-extern "C" __global__ void sumsq_partial(const float* __restrict__ x, u64 n, double* __restrict__ partials) {
+extern "C" __global__ void sumsq_partial(const void* __restrict__ x, int x_bf16, u64 n, double* __restrict__ partials) {
     __shared__ double sh[32];
     // Four independent loads in flight per thread; a fixed assignment of elements to threads.
     double acc = 0.0;
     u64 stride = (u64)gridDim.x * blockDim.x;
     u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
-        float a = __ldg(x + i), b = __ldg(x + i + stride), c = __ldg(x + i + 2 * stride), d = __ldg(x + i + 3 * stride);
+        float a = load_value(x, i, x_bf16), b = load_value(x, i + stride, x_bf16);
+        float c = load_value(x, i + 2 * stride, x_bf16), d = load_value(x, i + 3 * stride, x_bf16);
         acc += (double)a * a;
         acc += (double)b * b;
         acc += (double)c * c;
         acc += (double)d * d;
     }
     for (; i < n; i += stride) {
-        double v = (double)x[i];
+        double v = (double)load_value(x, i, x_bf16);
         acc += v * v;
     }
     double s = block_sum_d(acc, sh);
@@ -35,11 +37,11 @@ extern "C" __global__ void sum_partials(const double* __restrict__ partials, u64
     if (threadIdx.x == 0) *out = s;
 }
 
-// *count += number of non-finite x[i] (integer atomics: order-independent).
-extern "C" __global__ void count_nonfinite(const float* __restrict__ x, u64 n, u64* __restrict__ count) {
+// *count += number of non-finite x[i] (integer atomics: order-independent); x f32, or BF16 with x_bf16.
+extern "C" __global__ void count_nonfinite(const void* __restrict__ x, int x_bf16, u64 n, u64* __restrict__ count) {
     u32 bad = 0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        if (!isfinite(x[i])) bad++;
+        if (!isfinite(load_value(x, i, x_bf16))) bad++;
     }
     bad = __reduce_add_sync(0xffffffffu, bad);
     if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, (u64)bad);

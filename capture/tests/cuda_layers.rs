@@ -723,7 +723,7 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
 /// cuBLASLt's BF16 output straight into the buffer, or f32 output with a bias through the
 /// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
 /// SwiGLU and GELU forward and backward as their input, SwiGLU, GELU, RMSNorm and LayerNorm
-/// backward as their gradient).
+/// backward as their gradient, AdamW as its gradient, the sums of squares and non-finite counts).
 #[test]
 fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
@@ -765,8 +765,26 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
             assert_eq!(bits(a), bits(b), "{label}: download({offset}, {len}, {stride}) differs");
             checked += 1;
         }
+        let (sf, sb) = (gpu.sumsq(&of), gpu.sumsq(&ob));
+        assert!(sf.to_bits() == sb.to_bits() || (sf.is_nan() && sb.is_nan()), "{label}: sumsq {sf} vs {sb}");
+        assert_eq!(gpu.sumsq_all(std::slice::from_ref(&ob)).to_bits(), sb.to_bits(), "{label}: sumsq_all");
+        assert_eq!(gpu.count_nonfinite(&of), gpu.count_nonfinite(&ob), "{label}: count_nonfinite");
         if nan {
             continue;
+        }
+        // AdamW with the buffer as its gradient, clipped and not.
+        for grad_scale in [1.0f32, 0.5] {
+            let h = AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, t: 3, grad_scale };
+            let start: Vec<f32> = (0..n * m).map(|j| ((j % 13) as f32 - 6.0) / 7.0).collect();
+            let state = |gpu: &mut fp8_capture::backend::cuda::CudaBackend| (gpu.upload(&start), gpu.upload(&start), gpu.upload(&vec![0.01f32; n * m]));
+            let (mut pf, mut mf, mut vf) = state(&mut gpu);
+            let (mut pb, mut mb, mut vb) = state(&mut gpu);
+            gpu.adamw(&mut pf, &of, &mut mf, &mut vf, &h);
+            gpu.adamw(&mut pb, &ob, &mut mb, &mut vb, &h);
+            for (what, a, b) in [("p", &pf, &pb), ("m", &mf, &mb), ("v", &vf, &vb)] {
+                assert_eq!(bits(gpu.download(a, 0, n * m, 1)), bits(gpu.download(b, 0, n * m, 1)), "{label}: adamw {what} (grad_scale {grad_scale})");
+                checked += 1;
+            }
         }
         let f = m / 2;
         let (mut af, mut ab) = (gpu.zeros(n * f), gpu.zeros(n * f));

@@ -217,8 +217,9 @@ pub trait Backend {
     /// Zeros, for a tensor whose every value will be a BF16 number (a GEMM's output, which the
     /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only these
     /// primitives take such a buffer: `gemm` (as its output), `swiglu_*` and `gelu_*` (as `inp`),
-    /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `download`, `len`,
-    /// `fill_zero`. Default: [`Backend::zeros`].
+    /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `adamw` (as `g`),
+    /// `sumsq`, `sumsq_all`, `count_nonfinite`, `download`, `len`, `fill_zero`. Default:
+    /// [`Backend::zeros`].
     fn zeros_bf16(&mut self, n: usize) -> Self::Buf {
         self.zeros(n)
     }

@@ -210,11 +210,11 @@ impl Backend for CudaBackend {
     }
 
     fn sumsq(&mut self, x: &DevBuf) -> f64 {
-        self.guarded("sumsq", |me| me.sumsq_impl(&[&**x])).unwrap_or(f64::NAN)
+        self.guarded("sumsq", |me| me.sumsq_impl(&[x])).unwrap_or(f64::NAN)
     }
 
     fn sumsq_all(&mut self, xs: &[DevBuf]) -> f64 {
-        let refs: Vec<&CudaSlice<f32>> = xs.iter().map(|x| &**x).collect();
+        let refs: Vec<&DevBuf> = xs.iter().collect();
         self.spanned("sumsq_all", |me| me.sumsq_impl(&refs)).unwrap_or(f64::NAN)
     }
 

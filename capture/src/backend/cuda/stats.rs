@@ -4,8 +4,8 @@
 //! `backend/cpu/mod.rs` (`sumsq`, `count_nonfinite`). Sums are in f64, in a fixed order: each
 //! buffer's blocks depend only on its size, and one block adds the partials in order.
 
-use super::{CudaBackend, CudaError, cfg, grid_for, grow};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use super::{CudaBackend, CudaError, DevBuf, cfg, grid_for, grow};
+use cudarc::driver::PushKernelArg;
 
 /// Threads per block of `sumsq_partial` and `count_nonfinite`.
 const THREADS: u32 = 256;
@@ -17,7 +17,8 @@ const MAX_BLOCKS: usize = 1024;
 impl CudaBackend {
     /// Σ x² over every buffer of `xs`, in f64: `sumsq_partial` per buffer into consecutive
     /// partials, then `sum_partials` over all of them. Synchronises (downloads the result).
-    pub(super) fn sumsq_impl(&mut self, xs: &[&CudaSlice<f32>]) -> Result<f64, CudaError> {
+    /// Each buffer in f32 or BF16 storage.
+    pub(super) fn sumsq_impl(&mut self, xs: &[&DevBuf]) -> Result<f64, CudaError> {
         // Blocks per buffer depend only on its size, so the summation order is fixed.
         let blocks: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(THREADS as usize * PER_THREAD).clamp(1, MAX_BLOCKS)).collect();
         let total: usize = blocks.iter().sum();
@@ -25,8 +26,8 @@ impl CudaBackend {
         let base = self.ptr(&self.red);
         let mut off = 0usize;
         for (x, &nb) in xs.iter().zip(&blocks) {
-            let (n, xp) = (x.len(), self.ptr(x));
-            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), THREADS), xp, n as u64, base + (off * 8) as u64)?;
+            let (n, xp) = (x.len(), self.ptr(x.raw()));
+            launch!(self, "sumsq_partial", cfg((nb as u32, 1, 1), THREADS), xp, x.is_bf16() as i32, n as u64, base + (off * 8) as u64)?;
             off += nb;
         }
         let outp = base + (total * 8) as u64;
@@ -35,12 +36,12 @@ impl CudaBackend {
         Ok(v[0])
     }
 
-    /// The number of non-finite values of x. Synchronises (downloads the count).
-    pub(super) fn count_nonfinite_impl(&mut self, x: &CudaSlice<f32>) -> Result<u64, CudaError> {
+    /// The number of non-finite values of x (f32 or BF16 storage). Synchronises (downloads the count).
+    pub(super) fn count_nonfinite_impl(&mut self, x: &DevBuf) -> Result<u64, CudaError> {
         let n = x.len();
         self.stream.memset_zeros(&mut self.counter)?;
-        let (xp, cp) = (self.ptr(x), self.ptr(&self.counter));
-        launch!(self, "count_nonfinite", grid_for(n, THREADS), xp, n as u64, cp)?;
+        let (xp, cp) = (self.ptr(x.raw()), self.ptr(&self.counter));
+        launch!(self, "count_nonfinite", grid_for(n, THREADS), xp, x.is_bf16() as i32, n as u64, cp)?;
         Ok(self.stream.clone_dtoh(&self.counter)?[0])
     }
 }
