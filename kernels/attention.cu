@@ -13,7 +13,9 @@
 // RoPE: rope_fwd / rope_bwd rotate the (i, i + HD/2) pairs of every q and k head by the angle of the
 //   token's position, with the cos/sin table the host computes (capture/src/layers/rope.rs); each
 //   output is two products and one sum in f32 without FMA contraction (__fmul_rn, __fadd_rn,
-//   __fsub_rn), the CPU reference's operations exactly.
+//   __fsub_rn), the CPU reference's operations exactly. Their input holds f32 values, or BF16 values
+//   with in_bf16 (llama's qkv before RoPE is a GEMM's output, BF16 by construction, and may be
+//   stored so).
 #include "common.cuh"
 
 // q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 from qkv (B,T,C + 2*KVH*HS). Launch: grid-stride over
@@ -155,7 +157,7 @@ extern "C" __global__ void attention_merge_bwd(float* __restrict__ dqkv, const f
 // the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)].
 // Launch: grid-stride over rows * HD/2 (rows = B*T); thread (row, i) writes elements i and i + HD/2 of
 // every head of the row.
-extern "C" __global__ void rope_fwd(float* __restrict__ out, const float* __restrict__ qkv,
+extern "C" __global__ void rope_fwd(float* __restrict__ out, const void* __restrict__ qkv, int in_bf16,
                                     const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
     int half = hd / 2;
     u64 w = (u64)(nh + 2 * kvh) * hd;
@@ -165,18 +167,18 @@ extern "C" __global__ void rope_fwd(float* __restrict__ out, const float* __rest
         u64 row = idx / half;
         const float* cs = tab + (row % t) * hd;
         float c = cs[i], s = cs[half + i];
-        const float* x = qkv + row * w;
+        u64 x0 = row * w;
         float* o = out + row * w;
         for (int h = 0; h < nh + kvh; h++) {
             int p = h * hd + i;
-            float x1 = x[p], x2 = x[p + half];
+            float x1 = load_value(qkv, x0 + p, in_bf16), x2 = load_value(qkv, x0 + p + half, in_bf16);
             o[p] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
             o[p + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
         }
         for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
             int p = h * hd + i;
-            o[p] = x[p];
-            o[p + half] = x[p + half];
+            o[p] = load_value(qkv, x0 + p, in_bf16);
+            o[p + half] = load_value(qkv, x0 + p + half, in_bf16);
         }
     }
 }
@@ -184,7 +186,7 @@ extern "C" __global__ void rope_fwd(float* __restrict__ out, const float* __rest
 // RoPE backward: dqkv (B,T,W) (=) from dout, the inverse (transposed) rotation on q and k:
 // dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin; v copied.
 // Launch: as rope_fwd.
-extern "C" __global__ void rope_bwd(float* __restrict__ dqkv, const float* __restrict__ dout,
+extern "C" __global__ void rope_bwd(float* __restrict__ dqkv, const void* __restrict__ dout, int in_bf16,
                                     const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
     int half = hd / 2;
     u64 w = (u64)(nh + 2 * kvh) * hd;
@@ -194,18 +196,18 @@ extern "C" __global__ void rope_bwd(float* __restrict__ dqkv, const float* __res
         u64 row = idx / half;
         const float* cs = tab + (row % t) * hd;
         float c = cs[i], s = cs[half + i];
-        const float* y = dout + row * w;
+        u64 y0 = row * w;
         float* d = dqkv + row * w;
         for (int h = 0; h < nh + kvh; h++) {
             int p = h * hd + i;
-            float y1 = y[p], y2 = y[p + half];
+            float y1 = load_value(dout, y0 + p, in_bf16), y2 = load_value(dout, y0 + p + half, in_bf16);
             d[p] = __fadd_rn(__fmul_rn(y1, c), __fmul_rn(y2, s));
             d[p + half] = __fsub_rn(__fmul_rn(y2, c), __fmul_rn(y1, s));
         }
         for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
             int p = h * hd + i;
-            d[p] = y[p];
-            d[p + half] = y[p + half];
+            d[p] = load_value(dout, y0 + p, in_bf16);
+            d[p + half] = load_value(dout, y0 + p + half, in_bf16);
         }
     }
 }

@@ -723,7 +723,8 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
 /// cuBLASLt's BF16 output straight into the buffer, or f32 output with a bias through the
 /// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
 /// SwiGLU and GELU forward and backward as their input, SwiGLU, GELU, RMSNorm and LayerNorm
-/// backward as their gradient, AdamW as its gradient, the sums of squares and non-finite counts).
+/// backward as their gradient, AdamW as its gradient, the residual add as its branch, RoPE as
+/// its input, the sums of squares and non-finite counts).
 #[test]
 fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
@@ -816,8 +817,17 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         let (mut lf, mut lb, mut lwf, mut lwb, mut lbf, mut lbb) = (gpu.zeros(n * m), gpu.zeros(n * m), gpu.zeros(m), gpu.zeros(m), gpu.zeros(m), gpu.zeros(m));
         gpu.layernorm_bwd(&mut lf, &mut lwf, &mut lbf, &of, &half, &wn, &stat, &stat, m);
         gpu.layernorm_bwd(&mut lb, &mut lwb, &mut lbb, &ob, &half, &wn, &stat, &stat, m);
+        // The residual add (as its branch) and RoPE (as its input: B 1, T 64, NH 2, KVH 1, HD 24).
+        let (mut uf, mut ub) = (gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.add(&mut uf, &half, &of);
+        gpu.add(&mut ub, &half, &ob);
+        let (mut qf, mut qb, mut tf, mut tb) = (gpu.zeros(n * m), gpu.zeros(n * m), gpu.zeros(n * m), gpu.zeros(n * m));
+        gpu.rope_fwd(&mut qf, &of, 1, n, 2, 1, m / 4, 10000.0);
+        gpu.rope_fwd(&mut qb, &ob, 1, n, 2, 1, m / 4, 10000.0);
+        gpu.rope_bwd(&mut tf, &of, 1, n, 2, 1, m / 4, 10000.0);
+        gpu.rope_bwd(&mut tb, &ob, 1, n, 2, 1, m / 4, 10000.0);
         #[rustfmt::skip]
-        let pairs = [("swiglu_fwd", &af, &ab), ("swiglu_bwd", &df, &db), ("gelu_fwd", &gf, &gb), ("gelu_bwd", &hf, &hb),
+        let pairs = [("add", &uf, &ub), ("rope_fwd", &qf, &qb), ("rope_bwd", &tf, &tb), ("swiglu_fwd", &af, &ab), ("swiglu_bwd", &df, &db), ("gelu_fwd", &gf, &gb), ("gelu_bwd", &hf, &hb),
             ("swiglu_bwd dout", &sf, &sb), ("gelu_bwd dout", &ef, &eb), ("rmsnorm_bwd dinp", &rf, &rb), ("rmsnorm_bwd dw", &rwf, &rwb),
             ("layernorm_bwd dinp", &lf, &lb), ("layernorm_bwd dw", &lwf, &lwb), ("layernorm_bwd db", &lbf, &lbb)];
         for (what, a, b) in pairs {

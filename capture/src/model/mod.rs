@@ -242,6 +242,9 @@ impl<B: Backend> Model<B> {
         // the backward) and the dgrads read only by the activation's and the norm's backward.
         let mut fc1s = (0..dims.l).map(|_| be.zeros_bf16(dims.n * dims.fc1_width())).collect::<Vec<_>>().into_iter();
         let (dact, dln) = (be.zeros_bf16(dims.n * dims.f), be.zeros_bf16(dims.n * dims.c));
+        // GEMM outputs the residual add or RoPE reads: BF16 too.
+        let (proj, fc2) = (be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c));
+        let qkv_pre = be.zeros_bf16(if dims.arch == Arch::Llama { dims.n * dims.qkv_width() } else { 0 });
         let mut zeros = |n: usize| be.zeros(n);
         let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
         let adam_v = sizes.iter().map(|&s| zeros(s)).collect();
@@ -281,9 +284,9 @@ impl<B: Backend> Model<B> {
             act: zeros(n * f),
             norm_mean: zeros(only(gpt, n)),
             norm_rstd: zeros(n),
-            qkv_pre: zeros(only(!gpt, n * q)),
-            proj: zeros(n * c),
-            fc2: zeros(n * c),
+            qkv_pre,
+            proj,
+            fc2,
             dres: zeros(n * c),
             dln,
             dlnf: zeros(n * c),

@@ -5,7 +5,7 @@
 //! rotation matches the CPU bit for bit. One thread per (token, pair index) rotates that pair in
 //! every q and k head of the token and copies it in every v head.
 
-use super::{CudaBackend, CudaError, grid_for};
+use super::{CudaBackend, CudaError, DevBuf, grid_for};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Threads per block of both kernels.
@@ -26,13 +26,14 @@ impl CudaBackend {
         }
     }
 
-    /// `kernel` (`rope_fwd` or `rope_bwd`) from `src` into `dst`, both (B, T, (NH + 2·KVH)·HD).
+    /// `kernel` (`rope_fwd` or `rope_bwd`) from `src` (f32 or BF16 storage) into `dst`, both
+    /// (B, T, (NH + 2·KVH)·HD).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rope_impl(
         &mut self,
         kernel: &'static str,
         dst: &mut CudaSlice<f32>,
-        src: &CudaSlice<f32>,
+        src: &DevBuf,
         b: usize,
         t: usize,
         nh: usize,
@@ -52,7 +53,7 @@ impl CudaBackend {
             return Ok(());
         }
         let tab = self.rope_table_ptr(t, hd, theta)?;
-        let (d, s) = (self.ptr(dst), self.ptr(src));
-        launch!(self, kernel, grid_for(rows * hd / 2, THREADS), d, s, tab, rows as u64, t as i32, nh as i32, kvh as i32, hd as i32)
+        let (d, s) = (self.ptr(dst), self.ptr(src.raw()));
+        launch!(self, kernel, grid_for(rows * hd / 2, THREADS), d, s, src.is_bf16() as i32, tab, rows as u64, t as i32, nh as i32, kvh as i32, hd as i32)
     }
 }
