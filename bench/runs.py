@@ -3,6 +3,8 @@
 
   runs.py parity CPU_RUN GPU_RUN [--tol 0.01]   GPU loss within tol (relative) of the CPU's at every step
   runs.py same RUN_A RUN_B                      the two loss columns are bit-identical
+  runs.py tables RUN_A RUN_B                    every table (steps, stats, shadow, tensors, events) holds
+                                                the same rows, bit for bit, but for wall-clock columns
   runs.py speed RUN [--skip 10] [--name N] [--peak-mib M]
                                                 median and mean step_ms after the first `skip` steps, and
                                                 the model TFLOP/s of the median step (dims from run.json)
@@ -131,6 +133,23 @@ def main():
         diff = [x["step"] for x, y in zip(a, b) if x["loss"] != y["loss"]]
         ok = len(a) == len(b) and not diff
         print(json.dumps({"check": "determinism", "steps": len(a), "differing_steps": diff[:10], "pass": ok}))
+        sys.exit(0 if ok else 1)
+    if cmd == "tables":
+        import pyarrow as pa
+        res = {}
+        ok = True
+        for table in ("steps", "stats", "shadow", "tensors", "events"):
+            def load(run):
+                parts = sorted(glob.glob(os.path.join(run, table, "part-*.parquet")))
+                if not parts:
+                    return None
+                t = pa.concat_tables([pq.read_table(f) for f in parts])
+                return t.drop([c for c in t.column_names if c.endswith("_ms") or "time" in c or "wall" in c])
+            x, y = load(sys.argv[2]), load(sys.argv[3])
+            same = (x is None and y is None) or (x is not None and y is not None and x.equals(y))
+            res[table] = {"rows": None if x is None else x.num_rows, "same": same}
+            ok = ok and same and (table != "steps" or x is not None)
+        print(json.dumps({"check": "tables", "tables": res, "pass": ok}))
         sys.exit(0 if ok else 1)
     if cmd == "speed":
         s = steps(sys.argv[2])
