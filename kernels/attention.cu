@@ -18,10 +18,11 @@
 //   stored so).
 #include "common.cuh"
 
-// q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 from qkv (B,T,C + 2*KVH*HS). Launch: grid-stride over
+// q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 from qkv (B,T,C + 2*KVH*HS), f32 values or, with qkv_bf16,
+// BF16 values (GPT's qkv, a GEMM's output, may be stored so). Launch: grid-stride over
 // B*(NH + KVH)*T*HS (the q elements, then the k/v pairs).
 extern "C" __global__ void attention_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
-                                               __nv_bfloat16* __restrict__ v, const float* __restrict__ qkv,
+                                               __nv_bfloat16* __restrict__ v, const void* __restrict__ qkv, int qkv_bf16,
                                                int b, int t, int nh, int kvh, int hs) {
     u64 nq = (u64)b * nh * t * hs;
     u64 total = nq + (u64)b * kvh * t * hs;
@@ -38,11 +39,11 @@ extern "C" __global__ void attention_split_fwd(__nv_bfloat16* __restrict__ q, __
         int bb = (int)(r / heads);
         u64 row = ((u64)bb * t + tt) * w;
         if (is_q) {
-            q[j] = __float2bfloat16_rn(qkv[row + (u64)h * hs + d]);
+            q[j] = __float2bfloat16_rn(load_value(qkv, row + (u64)h * hs + d, qkv_bf16));
         } else {
             u64 src = row + c + (u64)h * hs + d;
-            k[j] = __float2bfloat16_rn(qkv[src]);
-            v[j] = __float2bfloat16_rn(qkv[src + (u64)kvh * hs]);
+            k[j] = __float2bfloat16_rn(load_value(qkv, src, qkv_bf16));
+            v[j] = __float2bfloat16_rn(load_value(qkv, src + (u64)kvh * hs, qkv_bf16));
         }
     }
 }
@@ -87,8 +88,9 @@ extern "C" __global__ void attention_merge_fwd(float* __restrict__ out, const fl
     }
 }
 
-// dy (B,NH,T,HS) BF16 from dout (B,T,C); att16 = BF16(att). Launch: grid-stride over B*NH*T*HS.
-extern "C" __global__ void attention_split_bwd(__nv_bfloat16* __restrict__ dy, const float* __restrict__ dout,
+// dy (B,NH,T,HS) BF16 from dout (B,T,C), f32 values or, with dout_bf16, BF16 values (proj's dgrad
+// output may be stored so). Launch: grid-stride over B*NH*T*HS.
+extern "C" __global__ void attention_split_bwd(__nv_bfloat16* __restrict__ dy, const void* __restrict__ dout, int dout_bf16,
                                                int b, int t, int nh, int hs) {
     u64 total = (u64)b * nh * t * hs;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
@@ -97,7 +99,7 @@ extern "C" __global__ void attention_split_bwd(__nv_bfloat16* __restrict__ dy, c
         int tt = (int)(r % t); r /= t;
         int h = (int)(r % nh);
         int bb = (int)(r / nh);
-        dy[i] = __float2bfloat16_rn(dout[((u64)bb * t + tt) * nh * hs + (u64)h * hs + d]);
+        dy[i] = __float2bfloat16_rn(load_value(dout, ((u64)bb * t + tt) * nh * hs + (u64)h * hs + d, dout_bf16));
     }
 }
 

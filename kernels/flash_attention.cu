@@ -295,18 +295,19 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
 }
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
+// dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so).
 // Launch: one warp per (b, t, h) row, 8 warps per block.
-extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const float* __restrict__ dout,
+extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
                                            const float* __restrict__ out, int b, int t, int nh, int d) {
     u64 row = blockIdx.x * 8ull + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= (u64)b * t * nh) return;
     int h = (int)(row % nh);
     u64 bt = row / nh;
-    const float* gr = dout + bt * nh * d + (u64)h * d;
+    u64 g0 = bt * nh * d + (u64)h * d;
     const float* y = out + bt * nh * d + (u64)h * d;
     float s = 0.0f;
-    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(gr[i])) * y[i];
+    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(load_value(dout, g0 + i, dout_bf16))) * y[i];
     s = warp_sum(s);
     if (lane == 0) {
         int tt = (int)(bt % t);

@@ -724,7 +724,8 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
 /// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
 /// SwiGLU and GELU forward and backward as their input, SwiGLU, GELU, RMSNorm and LayerNorm
 /// backward as their gradient, AdamW as its gradient, the residual add as its branch, RoPE as
-/// its input, the sums of squares and non-finite counts).
+/// its input, attention (fused and unfused) as its qkv and its dout, the sums of squares and
+/// non-finite counts).
 #[test]
 fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
@@ -835,6 +836,49 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
             assert_eq!(bits(gpu.download(a, 0, len, 1)), bits(gpu.download(b, 0, len, 1)), "{label}: {what} reads the BF16 buffer differently");
             checked += 1;
         }
+    }
+    // Attention reads GPT's qkv (a GEMM's output) and proj's dgrad (its dout) in either storage, on
+    // the fused path and the unfused: B 1, T 64, NH = KVH = 2, HS 16 (qkv width 96, C 32).
+    let (t, nh, hs) = (n, 2usize, 16usize);
+    let c = nh * hs;
+    let gemm_pair = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, m_out: usize| {
+        let d = LinearDims { n, k, m: m_out };
+        let w = gpu.upload(&(0..m_out * k).map(|j| ((j % 29) as f32 - 14.0) / 40.0).collect::<Vec<f32>>());
+        let call = GemmCall {
+            id: GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop },
+            dims: d,
+            cast_a: OperandCast::Bf16,
+            cast_b: OperandCast::Bf16,
+            fault_a: OperandFault::NONE,
+            fault_b: OperandFault::NONE,
+            nan_output: false,
+            stats: StatsLevel::Amax,
+            keep_quantized: [false; 2],
+            shadow: false,
+        };
+        let (mut f, mut b) = (gpu.zeros(n * m_out), gpu.zeros_bf16(n * m_out));
+        gpu.gemm(&call, &mut f, &x, &w, None, None);
+        gpu.gemm(&call, &mut b, &x, &w, None, None);
+        gpu.take_reports();
+        (f, b)
+    };
+    let (qkv_f, qkv_b) = gemm_pair(&mut gpu, 3 * c);
+    let (dy_f, dy_b) = gemm_pair(&mut gpu, c);
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+    for fused in [true, false] {
+        gpu.set_fused_attention(fused);
+        let saved = gpu.attention_saved_len(1, t, c, nh);
+        let mut outs = Vec::new();
+        for (qkv, dy) in [(&qkv_f, &dy_f), (&qkv_b, &dy_b)] {
+            let (mut out, mut att) = (gpu.zeros(n * c), gpu.zeros(saved));
+            gpu.attention_fwd(&mut out, &mut att, qkv, 1, t, c, nh, nh, true);
+            let (mut dqkv, mut datt) = (gpu.zeros(n * 3 * c), gpu.zeros(saved));
+            gpu.attention_bwd(&mut dqkv, &mut datt, dy, &out, qkv, &att, 1, t, c, nh, nh, true);
+            outs.push((bits(gpu.download(&out, 0, n * c, 1)), bits(gpu.download(&dqkv, 0, n * 3 * c, 1))));
+        }
+        assert!(outs[0].0 == outs[1].0, "attention_fwd (fused {fused}) reads BF16 qkv differently");
+        assert!(outs[0].1 == outs[1].1, "attention_bwd (fused {fused}) reads BF16 qkv / dout differently");
+        checked += 2;
     }
     assert_eq!(gpu.take_error(), None);
     println!("{checked} outputs of BF16 and f32 buffers compared bit for bit: equal");

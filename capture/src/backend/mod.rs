@@ -218,7 +218,8 @@ pub trait Backend {
     /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only these
     /// primitives take such a buffer: `gemm` (as its output), `swiglu_*` and `gelu_*` (as `inp`),
     /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `adamw` (as `g`),
-    /// `add` (as `b`), `rope_fwd` (as `qkv`) and `rope_bwd` (as `dout`),
+    /// `add` (as `b`), `rope_fwd` (as `qkv`) and `rope_bwd` (as `dout`), `attention_fwd` and
+    /// `attention_bwd` (as `qkv`; the backward also as `dout`),
     /// `sumsq`, `sumsq_all`, `count_nonfinite`, `download`, `len`, `fill_zero`. Default:
     /// [`Backend::zeros`].
     fn zeros_bf16(&mut self, n: usize) -> Self::Buf {

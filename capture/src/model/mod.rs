@@ -242,8 +242,11 @@ impl<B: Backend> Model<B> {
         // the backward) and the dgrads read only by the activation's and the norm's backward.
         let mut fc1s = (0..dims.l).map(|_| be.zeros_bf16(dims.n * dims.fc1_width())).collect::<Vec<_>>().into_iter();
         let (dact, dln) = (be.zeros_bf16(dims.n * dims.f), be.zeros_bf16(dims.n * dims.c));
-        // GEMM outputs the residual add or RoPE reads: BF16 too.
-        let (proj, fc2) = (be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c));
+        // GEMM outputs the residual add, RoPE or attention read: BF16 too (gpt's qkv is saved for
+        // the backward; llama saves the rotated copy, which is not a GEMM's).
+        let (proj, fc2, datty) = (be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c));
+        let is_gpt = dims.arch == Arch::Gpt;
+        let mut qkvs = (0..dims.l).map(|_| be.zeros_bf16(if is_gpt { dims.n * dims.qkv_width() } else { 0 })).collect::<Vec<_>>().into_iter();
         let qkv_pre = be.zeros_bf16(if dims.arch == Arch::Llama { dims.n * dims.qkv_width() } else { 0 });
         let mut zeros = |n: usize| be.zeros(n);
         let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
@@ -258,7 +261,7 @@ impl<B: Backend> Model<B> {
             .map(|_| LayerActs {
                 ln1_mean: zeros(only(gpt, n)),
                 ln1_rstd: zeros(n),
-                qkv: zeros(only(gpt, n * q)),
+                qkv: qkvs.next().expect("one qkv buffer per layer"),
                 qkv_rot: zeros(only(!gpt, n * q)),
                 att: zeros(saved),
                 atty: zeros(n * c),
@@ -290,7 +293,7 @@ impl<B: Backend> Model<B> {
             dres: zeros(n * c),
             dln,
             dlnf: zeros(n * c),
-            datty: zeros(n * c),
+            datty,
             dqkv: zeros(n * q),
             dqkv_rot: zeros(only(!gpt, n * q)),
             datt: zeros(saved),

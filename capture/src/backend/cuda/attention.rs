@@ -12,7 +12,7 @@
 //! atomics) and `flash_bwd_dq`. Every sum runs in a fixed order: reruns are bit-identical.
 
 use super::blas::Batched;
-use super::{CudaBackend, CudaError, cfg, grid_for, grow};
+use super::{CudaBackend, CudaError, DevBuf, cfg, grid_for, grow};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use std::collections::HashMap;
@@ -176,7 +176,7 @@ impl CudaBackend {
         &mut self,
         out: &mut CudaSlice<f32>,
         att: &mut CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
+        qkv: &DevBuf,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
@@ -195,28 +195,28 @@ impl CudaBackend {
         launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
     }
 
-    /// q (B,NH,T,HS), k, v (B,KVH,T,HS) as BF16 from the f32 qkv rows, into the attention scratch
-    /// (one pass, `attention_split_fwd`); returns their device pointers.
-    fn attention_split(&mut self, qkv: &CudaSlice<f32>, b: usize, t: usize, nh: usize, kvh: usize, hs: usize) -> Result<(u64, u64, u64), CudaError> {
+    /// q (B,NH,T,HS), k, v (B,KVH,T,HS) as BF16 from the qkv rows (f32 or BF16 storage), into the
+    /// attention scratch (one pass, `attention_split_fwd`); returns their device pointers.
+    fn attention_split(&mut self, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hs: usize) -> Result<(u64, u64, u64), CudaError> {
         let nq = b * nh * t * hs;
         let nkv = b * kvh * t * hs;
         for buf in [&mut self.attn.q16, &mut self.attn.k16, &mut self.attn.v16] {
             grow(&self.stream, buf, nq)?;
         }
-        let (q, k, v, qkvp) = (self.ptr(&self.attn.q16), self.ptr(&self.attn.k16), self.ptr(&self.attn.v16), self.ptr(qkv));
+        let (q, k, v, qkvp) = (self.ptr(&self.attn.q16), self.ptr(&self.attn.k16), self.ptr(&self.attn.v16), self.ptr(qkv.raw()));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, bi, ti, nhi, kvhi, hsi)?;
+        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, qkv.is_bf16() as i32, bi, ti, nhi, kvhi, hsi)?;
         Ok((q, k, v))
     }
 
-    /// dy (B,NH,T,HS) as BF16 from the f32 dout rows, into the attention scratch (one pass,
-    /// `attention_split_bwd`); returns its device pointer.
-    fn attention_split_dout(&mut self, dout: &CudaSlice<f32>, b: usize, t: usize, nh: usize, hs: usize) -> Result<u64, CudaError> {
+    /// dy (B,NH,T,HS) as BF16 from the dout rows (f32 or BF16 storage), into the attention scratch
+    /// (one pass, `attention_split_bwd`); returns its device pointer.
+    fn attention_split_dout(&mut self, dout: &DevBuf, b: usize, t: usize, nh: usize, hs: usize) -> Result<u64, CudaError> {
         let n = b * nh * t * hs;
         grow(&self.stream, &mut self.attn.dy16, n)?;
-        let (dy, doutp) = (self.ptr(&self.attn.dy16), self.ptr(dout));
+        let (dy, doutp) = (self.ptr(&self.attn.dy16), self.ptr(dout.raw()));
         let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
-        launch!(self, "attention_split_bwd", grid_for(n, 256), dy, doutp, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_split_bwd", grid_for(n, 256), dy, doutp, dout.is_bf16() as i32, bi, ti, nhi, hsi)?;
         Ok(dy)
     }
 
@@ -225,9 +225,9 @@ impl CudaBackend {
         &mut self,
         dqkv: &mut CudaSlice<f32>,
         datt: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
+        dout: &DevBuf,
         out: &CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
+        qkv: &DevBuf,
         att: &CudaSlice<f32>,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
@@ -242,10 +242,10 @@ impl CudaBackend {
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
         let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
-        let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout), self.ptr(out), self.ptr(att));
+        let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout.raw()), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
-        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, outp, bi, ti, nhi, hsi)?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
         let smem = flash_smem(hs).1;
         let tiles = t.div_ceil(FLASH_TILE) as u32;
         let mut lc = cfg((tiles, kvh as u32, b as u32), FLASH_THREADS);
@@ -279,7 +279,7 @@ impl CudaBackend {
         Ok((c / nh, nh / kvh))
     }
 
-    fn attention_fwd_unfused(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &CudaSlice<f32>, shape: AttentionShape) -> Result<(), CudaError> {
+    fn attention_fwd_unfused(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &DevBuf, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let (bh, groups) = (b * nh, b * kvh);
@@ -306,8 +306,8 @@ impl CudaBackend {
         &mut self,
         dqkv: &mut CudaSlice<f32>,
         datt: &mut CudaSlice<f32>,
-        dout: &CudaSlice<f32>,
-        qkv: &CudaSlice<f32>,
+        dout: &DevBuf,
+        qkv: &DevBuf,
         att: &CudaSlice<f32>,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
