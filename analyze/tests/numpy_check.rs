@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::process::Command;
 
 fn numpy_metrics(run: &std::path::Path, base: &std::path::Path) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/compare_check.py");
+    let script = common::package_dir().join("tests/compare_check.py");
     let out = match Command::new("python3").arg(script).arg(run).arg(base).output() {
         Ok(out) => out,
         Err(e) => panic!("cannot run python3 ({e}): install Python 3, then `pip install pyarrow numpy ml_dtypes`"),

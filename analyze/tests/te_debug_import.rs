@@ -5,6 +5,8 @@
 //! statistics, NVFP4, a cut last line (skipped and counted), a malformed line (one error naming the
 //! file and line), and an existing run that is never overwritten.
 
+mod common;
+
 use fp8_analyze::commands::query::query;
 use fp8_analyze::error::AnalyzeError;
 use fp8_analyze::import::te_debug::{import, DeviceArg, TeDebugArgs, TeRecipe};
@@ -14,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/te_debug").join(name)
+    common::package_dir().join("tests/fixtures/te_debug").join(name)
 }
 
 fn args(log_dir: PathBuf, out: PathBuf, recipe: Option<TeRecipe>) -> TeDebugArgs {

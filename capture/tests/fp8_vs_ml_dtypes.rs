@@ -27,7 +27,9 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 }
 
 fn run_script(out: &Path) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Where `cargo test` says the package is at run time, else where it was built from.
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let script = dir
         .join("tests")
         .join("fp8_vectors.py");
     let python = std::env::var("FP8SCOPE_PYTHON").unwrap_or_else(|_| "python3".to_string());

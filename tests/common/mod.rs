@@ -22,8 +22,10 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The repository root: `cargo test` says where at run time (a test binary reused from a build of
+/// a checkout at another path would otherwise look there), else the path it was built from.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// Runs `fp8-capture` with `args`; returns its output.

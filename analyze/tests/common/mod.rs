@@ -10,6 +10,12 @@ use fp8scope_schemas::names::{Gemm, Module, Role};
 use fp8scope_schemas::parts::PartWriter;
 use fp8scope_schemas::tables::{EventRow, ShadowRow, StatRow, StepRow, TensorRow};
 use std::path::{Path, PathBuf};
+
+/// This package's directory: `cargo test` says where at run time (a test binary reused from a
+/// build of a checkout at another path would otherwise look there), else the path it was built from.
+pub fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
 use std::process::Command;
 
 pub const LAYERS: u32 = 2;
