@@ -96,7 +96,8 @@ impl Dims {
 }
 
 /// Activations of one layer saved for backward. Shapes in comments; N = B·T, Q = qkv width,
-/// F1 = fc1 width. Buffers an architecture does not use are empty.
+/// F1 = fc1 width. Buffers an architecture does not use are empty. "BF16" marks a GEMM's output,
+/// allocated with [`Backend::zeros_bf16`].
 ///
 /// The norms' outputs and the activation function's output are not saved per layer: they are
 /// GEMM operands, which a backend that keeps its operand casts (the CUDA backend) never reads
@@ -106,19 +107,20 @@ impl Dims {
 pub struct LayerActs<T> {
     pub ln1_mean: T, // (N) gpt
     pub ln1_rstd: T, // (N)
-    pub qkv: T,      // (N, Q) gpt (llama keeps only the rotated copy)
+    pub qkv: T,      // (N, Q) gpt, BF16 (llama keeps only the rotated copy)
     pub qkv_rot: T,  // (N, Q) llama: q and k rotated
     pub att: T,      // Backend::attention_saved_len
     pub atty: T,     // (N, C)
     pub res2: T,     // (N, C) residual after attention
     pub ln2_mean: T, // (N) gpt
     pub ln2_rstd: T, // (N)
-    pub fc1: T,      // (N, F1)
+    pub fc1: T,      // (N, F1) BF16
 }
 
 /// Everything the model keeps on the device.
 pub struct State<T> {
     pub params: Vec<T>,
+    /// BF16 where [`assigned_by_gemm`] (a linear weight's, assigned by its wgrad GEMM).
     pub grads: Vec<T>,
     pub adam_m: Vec<T>,
     pub adam_v: Vec<T>,
@@ -136,18 +138,18 @@ pub struct State<T> {
     pub norm_mean: T,  // (N) gpt: the recomputing LayerNorm's statistics (the saved ones stay)
     pub norm_rstd: T,  // (N)
     // forward scratch: outputs no backward reads, one buffer for every layer
-    pub qkv_pre: T, // (N, Q) llama: qkv before RoPE
-    pub proj: T,    // (N, C)
-    pub fc2: T,     // (N, C)
+    pub qkv_pre: T, // (N, Q) llama: qkv before RoPE, BF16
+    pub proj: T,    // (N, C) BF16
+    pub fc2: T,     // (N, C) BF16
     // backward scratch
     pub dres: T,     // (N, C)
-    pub dln: T,      // (N, C)
+    pub dln: T,      // (N, C) BF16
     pub dlnf: T,     // (N, C)
-    pub datty: T,    // (N, C)
+    pub datty: T,    // (N, C) BF16
     pub dqkv: T,     // (N, Q)
     pub dqkv_rot: T, // (N, Q) llama
     pub datt: T,     // Backend::attention_saved_len
-    pub dact: T,     // (N, F)
+    pub dact: T,     // (N, F) BF16
     pub dfc1: T,     // (N, F1)
 }
 
@@ -234,41 +236,32 @@ impl<B: Backend> Model<B> {
         }
         let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
         let sizes = param_sizes(&dims);
-        // A weight gradient that its wgrad GEMM assigns is BF16 already: a backend may keep it in
-        // 16 bits (AdamW and the gradient norm read either storage).
-        let grads = sizes.iter().zip(assigned_by_gemm(&dims)).map(|(&s, bf16)| if bf16 { be.zeros_bf16(s) } else { be.zeros(s) }).collect();
         let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
-        // GEMM outputs, BF16 by construction, that a backend may keep in 16 bits: fc1's (saved for
-        // the backward) and the dgrads read only by the activation's and the norm's backward.
-        let mut fc1s = (0..dims.l).map(|_| be.zeros_bf16(dims.n * dims.fc1_width())).collect::<Vec<_>>().into_iter();
-        let (dact, dln) = (be.zeros_bf16(dims.n * dims.f), be.zeros_bf16(dims.n * dims.c));
-        // GEMM outputs the residual add, RoPE or attention read: BF16 too (gpt's qkv is saved for
-        // the backward; llama saves the rotated copy, which is not a GEMM's).
-        let (proj, fc2, datty) = (be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c), be.zeros_bf16(dims.n * dims.c));
-        let is_gpt = dims.arch == Arch::Gpt;
-        let mut qkvs = (0..dims.l).map(|_| be.zeros_bf16(if is_gpt { dims.n * dims.qkv_width() } else { 0 })).collect::<Vec<_>>().into_iter();
-        let qkv_pre = be.zeros_bf16(if dims.arch == Arch::Llama { dims.n * dims.qkv_width() } else { 0 });
-        let mut zeros = |n: usize| be.zeros(n);
-        let adam_m = sizes.iter().map(|&s| zeros(s)).collect();
-        let adam_v = sizes.iter().map(|&s| zeros(s)).collect();
+        // `alloc(n, true)` for a GEMM's output, BF16 by construction, which a backend may keep in 16
+        // bits (Backend::zeros_bf16): fc1's and gpt's qkv (saved for the backward), the scratch
+        // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns.
+        let mut alloc = |n: usize, bf16: bool| if bf16 { be.zeros_bf16(n) } else { be.zeros(n) };
+        let grads = sizes.iter().zip(assigned_by_gemm(&dims)).map(|(&s, bf16)| alloc(s, bf16)).collect();
+        let adam_m = sizes.iter().map(|&s| alloc(s, false)).collect();
+        let adam_v = sizes.iter().map(|&s| alloc(s, false)).collect();
         let Dims { v, c, f, l, n, .. } = dims;
         let (q, f1) = (dims.qkv_width(), dims.fc1_width());
         let gpt = dims.arch == Arch::Gpt;
         // Buffers only one architecture uses.
         let only = |yes: bool, size: usize| if yes { size } else { 0 };
-        let res = (0..=l).map(|_| zeros(n * c)).collect();
+        let res = (0..=l).map(|_| alloc(n * c, false)).collect();
         let layers = (0..l)
             .map(|_| LayerActs {
-                ln1_mean: zeros(only(gpt, n)),
-                ln1_rstd: zeros(n),
-                qkv: qkvs.next().expect("one qkv buffer per layer"),
-                qkv_rot: zeros(only(!gpt, n * q)),
-                att: zeros(saved),
-                atty: zeros(n * c),
-                res2: zeros(n * c),
-                ln2_mean: zeros(only(gpt, n)),
-                ln2_rstd: zeros(n),
-                fc1: fc1s.next().expect("one fc1 buffer per layer"),
+                ln1_mean: alloc(only(gpt, n), false),
+                ln1_rstd: alloc(n, false),
+                qkv: alloc(only(gpt, n * q), true),
+                qkv_rot: alloc(only(!gpt, n * q), false),
+                att: alloc(saved, false),
+                atty: alloc(n * c, false),
+                res2: alloc(n * c, false),
+                ln2_mean: alloc(only(gpt, n), false),
+                ln2_rstd: alloc(n, false),
+                fc1: alloc(n * f1, true),
             })
             .collect();
         let state = State {
@@ -278,27 +271,27 @@ impl<B: Backend> Model<B> {
             adam_v,
             res,
             layers,
-            lnf: zeros(n * c),
-            lnf_mean: zeros(only(gpt, n)),
-            lnf_rstd: zeros(n),
-            logits: zeros(n * v),
-            losses: zeros(n),
-            ln: zeros(n * c),
-            act: zeros(n * f),
-            norm_mean: zeros(only(gpt, n)),
-            norm_rstd: zeros(n),
-            qkv_pre,
-            proj,
-            fc2,
-            dres: zeros(n * c),
-            dln,
-            dlnf: zeros(n * c),
-            datty,
-            dqkv: zeros(n * q),
-            dqkv_rot: zeros(only(!gpt, n * q)),
-            datt: zeros(saved),
-            dact,
-            dfc1: zeros(n * f1),
+            lnf: alloc(n * c, false),
+            lnf_mean: alloc(only(gpt, n), false),
+            lnf_rstd: alloc(n, false),
+            logits: alloc(n * v, false),
+            losses: alloc(n, false),
+            ln: alloc(n * c, false),
+            act: alloc(n * f, false),
+            norm_mean: alloc(only(gpt, n), false),
+            norm_rstd: alloc(n, false),
+            qkv_pre: alloc(only(!gpt, n * q), true),
+            proj: alloc(n * c, true),
+            fc2: alloc(n * c, true),
+            dres: alloc(n * c, false),
+            dln: alloc(n * c, true),
+            dlnf: alloc(n * c, false),
+            datty: alloc(n * c, true),
+            dqkv: alloc(n * q, false),
+            dqkv_rot: alloc(only(!gpt, n * q), false),
+            datt: alloc(saved, false),
+            dact: alloc(n * f, true),
+            dfc1: alloc(n * f1, false),
         };
         Model { dims, state }
     }
