@@ -739,16 +739,11 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let mut checked = 0;
     for (label, cast, with_bias, nan) in [("bf16", OperandCast::Bf16, false, false), ("fp8", fp8, false, false), ("fp8+bias", fp8, true, false), ("bf16+nan", OperandCast::Bf16, false, true)] {
         let call = GemmCall {
-            id: GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop },
-            dims,
             cast_a: cast,
             cast_b: cast,
-            fault_a: OperandFault::NONE,
-            fault_b: OperandFault::NONE,
             nan_output: nan,
             stats: StatsLevel::Cheap,
-            keep_quantized: [false; 2],
-            shadow: false,
+            ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop }, dims)
         };
         let run = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, out: &mut fp8_capture::backend::cuda::DevBuf| {
             gpu.gemm(&call, out, &x, &w, with_bias.then_some(&bias), None);
@@ -844,18 +839,7 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let gemm_pair = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, m_out: usize| {
         let d = LinearDims { n, k, m: m_out };
         let w = gpu.upload(&(0..m_out * k).map(|j| ((j % 29) as f32 - 14.0) / 40.0).collect::<Vec<f32>>());
-        let call = GemmCall {
-            id: GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop },
-            dims: d,
-            cast_a: OperandCast::Bf16,
-            cast_b: OperandCast::Bf16,
-            fault_a: OperandFault::NONE,
-            fault_b: OperandFault::NONE,
-            nan_output: false,
-            stats: StatsLevel::Amax,
-            keep_quantized: [false; 2],
-            shadow: false,
-        };
+        let call = GemmCall::bf16(GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop }, d);
         let (mut f, mut b) = (gpu.zeros(n * m_out), gpu.zeros_bf16(n * m_out));
         gpu.gemm(&call, &mut f, &x, &w, None, None);
         gpu.gemm(&call, &mut b, &x, &w, None, None);

@@ -137,6 +137,24 @@ pub struct GemmCall {
     pub shadow: bool,
 }
 
+impl GemmCall {
+    /// `id`'s GEMM with BF16 operands, no fault, amax-only statistics, nothing dumped or shadowed.
+    pub fn bf16(id: GemmId, dims: LinearDims) -> GemmCall {
+        GemmCall {
+            id,
+            dims,
+            cast_a: OperandCast::Bf16,
+            cast_b: OperandCast::Bf16,
+            fault_a: OperandFault::NONE,
+            fault_b: OperandFault::NONE,
+            nan_output: false,
+            stats: StatsLevel::Amax,
+            keep_quantized: [false; 2],
+            shadow: false,
+        }
+    }
+}
+
 /// What a backend measured about one operand cast.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CastReport {

@@ -754,23 +754,9 @@ impl CudaBackend {
 
 /// A BF16 GEMM call with nothing recorded (the lm_head).
 fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
-    GemmCall {
-        // The lm_head: a site of its own (outside the layer stack) for the casts it keeps.
-        id: crate::backend::GemmId {
-            layer: u32::MAX,
-            module: fp8scope_schemas::names::Module::Qkv,
-            gemm,
-        },
-        dims,
-        cast_a: OperandCast::Bf16,
-        cast_b: OperandCast::Bf16,
-        fault_a: OperandFault::NONE,
-        fault_b: OperandFault::NONE,
-        nan_output: false,
-        stats: StatsLevel::Amax,
-        keep_quantized: [false; 2],
-        shadow: false,
-    }
+    // The lm_head: a site of its own (outside the layer stack) for the casts it keeps.
+    let id = crate::backend::GemmId { layer: u32::MAX, module: fp8scope_schemas::names::Module::Qkv, gemm };
+    GemmCall::bf16(id, dims)
 }
 
 // After the macros above, which they use.
