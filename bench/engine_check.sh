@@ -9,7 +9,8 @@
 #  3. a short llama-1b run per recipe (RECIPES, default "bf16 delayed") under FP8SCOPE_PROFILE=1
 #     (where the step's time goes), then the old and the new binary's llama-1b delayed step side by
 #     side, unprofiled, in the same call (the speed-up of the change, the peak memory of each, and
-#     whether their losses are bit-identical).
+#     whether their losses are bit-identical); OLD_NEW_RECIPES (default "delayed") picks the recipes
+#     of that comparison.
 # Usage: bench/engine_check.sh BIN_DIR OLD_BIN_DIR OUT_DIR [all|check|profile]  (default all)
 set -uo pipefail
 BIN=${1:?bin dir}; OLD=${2:?old bin dir}; OUT=${3:?out dir}; MODE=${4:-all}
@@ -41,16 +42,18 @@ for r in ${RECIPES:-bf16 delayed}; do
   sed -n '/== CUDA backend profile/,$p' "$log" | head -40; grep -iE 'error|panick' "$log" | head -3
   python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-$r" --skip 3 2>/dev/null
 done
-echo "== llama-1b delayed, 12 steps, old binary then new, unprofiled (peak memory: nvidia-smi every 200 ms)"
-for v in old new; do
-  b=$BIN; [ $v = old ] && b=$OLD
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/mem-$v.log" 2>/dev/null & mp=$!
-  timeout 240 "$b/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe delayed --steps 12 \
-    --out "$OUT/runs/llama1b-delayed-$v" > "$OUT/llama1b-delayed-$v.log" 2>&1 || status=1
-  kill $mp 2>/dev/null; wait $mp 2>/dev/null
-  peak=$(sort -n "$OUT/mem-$v.log" | tail -1 | tr -dc 0-9)
-  echo "-- $v"; python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-delayed-$v" --skip 4 --peak-mib "${peak:-0}" 2>/dev/null
+for r in ${OLD_NEW_RECIPES:-delayed}; do
+  echo "== llama-1b $r, 12 steps, old binary then new, unprofiled (peak memory: nvidia-smi every 200 ms)"
+  for v in old new; do
+    b=$BIN; [ $v = old ] && b=$OLD
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/mem-$r-$v.log" 2>/dev/null & mp=$!
+    timeout 240 "$b/fp8-capture" train --quiet --device cuda --preset llama-1b --recipe $r --steps 12 \
+      --out "$OUT/runs/llama1b-$r-$v" > "$OUT/llama1b-$r-$v.log" 2>&1 || status=1
+    kill $mp 2>/dev/null; wait $mp 2>/dev/null
+    peak=$(sort -n "$OUT/mem-$r-$v.log" | tail -1 | tr -dc 0-9)
+    echo "-- $v"; python3 "$HERE/runs.py" speed "$OUT/runs/llama1b-$r-$v" --skip 4 --peak-mib "${peak:-0}" 2>/dev/null
+  done
+  python3 "$HERE/runs.py" same "$OUT/runs/llama1b-$r-old" "$OUT/runs/llama1b-$r-new"
 done
-python3 "$HERE/runs.py" same "$OUT/runs/llama1b-delayed-old" "$OUT/runs/llama1b-delayed-new"
 echo "== engine_check status $status"
 exit $status

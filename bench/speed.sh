@@ -7,8 +7,9 @@
 #   (none): seed b4, the dump cost, seed b32, then the four 1000-step training runs
 #   quick:  the seed b4 runs only;  nolong: everything but the 1000-step training runs
 #   b32:    the seed batch-32 rows only (torch_tiny.py compile_fused, ours bf16 / delayed / delayed
-#           without statistics);  llama: the llama-1b rows only (torch_llama.py compile_fused, ours
-#           bf16 / delayed / delayed without statistics / the dump cost). Each fits in 10 minutes.
+#           without statistics / bf16 without statistics);  llama: the llama-1b rows only
+#           (torch_llama.py compile_fused, ours bf16 / delayed / delayed without statistics / bf16
+#           without statistics / the dump cost). Each fits in 10 minutes.
 # SPEED_TIMEOUT (seconds, default 300) bounds each process; one that fails or runs past it leaves an
 # error row and the script goes on.
 set -uo pipefail
@@ -88,6 +89,10 @@ if has("torch_compile_fused_b32", "seed-bf16-b32", "seed-delayed-b32", "seed-del
     out.append(line("seed b32, bf16 vs torch.compile: ours/theirs ms", ratio("seed-bf16-b32", "torch_compile_fused_b32"), "<=", 1.0))
     out.append(line("seed b32, FP8 delayed speed-up over our bf16 (bf16/delayed ms)", ratio("seed-bf16-b32", "seed-delayed-b32"), ">=", 1.3))
     out.append(line("seed b32, statistics every step vs none (delayed/delayed-nostats ms)", ratio("seed-delayed-b32", "seed-delayed-nostats-b32"), "<=", 1.03))
+if has("seed-bf16-nostats-b32"):
+    out.append(line("seed b32, bf16 without statistics (what the peer records) vs torch.compile: ours/theirs ms",
+                    ratio("seed-bf16-nostats-b32", "torch_compile_fused_b32"), "<=", 1.0))
+    out.append(line("seed b32, FP8 delayed speed-up over our bf16, both without statistics", ratio("seed-bf16-nostats-b32", "seed-delayed-nostats-b32"), ">=", 1.3))
     out.append(line("seed b32, peak memory ours (delayed) / torch", ratio("seed-delayed-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
     out.append(line("seed b32, peak memory ours (bf16) / torch", ratio("seed-bf16-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
 P = "torch_llama_1b_compile_fused"
@@ -95,6 +100,10 @@ if has(P, "llama-1b-bf16", "llama-1b-delayed", "llama-1b-delayed-nostats", "llam
     out.append(line("llama-1b, bf16 vs torch.compile (HF Llama): ours/theirs ms", ratio("llama-1b-bf16", P), "<=", 0.9))
     out.append(line("llama-1b, FP8 delayed speed-up over our bf16 (bf16/delayed ms)", ratio("llama-1b-bf16", "llama-1b-delayed"), ">=", 1.3))
     out.append(line("llama-1b, statistics every step vs none (delayed/delayed-nostats ms)", ratio("llama-1b-delayed", "llama-1b-delayed-nostats"), "<=", 1.03))
+if has("llama-1b-bf16-nostats"):
+    out.append(line("llama-1b, bf16 without statistics (what the peer records) vs torch.compile: ours/theirs ms",
+                    ratio("llama-1b-bf16-nostats", P), "<=", 0.9))
+    out.append(line("llama-1b, FP8 delayed speed-up over our bf16, both without statistics", ratio("llama-1b-bf16-nostats", "llama-1b-delayed-nostats"), ">=", 1.3))
     out.append(line("llama-1b, dump of layers.5.fc1 every 10 steps vs none, mean ms over steps 5-30 (dump/nodump; "
                     "5x denser than every 50, so an upper bound for it)",
                     ratio("llama-1b-delayed-dump10", "llama-1b-delayed-nodump", "mean_ms"), "<=", 1.05))
@@ -114,12 +123,14 @@ seed_b32() {
   cap seed-bf16-b32 seed 30 10 --recipe bf16 --batch 32
   cap seed-delayed-b32 seed 30 10 --recipe delayed --batch 32
   cap seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32 --stats-every 0
+  cap seed-bf16-nostats-b32 seed 30 10 --recipe bf16 --batch 32 --stats-every 0
 }
 llama_1b() {
   peer torch_llama_1b_compile_fused torch_llama.py --preset llama-1b --variant compile_fused --warmup 5 --steps 10
   cap llama-1b-bf16 llama-1b 12 4 --recipe bf16
   cap llama-1b-delayed llama-1b 12 4 --recipe delayed
   cap llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed --stats-every 0
+  cap llama-1b-bf16-nostats llama-1b 12 4 --recipe bf16 --stats-every 0
   # The dump cost: every 10 steps over 30 (dumps at 1, 10, 20, 30) against the same 30 steps without.
   cap llama-1b-delayed-dump10 llama-1b 30 4 --recipe delayed --dump-every 10 --dump-layers 'layers\.5\.fc1'
   cap llama-1b-delayed-nodump llama-1b 30 4 --recipe delayed

@@ -561,6 +561,46 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     if (threadIdx.x == 0) dbias[r] += (float)s;
 }
 
+// Column sums of a BF16 matrix q (rows x cols, row-major) into dbias: the bias gradient when the
+// wgrad GEMM reads dY in its own layout (a BF16 operand held untransposed, so rowsum_dequant's
+// rows are this matrix's columns). Summed in f64 as rowsum_dequant sums, then rounded once, so
+// both give the same bias gradient (a sum of BF16 values in f64 is exact unless their exponents
+// span about 2^29). colsum_bf16_partial: partial[chunk][col] = the sum of the chunk's rows; launch
+// grid (ceil(cols / 64), chunks), block (32, 8). colsum_bf16_reduce: dbias[col] += the chunks'
+// sums in order; launch ceil(cols / 256) blocks of 256.
+extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict__ q, int rows, int cols,
+                                               int rows_per_chunk, double* __restrict__ partial) {
+    __shared__ double sh[8][64];
+    int lane = threadIdx.x, g = threadIdx.y;
+    int c0 = blockIdx.x * 64 + 2 * lane;
+    int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    double a0 = 0.0, a1 = 0.0;
+#pragma unroll 4
+    for (int r = r0 + g; r < r1; r += 8) {
+        const unsigned short* row = q + (u64)r * cols;
+        if (c0 < cols) a0 += (double)__uint_as_float(((u32)row[c0]) << 16);
+        if (c0 + 1 < cols) a1 += (double)__uint_as_float(((u32)row[c0 + 1]) << 16);
+    }
+    sh[g][2 * lane] = a0;
+    sh[g][2 * lane + 1] = a1;
+    __syncthreads();
+    if (g != 0) return;
+    for (int j = 0; j < 2; j++) {
+        double s = 0.0;
+        for (int k = 0; k < 8; k++) s += sh[k][2 * lane + j];
+        if (c0 + j < cols) partial[(u64)blockIdx.y * cols + c0 + j] = s;
+    }
+}
+
+extern "C" __global__ void colsum_bf16_reduce(const double* __restrict__ partial, int cols, int chunks,
+                                              float* __restrict__ dbias) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    double s = 0.0;
+    for (int k = 0; k < chunks; k++) s += partial[(u64)k * cols + c];
+    dbias[c] += (float)s;
+}
+
 // One element of gemm_epilogue: d's value v at flat index i (column col), biased, rounded, planted
 // with a NaN at 0 if asked; bad counts a non-finite result.
 __device__ __forceinline__ float epilogue_one(u64 i, float v, int col, const float* __restrict__ bias, int nan_first, u32& bad) {

@@ -9,6 +9,8 @@
 //!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
 //!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
 //! - determinism: the same body run twice on the GPU gives bit-identical outputs;
+//! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
+//!   the fprop bit for bit);
 //! - errors: a failing primitive keeps its error for `Backend::take_error` instead of panicking,
 //!   and the backend skips the device work of the primitives after it.
 
@@ -335,6 +337,9 @@ fn inputs() -> Inputs {
         // Head size 64 over T = 200 (the fused attention's other tiles), drawn last.
         ("qkv_hs64", b * HS64_T * hs64_width(), 1.0),
         ("dout_hs64", b * HS64_T * HS64_C, 0.1),
+        // SwiGLU with F = 37 (not a multiple of the kernels' 4-wide loads), drawn last.
+        ("gate_up_f37", n * 2 * 37, 1.5),
+        ("dout_f37", n * 37, 0.1),
     ] {
         mats.insert(name, draw(len, s));
     }
@@ -417,6 +422,13 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     let mut dgu = be.zeros(n * 2 * f);
     be.swiglu_bwd(&mut dgu, &gu, &dsw_out, f);
     get(be, "swiglu_bwd.dinp", &dgu);
+    // F = 37: rows that break the 4-wide loads' alignment (element by element).
+    let (gu37, dout37) = (be.upload(m("gate_up_f37")), be.upload(m("dout_f37")));
+    let (mut sw37, mut dgu37) = (be.zeros(n * 37), be.zeros(n * 2 * 37));
+    be.swiglu_fwd(&mut sw37, &gu37, 37);
+    get(be, "swiglu_fwd_f37.out", &sw37);
+    be.swiglu_bwd(&mut dgu37, &gu37, &dout37, 37);
+    get(be, "swiglu_bwd_f37.dinp", &dgu37);
     let (kvh, hd) = (i.kvh, c / nh);
     let qg = be.upload(m("qkv_gqa2"));
     let mut rot = be.zeros(n * (c + 2 * kvh * hd));
@@ -587,10 +599,56 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
             }
         }
     }
+    // One site's three BF16 GEMMs back to back, as the model runs them (see `bf16_site`).
+    let db0 = m("bias_f");
+    for (name, v) in bf16_site(be, &x, &w, &bias, &dy, db0, dims, true) {
+        out.borrow_mut().push((name, v));
+    }
     if let Some(e) = be.take_error() {
         panic!("{} backend: {e}", be.kind());
     }
     out.into_inner()
+}
+
+/// The fprop, dgrad and wgrad of one linear site (fc1's shape, with a bias) in BF16, the reports
+/// taken after the three (`back_to_back`, as the model runs a step: the wgrad then takes the casts
+/// the fprop kept of X and the dgrad kept of dY — on the GPU BF16 values in the operands' own
+/// layouts, which cuBLASLt reads transposed, and the bias gradient is summed down dY's columns) or
+/// after each (every cast its own, in the TN layout). Returns the outputs, named `gemm.bf16_site.*`.
+#[allow(clippy::too_many_arguments)]
+fn bf16_site<B: Backend>(be: &mut B, x: &B::Buf, w: &B::Buf, bias: &B::Buf, dy: &B::Buf, db0: &[f32], dims: LinearDims, back_to_back: bool) -> Vec<(String, Vec<f32>)> {
+    let (n, c, f) = (dims.n, dims.k, dims.m);
+    let call = |gemm| GemmCall {
+        id: GemmId { layer: 3, module: Module::Fc1, gemm },
+        dims,
+        cast_a: OperandCast::Bf16,
+        cast_b: OperandCast::Bf16,
+        fault_a: OperandFault::NONE,
+        fault_b: OperandFault::NONE,
+        nan_output: false,
+        stats: StatsLevel::Cheap,
+        keep_quantized: [false; 2],
+        shadow: false,
+    };
+    let (mut y, mut dx, mut dw, mut db) = (be.zeros(n * f), be.zeros(n * c), be.zeros(f * c), be.upload(db0));
+    let mut reports = 0;
+    be.gemm(&call(Gemm::Fprop), &mut y, x, w, Some(bias), None);
+    if !back_to_back {
+        reports += be.take_reports().len();
+    }
+    be.gemm(&call(Gemm::Dgrad), &mut dx, dy, w, None, None);
+    if !back_to_back {
+        reports += be.take_reports().len();
+    }
+    be.gemm(&call(Gemm::Wgrad), &mut dw, dy, x, None, Some(&mut db));
+    reports += be.take_reports().len();
+    assert_eq!(reports, 3, "one report per GEMM");
+    let mut out = Vec::new();
+    for (name, buf) in [("fprop", &y), ("dgrad", &dx), ("wgrad", &dw), ("wgrad.dbias", &db)] {
+        let len = be.len(buf);
+        out.push((format!("gemm.bf16_site.{name}"), be.download(buf, 0, len, 1)));
+    }
+    out
 }
 
 fn rel_l2(got: &[f32], want: &[f32]) -> (f64, f64) {
@@ -866,6 +924,34 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     }
     assert_eq!(gpu.take_error(), None);
     println!("{checked} outputs of BF16 and f32 buffers compared bit for bit: equal");
+}
+
+/// A BF16 GEMM that reads a kept cast held in the operand's own layout (cuBLASLt takes it
+/// transposed) against the same GEMM given its operand transposed in memory: the fprop is
+/// bit-identical (same layout), the dgrad and wgrad agree to BF16 rounding of one product (cuBLASLt
+/// may accumulate the two layouts in another order), and the bias gradient, summed down dY's
+/// columns instead of along dYᵀ's rows (both in f64), is bit-identical.
+#[test]
+fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
+    let Some(mut gpu) = cuda_common::gpu("BF16 operands held transposed") else { return };
+    let i = inputs();
+    let m = |k: &str| i.mats[k].as_slice();
+    let dims = LinearDims { n: i.b * i.t, k: i.c, m: i.f };
+    let (x, w, bias, dy) = (gpu.upload(m("x")), gpu.upload(m("w_fc1")), gpu.upload(m("bias_f")), gpu.upload(m("dy_f")));
+    let tn = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, false);
+    let kept = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, true);
+    assert_eq!(gpu.take_error(), None);
+    let mut failed = Vec::new();
+    for ((name, a), (_, b)) in tn.iter().zip(&kept) {
+        let differ = a.iter().zip(b).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+        let (rel, maxabs) = rel_l2(b, a);
+        let exact = name.ends_with("fprop") || name.ends_with("dbias");
+        println!("{name:<28} {differ:>6} of {:>6} values differ, rel L2 {rel:.2e}, max |d| {maxabs:.2e}{}", a.len(), if exact { " (must be 0)" } else { "" });
+        if (exact && differ > 0) || !(rel <= 2e-3) {
+            failed.push(format!("{name}: {differ} values differ, rel L2 {rel:.3e}"));
+        }
+    }
+    assert!(failed.is_empty(), "kept BF16 casts read transposed disagree with the TN layout:\n{}", failed.join("\n"));
 }
 
 /// A primitive that fails (here the fused attention forward, given a saved buffer one float short)

@@ -68,6 +68,21 @@ struct Key {
     q: OpType,
     /// D in BF16 instead of F32.
     d_bf16: bool,
+    /// P held transposed in memory (k × rows row-major); Q likewise (k × cols). BF16 only:
+    /// cuBLASLt's FP8 GEMMs take the TN layout alone.
+    p_t: bool,
+    q_t: bool,
+}
+
+/// How an operand of [`Lt::matmul`] lies in memory: `ptr` to `ty` values, dequantised through the
+/// f32 at `inv` when FP8; `transposed` when it holds the transpose of the row-major matrix the
+/// product names (allowed for BF16 operands only).
+#[derive(Clone, Copy, Debug)]
+pub struct Operand {
+    pub ptr: u64,
+    pub ty: OpType,
+    pub inv: u64,
+    pub transposed: bool,
 }
 
 struct Plan {
@@ -141,18 +156,20 @@ impl Lt {
                 unsafe { lt::cublasLtMatmulDescCreate(&mut desc, lt::cublasComputeType_t::CUBLAS_COMPUTE_32F, lt::cudaDataType_t::CUDA_R_32F) },
                 "cublasLtMatmulDescCreate",
             )?;
-            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &1i32)?; // T
-            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &0i32)?; // N
-            // Column-major: A = Q stored (k × cols, ld k), B = P stored (k × rows, ld k),
-            // D (cols × rows, ld cols) = row-major (rows × cols).
+            // Column-major: A = Q stored (k × cols, ld k) and taken transposed, B = P stored
+            // (k × rows, ld k) taken as is; D (cols × rows, ld cols) = row-major (rows × cols). An
+            // operand held transposed is stored (cols × k, ld cols) or (rows × k, ld rows) and
+            // taken the other way.
+            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &i32::from(!key.q_t))?;
+            set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &i32::from(key.p_t))?;
             let layout = |ty: lt::cudaDataType, r: u64, c: u64, ld: i64| -> Result<lt::cublasLtMatrixLayout_t, CudaError> {
                 let mut l = std::ptr::null_mut();
                 // SAFETY: l is written by the call.
                 ck(unsafe { lt::cublasLtMatrixLayoutCreate(&mut l, ty, r, c, ld) }, "cublasLtMatrixLayoutCreate")?;
                 Ok(l)
             };
-            let la = layout(key.q.lt(), key.k, key.cols, key.k as i64)?;
-            let lb = layout(key.p.lt(), key.k, key.rows, key.k as i64)?;
+            let la = if key.q_t { layout(key.q.lt(), key.cols, key.k, key.cols as i64)? } else { layout(key.q.lt(), key.k, key.cols, key.k as i64)? };
+            let lb = if key.p_t { layout(key.p.lt(), key.rows, key.k, key.rows as i64)? } else { layout(key.p.lt(), key.k, key.rows, key.k as i64)? };
             let d_ty = if key.d_bf16 {
                 lt::cudaDataType_t::CUDA_R_16BF
             } else {
@@ -209,23 +226,12 @@ impl Lt {
     }
 
     /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
-    /// FP8 operands multiplied by their device-side dequantisation factors (`p_inv`, `q_inv`:
-    /// device pointers to f32).
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul_tn(
-        &mut self,
-        rows: usize,
-        cols: usize,
-        k: usize,
-        p: u64,
-        pt: OpType,
-        p_inv: u64,
-        q: u64,
-        qt: OpType,
-        q_inv: u64,
-        d: u64,
-        d_bf16: bool,
-    ) -> Result<(), CudaError> {
+    /// FP8 operands multiplied by their device-side dequantisation factors.
+    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool) -> Result<(), CudaError> {
+        let (pt, qt) = (p.ty, q.ty);
+        if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
+            return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
+        }
         let key = Key {
             rows: rows as u64,
             cols: cols as u64,
@@ -233,13 +239,17 @@ impl Lt {
             p: pt,
             q: qt,
             d_bf16,
+            p_t: p.transposed,
+            q_t: q.transposed,
         };
-        let r = self.matmul_key(key, p, p_inv, q, q_inv, d);
+        let r = self.matmul_key(key, p.ptr, p.inv, q.ptr, q.inv, d);
         r.map_err(|e| match e {
             CudaError::Blas { what, status } => CudaError::Blas {
                 what,
                 status: format!(
-                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}] {pt:?} . Q[{cols}x{k}]^T {qt:?}, D {})",
+                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {})",
+                    if p.transposed { " (held transposed)" } else { "" },
+                    if q.transposed { " (held transposed)" } else { "" },
                     if d_bf16 { "bf16" } else { "f32" }
                 ),
             },

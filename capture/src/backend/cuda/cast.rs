@@ -4,17 +4,19 @@
 //! Every tensor a linear layer multiplies appears in two of its three GEMMs, once in its own layout
 //! and once transposed (cuBLASLt's FP8 GEMMs take only the TN layout): the activation X in fprop
 //! and (as Xᵀ) in wgrad, the weight W in fprop and (as Wᵀ) in dgrad, the gradient dY in dgrad and
-//! (as dYᵀ) in wgrad. The first use casts with the *dual* kernel, which writes both layouts from
-//! one read; the transpose is kept, with the cast's scale and statistics slot, and the second use
+//! (as dYᵀ) in wgrad. For FP8, the first use casts with the *dual* kernel, which writes both
+//! layouts from one read, and keeps the transpose; for BF16 (which cuBLASLt multiplies in any
+//! layout) the first use writes its own layout once, into the kept buffer, and the second use reads
+//! it transposed. The kept cast carries the cast's scale and statistics slot, and the second use
 //! takes it instead of casting again — when it would cast exactly the same way (same source
 //! buffer, shape, format, scale, planted fault, statistics no richer). The model guarantees what
 //! makes this sound: within a step, the operand of a given role at a given site is one tensor.
 //! Kept casts expire when the step's reports are taken.
 
-use super::blas::OpType;
+use super::blas::{OpType, Operand};
 use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
-use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, Prepared, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
+use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
 use crate::backend::operands::{operand_shapes, outlier_indices};
 use crate::backend::{CastReport, GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -99,7 +101,9 @@ impl CastKey {
     }
 }
 
-/// A cast's transposed codes, kept from the GEMM that cast the operand for the site's other GEMM.
+/// A cast kept from the GEMM that cast the operand for the site's other GEMM, which takes it
+/// transposed: FP8 codes in the transposed layout (cuBLASLt's FP8 GEMMs read only the TN layout),
+/// or BF16 values in the operand's own layout (`straight`), which a BF16 GEMM reads transposed.
 pub(super) struct KeptCast {
     key: CastKey,
     codes: CudaSlice<u8>,
@@ -109,6 +113,8 @@ pub(super) struct KeptCast {
     level: StatsLevel,
     /// False once the step's reports are taken (the slots are reused then).
     live: bool,
+    /// The codes lie in the operand's own layout (BF16), not transposed (FP8).
+    straight: bool,
 }
 
 /// Kept casts by (layer, module, role); one entry for all gradients (see [`CudaBackend::cast`]).
@@ -173,22 +179,43 @@ impl CudaBackend {
     /// scratch of `side`, or takes the site's kept cast of it. With `report`, the statistics land
     /// in a slot, returned for the step's report.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Prepared, Option<usize>), CudaError> {
+    pub(super) fn cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Operand, Option<usize>), CudaError> {
         let ty = op_type(how)?;
         let fmt = fmt_code(ty);
         let key = CastKey::new(self.ptr(x), rows, cols, fmt, how, fault);
         let kept_key = kept_key(at);
         if let Some(k) = self.usable_kept(key, at, level, report) {
-            let p = self.prepared(ty, self.ptr(&k.codes), k.slot);
+            let p = self.prepared(ty, self.ptr(&k.codes), k.slot, k.straight);
             return Ok((p, k.slot.filter(|_| report)));
         }
-        let layout = match (at.transposed, at.share) {
+        // The first of a site's two uses keeps its cast for the second: FP8 codes transposed,
+        // written beside the straight ones by the dual kernel; BF16 values in the operand's own
+        // layout only, written once straight into the kept buffer.
+        let keep = at.share && !at.transposed;
+        let straight_keep = keep && !ty.is_fp8();
+        let layout = match (at.transposed, keep && ty.is_fp8()) {
             (true, _) => CastLayout::Transposed,
             (false, true) => CastLayout::Both,
             (false, false) => CastLayout::Straight,
         };
         let bytes = rows * cols * ty.bytes();
+        // A scale slot is needed for FP8 operands even when nothing is reported.
+        let slot = if report || ty.is_fp8() { Some(self.alloc_slot()?) } else { None };
+        let kept_dst = if keep {
+            if !self.kept.contains_key(&kept_key) {
+                let codes = self.stream.alloc_zeros(bytes)?;
+                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false, straight: straight_keep });
+            }
+            let stream = self.stream.clone();
+            let k = self.kept.get_mut(&kept_key).expect("inserted above");
+            grow(&stream, &mut k.codes, bytes)?;
+            (k.key, k.slot, k.recorded, k.level, k.live, k.straight) = (key, slot, report, level, true, straight_keep);
+            self.ptr(&self.kept[&kept_key].codes)
+        } else {
+            0
+        };
         let dst = match side {
+            _ if straight_keep => kept_dst,
             Side::P => {
                 grow(&self.stream, &mut self.op_p, bytes)?;
                 self.ptr(&self.op_p)
@@ -197,21 +224,6 @@ impl CudaBackend {
                 grow(&self.stream, &mut self.op_q, bytes)?;
                 self.ptr(&self.op_q)
             }
-        };
-        // A scale slot is needed for FP8 operands even when nothing is reported.
-        let slot = if report || ty.is_fp8() { Some(self.alloc_slot()?) } else { None };
-        let kept_dst = if layout == CastLayout::Both {
-            if !self.kept.contains_key(&kept_key) {
-                let codes = self.stream.alloc_zeros(bytes)?;
-                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false });
-            }
-            let stream = self.stream.clone();
-            let k = self.kept.get_mut(&kept_key).expect("inserted above");
-            grow(&stream, &mut k.codes, bytes)?;
-            (k.key, k.slot, k.recorded, k.level, k.live) = (key, slot, report, level, true);
-            self.ptr(&self.kept[&kept_key].codes)
-        } else {
-            0
         };
         let (out, out_t) = match layout {
             CastLayout::Straight => (dst, 0),
@@ -232,7 +244,7 @@ impl CudaBackend {
             (Some(s), None) => self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?,
             (None, None) => {}
         }
-        Ok((self.prepared(ty, dst, slot), reported))
+        Ok((self.prepared(ty, dst, slot, false), reported))
     }
 
     /// Device address of scale slot `slot` (0 for none).
@@ -241,8 +253,8 @@ impl CudaBackend {
     }
 
     /// A cast operand at `ptr` for cuBLASLt, dequantised through `slot`'s inverse scale.
-    fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>) -> Prepared {
-        Prepared { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64 }
+    fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>, transposed: bool) -> Operand {
+        Operand { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64, transposed }
     }
 
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
@@ -289,7 +301,7 @@ impl CudaBackend {
 
     /// The FP8 bytes of a cast operand at `p`, row-major in the operand's own layout (rows × cols)
     /// even when `p` holds its transpose. Synchronises (dumps only).
-    pub(super) fn operand_bytes(&self, p: &Prepared, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
+    pub(super) fn operand_bytes(&self, p: &Operand, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
         let n = rows * cols;
         let mut bytes = vec![0u8; n];
         self.stream.synchronize()?;

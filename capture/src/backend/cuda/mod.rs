@@ -38,7 +38,7 @@ pub use buffer::DevBuf;
 use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
-use blas::{Blas, Lt, OpType};
+use blas::{Blas, Lt, OpType, Operand};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Role};
@@ -164,14 +164,6 @@ struct PendingGemm {
     shadow: Option<ShadowError>,
 }
 
-/// A cast operand ready for cuBLASLt.
-#[derive(Clone, Copy)]
-struct Prepared {
-    ty: OpType,
-    ptr: u64,
-    inv: u64,
-}
-
 /// Which operand scratch buffer a cast writes to.
 #[derive(Clone, Copy)]
 enum Side {
@@ -191,6 +183,8 @@ pub struct CudaBackend {
     op_q: CudaSlice<u8>,
     d_tmp: CudaSlice<f32>,
     partials: CudaSlice<f64>,
+    /// Chunk sums of the bias gradient's column sums ([`CudaBackend::bias_grad`]).
+    colsum_partial: CudaSlice<f64>,
     records: CudaSlice<f64>,
     scales: CudaSlice<f32>,
     nonfinite: CudaSlice<u64>,
@@ -301,6 +295,7 @@ impl CudaBackend {
             op_q: s.alloc_zeros(1 << 20)?,
             d_tmp: s.alloc_zeros(1 << 16)?,
             partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
+            colsum_partial: s.alloc_zeros(1)?,
             cast_grid: 0,
             kept: Default::default(),
             chan: channels::ChannelRecords::new(s)?,
@@ -437,6 +432,23 @@ impl CudaBackend {
         Ok(self.next_slot - 1)
     }
 
+    /// dbias += the row sums of dequant(P), P being wgrad's dYᵀ (rows = m × k = n): summed along
+    /// P's rows, or down the columns of dY when the BF16 operand lies in dY's own layout.
+    fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>) -> Result<(), CudaError> {
+        let dbp = self.ptr(db);
+        if !pa.transposed {
+            return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.inv - (SLOT_INV * 4) as u64, rows as i32, k as i32, dbp);
+        }
+        // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in order.
+        const COLSUM_ROWS: usize = 256;
+        let chunks = k.div_ceil(COLSUM_ROWS).max(1);
+        grow(&self.stream, &mut self.colsum_partial, chunks * rows)?;
+        let part = self.ptr(&self.colsum_partial);
+        let grid = (rows.div_ceil(64) as u32, chunks as u32, 1);
+        launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
+        launch!(self, "colsum_bf16_reduce", cfg((rows.div_ceil(256) as u32, 1, 1), 256), part, rows as i32, chunks as i32, dbp)
+    }
+
     /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
     /// pending report when `report` is set. With `share`, each operand is cast once for the two
     /// GEMMs of its site that use it ([`cast`]); the BF16 shadow GEMMs, which cast the same
@@ -494,7 +506,7 @@ impl CudaBackend {
             } else {
                 outp
             };
-            match self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, f32_dst, false) {
+            match self.lt.matmul(rows, cols, k, pa, pb, f32_dst, false) {
                 Ok(()) => dptr = f32_dst,
                 Err(e) => {
                     if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
@@ -517,22 +529,10 @@ impl CudaBackend {
                 grow(&self.stream, &mut self.d_tmp, n_out)?;
                 self.ptr(&self.d_tmp)
             };
-            self.lt.matmul_tn(rows, cols, k, pa.ptr, pa.ty, pa.inv, pb.ptr, pb.ty, pb.inv, dptr, true)?;
+            self.lt.matmul(rows, cols, k, pa, pb, dptr, true)?;
         }
         if let Some(db) = dbias {
-            // dbias += row sums of dequant(dYᵀ) (P of wgrad is dYᵀ: m × n).
-            let dbp = self.ptr(db);
-            launch!(
-                self,
-                "rowsum_dequant",
-                cfg((rows as u32, 1, 1), 256),
-                pa.ptr,
-                fmt_code(pa.ty),
-                pa.inv - (SLOT_INV * 4) as u64,
-                rows as i32,
-                k as i32,
-                dbp
-            )?;
+            self.bias_grad(pa, rows, k, db)?;
         }
         let gemm_slot = self.next_gemm;
         let nf_ptr = if report {
