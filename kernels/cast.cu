@@ -19,6 +19,7 @@
 //  7 underflow, 8 saturated, 9 NaN, 10 Inf, 11 zeros, 12 sum (dq-x)^2, 13 sum dq*x, 14 sum dq^2,
 //  15 sum x^2, 16 pairs counted for the error.
 #include "common.cuh"
+#include "activations.cuh"
 
 #define STAT_FIELDS 17
 #define SLOT_BASE 1
@@ -279,6 +280,90 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
     }
 }
 
+// Values a cast computes as it reads them (the cast_src_* kernels) instead of reading x, from the
+// saved inputs of the layer that would otherwise have written x first; the element math is
+// activations.cuh's, so the values, and the codes, are those of the unfused pair of kernels. h and
+// b hold f32 values, or BF16 values with h_bf16 / b_bf16.
+#define SRC_SWIGLU 1   // x (rows, F) = swiglu(h), h = fc1's output (rows, 2F)
+#define SRC_DSWIGLU 2  // x (rows, 2F) = [d(gate) | d(up)] from h (rows, 2F) and b = dout (rows, F)
+#define SRC_GELU 3     // x = gelu(h), h (rows, cols)
+#define SRC_DGELU 4    // x = gelu'(h) * b, h and b (rows, cols)
+struct CastSrc {
+    int kind;
+    const void* h;
+    int h_bf16;
+    const void* b;
+    int b_bf16;
+};
+
+// Values (r, c .. c + 3) of a computed source with `cols` columns into v; 0 past the last column.
+__device__ __forceinline__ void src_load4(const CastSrc& s, int r, int c, int cols, float (&v)[4]) {
+    int valid = min(4, cols - c);
+    float g[4], u[4], dy[4];
+    if (s.kind == SRC_SWIGLU) {
+        u64 base = (u64)r * 2 * cols;
+        bool vec = (cols & 3) == 0 && aligned4(s.h, s.h_bf16);
+        load4(s.h, base + c, s.h_bf16, vec, valid, g);
+        load4(s.h, base + cols + c, s.h_bf16, vec, valid, u);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = k < valid ? swiglu_one(g[k], u[k]) : 0.0f;
+    } else if (s.kind == SRC_DSWIGLU) {
+        int f = cols / 2;
+        u64 hb = (u64)r * cols, db = (u64)r * f;
+        if ((f & 3) == 0 && aligned4(s.h, s.h_bf16) && aligned4(s.b, s.b_bf16)) {
+            // The 4 columns lie in one half: d(gate) (c < F) or d(up).
+            bool up = c >= f;
+            int j = up ? c - f : c;
+            load4(s.h, hb + j, s.h_bf16, true, 4, g);
+            load4(s.h, hb + f + j, s.h_bf16, true, 4, u);
+            load4(s.b, db + j, s.b_bf16, true, 4, dy);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float dg, du;
+                dswiglu_one(g[k], u[k], dy[k], dg, du);
+                v[k] = up ? du : dg;
+            }
+        } else {
+            for (int k = 0; k < 4; k++) {
+                v[k] = 0.0f;
+                if (k >= valid) continue;
+                bool up = c + k >= f;
+                int j = up ? c + k - f : c + k;
+                float dg, du;
+                dswiglu_one(load_value(s.h, hb + j, s.h_bf16), load_value(s.h, hb + f + j, s.h_bf16), load_value(s.b, db + j, s.b_bf16), dg, du);
+                v[k] = up ? du : dg;
+            }
+        }
+    } else {
+        u64 base = (u64)r * cols;
+        bool vec = (cols & 3) == 0 && aligned4(s.h, s.h_bf16) && (s.kind == SRC_GELU || aligned4(s.b, s.b_bf16));
+        load4(s.h, base + c, s.h_bf16, vec, valid, g);
+        if (s.kind == SRC_GELU) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = k < valid ? gelu_one(g[k]) : 0.0f;
+        } else {
+            load4(s.b, base + c, s.b_bf16, vec, valid, dy);
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = k < valid ? dgelu_one(g[k], dy[k]) : 0.0f;
+        }
+    }
+}
+
+// load_tile for a computed source: the same 4 x 4 values of the tile at (r0, c0), 0 past the edges.
+__device__ __forceinline__ void load_tile_src(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, float (&v)[4][4]) {
+    int c = c0 + 4 * tx;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = r0 + ty + 16 * j;
+        if (r < rows && c < cols) {
+            src_load4(s, r, c, cols, v[j]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[j][k] = 0.0f;
+        }
+    }
+}
+
 // The code of v cast as cast_one casts it (scale s; overflow_nan as there), without statistics.
 template <int FMT>
 __device__ __forceinline__ unsigned short cast_code(float v, float s, int overflow_nan) {
@@ -414,8 +499,8 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 // per-column sum of x^2 (f64) and max |x| over finite values to ch_sq / ch_amax[row tile * cols +
 // col]: the per-channel statistics without a second read of x (channel_stats_reduce then sums the
 // row tiles in order).
-template <int FMT, int L>
-__device__ void cast_transposed(CAST_PARAMS) {
+template <int FMT, int L, bool SRC = false>
+__device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     __shared__ unsigned short tile[TILE][TILE + 2];
     // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
     // bank conflicts in the reduction below.
@@ -435,14 +520,20 @@ __device__ void cast_transposed(CAST_PARAMS) {
     int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
     int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
     float v[4][4];
-    if (tr < tiles_r) load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
+    if (tr < tiles_r) {
+        if (SRC) load_tile_src(src, rows, cols, tr * TILE, tc * TILE, tx, ty, v);
+        else load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
+    }
     while (tr < tiles_r) {
         int r0 = tr * TILE, c0 = tc * TILE;
         int c = c0 + 4 * tx;
         int nr = tr + step_r, nc = tc + step_c;
         if (nc >= tiles_c) { nc -= tiles_c; nr++; }
         float nv[4][4];
-        if (nr < tiles_r) load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
+        if (nr < tiles_r) {
+            if (SRC) load_tile_src(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nv);
+            else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
+        }
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
@@ -535,6 +626,19 @@ __device__ void cast_transposed(CAST_PARAMS) {
 CAST_KERNELS_L(0)
 CAST_KERNELS_L(1)
 CAST_KERNELS_L(2)
+
+// The casts of a computed source (CastSrc; x unused), statistics level L 0 or 1, format F: the
+// tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
+// cast_src_l{L}_f{F}; the CAST_PARAMS, then the source's kind, h, h_bf16, b, b_bf16.
+#define CAST_SRC_KERNEL(L, F)                                                                              \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_src_l##L##_f##F(  \
+        CAST_PARAMS, int src_kind, const void* __restrict__ src_h, int src_h_bf16, const void* __restrict__ src_b, int src_b_bf16) { \
+        cast_transposed<F, L, true>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter, \
+                                    margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,       \
+                                    CastSrc{src_kind, src_h, src_h_bf16, src_b, src_b_bf16});                        \
+    }
+CAST_SRC_KERNEL(0, 0) CAST_SRC_KERNEL(0, 1) CAST_SRC_KERNEL(0, 2)
+CAST_SRC_KERNEL(1, 0) CAST_SRC_KERNEL(1, 1) CAST_SRC_KERNEL(1, 2)
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.

@@ -1,37 +1,13 @@
 // SwiGLU (Llama's MLP gate): each row of inp (N, 2F) is [gate (F) | up (F)]; out (N, F) = silu(gate) * up,
 // silu(g) = g * sigmoid(g). Forward and backward side by side; the caller keeps inp for the backward.
 // Backward: dinp (N, 2F) (=): d(gate) = dout * up * silu'(gate), d(up) = dout * silu(gate), with
-// silu'(g) = sig + g * sig * (1 - sig). As in capture/src/layers/swiglu.rs: one expf, 1 - sig without
-// cancellation, nothing rounded to BF16. Every output element is written by one thread, with the
-// same operations whether it loads and stores 4 values at once (F a multiple of 4) or one by one. inp holds
-// f32 values, or BF16 values with in_bf16 (fc1's output, a GEMM's, is BF16 and may be stored so);
-// dout likewise with dout_bf16 (fc2's dgrad output).
+// silu'(g) = sig + g * sig * (1 - sig); the element math is activations.cuh's. Every output element
+// is written by one thread, with the same operations whether it loads and stores 4 values at once
+// (F a multiple of 4) or one by one. inp holds f32 values, or BF16 values with in_bf16 (fc1's
+// output, a GEMM's, is BF16 and may be stored so); dout likewise with dout_bf16 (fc2's dgrad
+// output).
 #include "common.cuh"
-
-// sig = 1 / (1 + e^-g); *one_minus = 1 - sig, taken as e * sig where that avoids the cancellation.
-__device__ __forceinline__ float swiglu_sigmoid(float g, float* one_minus) {
-    float e = expf(-g);
-    float sig = 1.0f / (1.0f + e);
-    *one_minus = e > 1.0f ? 1.0f - sig : e * sig;
-    return sig;
-}
-
-// Values i..i+3 of p (f32, or BF16 with bf16) into v; `vec` (vec_ok, and i a multiple of 4): one
-// 16-byte (f32) or 8-byte (BF16) load reads them; else `valid` of them, one by one.
-__device__ __forceinline__ void load4(const void* __restrict__ p, u64 i, int bf16, bool vec, int valid, float (&v)[4]) {
-    if (vec && bf16) {
-        uint2 w = __ldg((const uint2*)((const unsigned short*)p + i));
-        v[0] = __uint_as_float(w.x << 16);
-        v[1] = __uint_as_float(w.x & 0xffff0000u);
-        v[2] = __uint_as_float(w.y << 16);
-        v[3] = __uint_as_float(w.y & 0xffff0000u);
-    } else if (vec) {
-        float4 w = __ldg((const float4*)((const float*)p + i));
-        v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-    } else {
-        for (int k = 0; k < 4; k++) v[k] = k < valid ? load_value(p, i + k, bf16) : 0.0f;
-    }
-}
+#include "activations.cuh"
 
 // v[0..4] to p + i (f32), as load4 reads.
 __device__ __forceinline__ void store4(float* __restrict__ p, u64 i, bool vec, int valid, const float (&v)[4]) {
@@ -43,9 +19,8 @@ __device__ __forceinline__ void store4(float* __restrict__ p, u64 i, bool vec, i
 }
 
 // Whether 4-wide loads and stores fit: F a multiple of 4 and every base pointer aligned for them.
-__device__ __forceinline__ bool vec_ok(int f, const void* a, int a_bf16, const void* b, int b_bf16, const void* o) {
-    u64 mis = ((u64)a & (a_bf16 ? 7 : 15)) | ((u64)b & (b_bf16 ? 7 : 15)) | ((u64)o & 15);
-    return (f & 3) == 0 && mis == 0;
+__device__ __forceinline__ bool vec_ok(int f, const void* a, int a_bf16, const void* b, int b_bf16, const float* o) {
+    return (f & 3) == 0 && aligned4(a, a_bf16) && aligned4(b, b_bf16) && aligned4(o, 0);
 }
 
 // Both kernels: each thread takes 4 consecutive elements j..j+3 of a row of the (N, F) side.
@@ -60,11 +35,7 @@ extern "C" __global__ void swiglu_fwd(float* __restrict__ out, const void* __res
         load4(inp, row * 2 * f + j, in_bf16, vec, valid, g);
         load4(inp, row * 2 * f + f + j, in_bf16, vec, valid, u);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float om;
-            float sig = swiglu_sigmoid(g[k], &om);
-            o[k] = (g[k] * sig) * u[k];
-        }
+        for (int k = 0; k < 4; k++) o[k] = swiglu_one(g[k], u[k]);
         store4(out, row * f + j, vec, valid, o);
     }
 }
@@ -83,13 +54,7 @@ extern "C" __global__ void swiglu_bwd(float* __restrict__ dinp, const void* __re
         load4(inp, gi + f, in_bf16, vec, valid, u);
         load4(dout, row * f + j, dout_bf16, vec, valid, dy);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float om;
-            float sig = swiglu_sigmoid(g[k], &om);
-            float dsilu = sig + g[k] * sig * om;
-            dg[k] = (dy[k] * u[k]) * dsilu;
-            du[k] = dy[k] * (g[k] * sig);
-        }
+        for (int k = 0; k < 4; k++) dswiglu_one(g[k], u[k], dy[k], dg[k], du[k]);
         store4(dinp, gi, vec, valid, dg);
         store4(dinp, gi + f, vec, valid, du);
     }

@@ -11,6 +11,8 @@
 //! - determinism: the same body run twice on the GPU gives bit-identical outputs;
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
 //!   the fprop bit for bit);
+//! - GEMM operands computed in the cast (the activation function and its backward) are
+//!   bit-identical to the unfused pair of kernels, outputs and reports;
 //! - errors: a failing primitive keeps its error for `Backend::take_error` instead of panicking,
 //!   and the backend skips the device work of the primitives after it.
 
@@ -18,7 +20,7 @@ mod cuda_common;
 
 use fp8_capture::backend::cpu::CpuBackend;
 use fp8_capture::backend::cpu::cast::cast_operand;
-use fp8_capture::backend::{AdamW, Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use fp8_capture::backend::{Activation, AdamW, Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use fp8_capture::fp8::{self, Fp8Format};
 use fp8scope_schemas::names::{Gemm, Module};
 use rand::{Rng, SeedableRng};
@@ -952,6 +954,90 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
         }
     }
     assert!(failed.is_empty(), "kept BF16 casts read transposed disagree with the TN layout:\n{}", failed.join("\n"));
+}
+
+/// fc2's fprop and fc1's dgrad with their operand computed as it is cast (the activation function
+/// and its backward, `Backend::gemm_of_activation(_grad)`) against the unfused pair (the
+/// activation kernel writes the operand, the GEMM casts it), followed by each site's wgrad, which
+/// takes the kept cast of the operand the fused GEMM never wrote: for SwiGLU (F a multiple of 4,
+/// and F = 37) and GELU, in BF16, E4M3 and E5M2, every output and every cast report (codes,
+/// amax, counts, moments, channel statistics) is bit-identical.
+#[test]
+fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
+    let Some(mut gpu) = cuda_common::gpu("activation operands computed in the cast") else { return };
+    let (n, c) = (128usize, 128usize);
+    let mut rng = Pcg64::seed_from_u64(31);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut draw = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng) * s).collect() };
+    let given = |format, scale| OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
+    let mut checked = 0;
+    for (label, kind, f) in [("swiglu", Activation::Swiglu { f: 256 }, 256usize), ("swiglu_f37", Activation::Swiglu { f: 37 }, 37), ("gelu", Activation::Gelu, 256)] {
+        let f1 = if matches!(kind, Activation::Gelu) { f } else { 2 * f };
+        let h = gpu.upload(&draw(n * f1, 1.5));
+        let dact = gpu.upload(&draw(n * f, 0.1));
+        let (w2, b2, w1) = (gpu.upload(&draw(c * f, 0.05)), gpu.upload(&draw(c, 0.1)), gpu.upload(&draw(f1 * c, 0.05)));
+        let (dy2, x1) = (gpu.upload(&draw(n * c, 0.01)), gpu.upload(&draw(n * c, 1.0)));
+        for (cast_name, cast) in [("bf16", OperandCast::Bf16), ("e4m3", given(Fp8Format::E4M3, 64.0)), ("e5m2", given(Fp8Format::E5M2, 4096.0))] {
+            let call = |module, gemm, dims| GemmCall {
+                id: GemmId { layer: 2, module, gemm },
+                dims,
+                cast_a: cast,
+                cast_b: cast,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                stats: StatsLevel::Cheap,
+                keep_quantized: [true; 2],
+                shadow: false,
+            };
+            let (d2, d1) = (LinearDims { n, k: f, m: c }, LinearDims { n, k: c, m: f1 });
+            let mut run = |fused: bool| -> Vec<(String, String)> {
+                let (mut act, mut dh) = (gpu.zeros(n * f), gpu.zeros(n * f1));
+                let (mut y, mut dw2, mut dln, mut dw1) = (gpu.zeros(n * c), gpu.zeros(c * f), gpu.zeros(n * c), gpu.zeros(f1 * c));
+                let fprop = call(Module::Fc2, Gemm::Fprop, d2);
+                if fused {
+                    assert!(!gpu.gemm_of_activation(&fprop, &mut y, &mut act, &h, kind, &w2, Some(&b2)), "{label}: the activation was written");
+                } else {
+                    gpu.activation_fwd(&mut act, &h, kind);
+                    gpu.gemm(&fprop, &mut y, &act, &w2, Some(&b2), None);
+                }
+                let wgrad2 = call(Module::Fc2, Gemm::Wgrad, d2);
+                assert!(gpu.reuses_kept_cast(&wgrad2, 1, &act), "{label} {cast_name}: fc2's wgrad does not take the kept activation");
+                gpu.gemm(&wgrad2, &mut dw2, &dy2, &act, None, None);
+                let dgrad1 = call(Module::Fc1, Gemm::Dgrad, d1);
+                if fused {
+                    assert!(!gpu.gemm_of_activation_grad(&dgrad1, &mut dln, &mut dh, &h, &dact, kind, &w1), "{label}: the gradient was written");
+                } else {
+                    gpu.activation_bwd(&mut dh, &h, &dact, kind);
+                    gpu.gemm(&dgrad1, &mut dln, &dh, &w1, None, None);
+                }
+                let wgrad1 = call(Module::Fc1, Gemm::Wgrad, d1);
+                assert!(gpu.reuses_kept_cast(&wgrad1, 0, &dh), "{label} {cast_name}: fc1's wgrad does not take the kept gradient");
+                gpu.gemm(&wgrad1, &mut dw1, &dh, &x1, None, None);
+                let mut out: Vec<(String, String)> = [("fc2.fprop", &y), ("fc2.wgrad", &dw2), ("fc1.dgrad", &dln), ("fc1.wgrad", &dw1)]
+                    .into_iter()
+                    .map(|(name, b)| {
+                        let len = gpu.len(b);
+                        let bits: Vec<u32> = gpu.download(b, 0, len, 1).iter().map(|v| v.to_bits()).collect();
+                        (name.to_string(), format!("{bits:?}"))
+                    })
+                    .collect();
+                for r in gpu.take_reports() {
+                    out.push((format!("report {:?}", r.id), format!("{r:?}")));
+                }
+                assert_eq!(gpu.take_error(), None);
+                out
+            };
+            let (want, got) = (run(false), run(true));
+            assert_eq!(want.len(), got.len());
+            for ((name, w), (_, g)) in want.iter().zip(&got) {
+                assert!(w == g, "{label} {cast_name}: {name} differs between the unfused pair and the computed operand");
+                checked += 1;
+            }
+            println!("{label} {cast_name}: {} outputs and reports bit-identical", want.len());
+        }
+    }
+    assert_eq!(checked, 3 * 3 * 8);
 }
 
 /// A primitive that fails (here the fused attention forward, given a saved buffer one float short)

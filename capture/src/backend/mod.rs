@@ -209,6 +209,15 @@ pub struct GemmReport {
 }
 
 /// AdamW hyper-parameters for one update.
+/// The activation function between a block's fc1 and fc2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// GPT's GELU (tanh approximation): act = gelu(h), h and act of one shape.
+    Gelu,
+    /// Llama's SwiGLU: each row of h (N, 2F) is [gate | up]; act (N, F) = silu(gate) · up.
+    Swiglu { f: usize },
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct AdamW {
     pub lr: f32,
@@ -332,6 +341,46 @@ pub trait Backend {
     /// activations of every layer and recomputes a layer's only when this says no. Default: no.
     fn reuses_kept_cast(&self, _call: &GemmCall, _operand: usize, _x: &Self::Buf) -> bool {
         false
+    }
+
+    /// act = the activation function `kind` of h (`gelu_fwd` or `swiglu_fwd`).
+    fn activation_fwd(&mut self, act: &mut Self::Buf, h: &Self::Buf, kind: Activation) {
+        match kind {
+            Activation::Gelu => self.gelu_fwd(act, h),
+            Activation::Swiglu { f } => self.swiglu_fwd(act, h, f),
+        }
+    }
+
+    /// dh (=) = the backward of the activation function `kind` at h, from dact (`gelu_bwd` or
+    /// `swiglu_bwd`).
+    fn activation_bwd(&mut self, dh: &mut Self::Buf, h: &Self::Buf, dact: &Self::Buf, kind: Activation) {
+        match kind {
+            Activation::Gelu => self.gelu_bwd(dh, h, dact),
+            Activation::Swiglu { f } => self.swiglu_bwd(dh, h, dact, f),
+        }
+    }
+
+    /// fc2's fprop `call` (see [`Backend::gemm`]), whose operand a is act = the activation
+    /// function of fc1's output h. Returns whether `act` was written: a backend may instead
+    /// compute the activation as it casts the operand (the CUDA backend), leaving `act` as it was;
+    /// the cast it keeps for the site's wgrad is then keyed by `act` (see
+    /// [`Backend::reuses_kept_cast`]), so the model writes `act` for the wgrad only where that says
+    /// no. Default: [`Backend::activation_fwd`], then `gemm`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_of_activation(&mut self, call: &GemmCall, out: &mut Self::Buf, act: &mut Self::Buf, h: &Self::Buf, kind: Activation, w: &Self::Buf, bias: Option<&Self::Buf>) -> bool {
+        self.activation_fwd(act, h, kind);
+        self.gemm(call, out, act, w, bias, None);
+        true
+    }
+
+    /// fc1's dgrad `call`, whose operand a is dh = the activation function's backward at h from
+    /// dact; as [`Backend::gemm_of_activation`] (returns whether `dh` was written). Default:
+    /// [`Backend::activation_bwd`], then `gemm`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_of_activation_grad(&mut self, call: &GemmCall, out: &mut Self::Buf, dh: &mut Self::Buf, h: &Self::Buf, dact: &Self::Buf, kind: Activation, w: &Self::Buf) -> bool {
+        self.activation_bwd(dh, h, dact, kind);
+        self.gemm(call, out, dh, w, None, None);
+        true
     }
 
     /// The reports of every `gemm` since the last call, in call order.

@@ -2,7 +2,7 @@
 //! every linear layer. Forward then backward, in the order the recorded tables assume.
 
 use super::{two_mut, DumpCapture, Layout, Model, StepPlan};
-use crate::backend::{Backend, GemmCall};
+use crate::backend::{Activation, Backend, GemmCall};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
@@ -35,9 +35,8 @@ impl<B: Backend> Model<B> {
             be.layernorm_fwd(&mut s.ln, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
             let (w, bi) = linear(Module::Fc1);
             Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, &p[w], Some(&p[bias(bi)]), None);
-            be.gelu_fwd(&mut s.act, &a.fc1);
             let (w, bi) = linear(Module::Fc2);
-            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &s.act, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Gelu, &p[w], Some(&p[bias(bi)]));
             be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, fb) = lay.final_norm();
@@ -70,14 +69,16 @@ impl<B: Backend> Model<B> {
             let (w, bi) = linear(Module::Fc2);
             Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w], None, None);
             if !be.reuses_kept_cast(&wgrad[3], 1, &s.act) {
-                be.gelu_fwd(&mut s.act, &a.fc1);
+                be.activation_fwd(&mut s.act, &a.fc1, Activation::Gelu);
             }
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
             Self::linear(be, &wgrad[3], plan, dumps, gw, &s.dres, &s.act, None, Some(gb));
-            be.gelu_bwd(&mut s.dfc1, &a.fc1, &s.dact);
-            // fc1
+            // fc1 (its dgrad's operand, the GELU backward, may be computed as it is cast)
             let (w, bi) = linear(Module::Fc1);
-            Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w], None, None);
+            let written = Self::linear_of_activation_grad(be, &dgrad[2], plan, dumps, &mut s.dln, &mut s.dfc1, &a.fc1, &s.dact, Activation::Gelu, &p[w]);
+            if !written && !be.reuses_kept_cast(&wgrad[2], 0, &s.dfc1) {
+                be.activation_bwd(&mut s.dfc1, &a.fc1, &s.dact, Activation::Gelu);
+            }
             if !be.reuses_kept_cast(&wgrad[2], 1, &s.ln) {
                 be.layernorm_fwd(&mut s.ln, &mut s.norm_mean, &mut s.norm_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
             }

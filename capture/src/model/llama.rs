@@ -3,7 +3,7 @@
 //! of its own or tied to the embedding. Forward then backward.
 
 use super::{DumpCapture, Layout, Model, StepPlan};
-use crate::backend::{Backend, GemmCall};
+use crate::backend::{Activation, Backend, GemmCall};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
@@ -31,8 +31,7 @@ impl<B: Backend> Model<B> {
             be.add(&mut a.res2, res_in, &s.proj);
             be.rmsnorm_fwd(&mut s.ln, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
             Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, w(Module::Fc1), None, None);
-            be.swiglu_fwd(&mut s.act, &a.fc1, d.f);
-            Self::linear(be, &calls[3], plan, dumps, &mut s.fc2, &s.act, w(Module::Fc2), None, None);
+            Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Swiglu { f: d.f }, w(Module::Fc2), None);
             be.add(res_out, &a.res2, &s.fc2);
         }
         let (fw, _) = lay.final_norm();
@@ -58,13 +57,16 @@ impl<B: Backend> Model<B> {
             let (n1, n2) = (lay.norm(l, true).0, lay.norm(l, false).0);
             // fc2
             Self::linear(be, &dgrad[3], plan, dumps, &mut s.dact, &s.dres, &p[w(Module::Fc2)], None, None);
+            let kind = Activation::Swiglu { f: d.f };
             if !be.reuses_kept_cast(&wgrad[3], 1, &s.act) {
-                be.swiglu_fwd(&mut s.act, &a.fc1, d.f);
+                be.activation_fwd(&mut s.act, &a.fc1, kind);
             }
             Self::linear(be, &wgrad[3], plan, dumps, &mut s.grads[w(Module::Fc2)], &s.dres, &s.act, None, None);
-            be.swiglu_bwd(&mut s.dfc1, &a.fc1, &s.dact, d.f);
-            // fc1
-            Self::linear(be, &dgrad[2], plan, dumps, &mut s.dln, &s.dfc1, &p[w(Module::Fc1)], None, None);
+            // fc1 (its dgrad's operand, the SwiGLU backward, may be computed as it is cast)
+            let written = Self::linear_of_activation_grad(be, &dgrad[2], plan, dumps, &mut s.dln, &mut s.dfc1, &a.fc1, &s.dact, kind, &p[w(Module::Fc1)]);
+            if !written && !be.reuses_kept_cast(&wgrad[2], 0, &s.dfc1) {
+                be.activation_bwd(&mut s.dfc1, &a.fc1, &s.dact, kind);
+            }
             if !be.reuses_kept_cast(&wgrad[2], 1, &s.ln) {
                 be.rmsnorm_fwd(&mut s.ln, &mut s.norm_rstd, &a.res2, &p[n2], d.c, d.eps);
             }

@@ -15,7 +15,7 @@ mod gpt;
 mod llama;
 pub mod params;
 
-use crate::backend::{Backend, GemmCall, GemmId, LinearDims, OperandCast, StatsLevel};
+use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, OperandCast, StatsLevel};
 use crate::backend::OperandFault;
 use fp8scope_schemas::config::{Arch, AttnMask, ModelDims};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
@@ -164,6 +164,13 @@ pub struct StepPlan {
     pub dump_max_elems: usize,
     pub dump_strided: bool,
     pub shadow: bool,
+}
+
+impl StepPlan {
+    /// Whether this step dumps `role`'s tensor at `site`.
+    pub fn dumps(&self, site: Site, role: Role) -> bool {
+        self.dump_sites.contains(&site) && self.dump_roles.contains(&role)
+    }
 }
 
 /// Values of one tensor sampled at a dump step.
@@ -336,7 +343,7 @@ impl<B: Backend> Model<B> {
     #[allow(clippy::too_many_arguments)]
     fn capture(be: &mut B, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, layer: usize, module: Module, role: Role, buf: &B::Buf, rows: usize, cols: usize) {
         let site = Site::new(layer as u32, module);
-        if !plan.dump_sites.contains(&site) || !plan.dump_roles.contains(&role) {
+        if !plan.dumps(site, role) {
             return;
         }
         let (offset, len, stride) = dump_window(rows, cols, plan.dump_max_elems, plan.dump_strided);
@@ -348,6 +355,43 @@ impl<B: Backend> Model<B> {
     #[allow(clippy::too_many_arguments)]
     fn linear(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, a: &B::Buf, b: &B::Buf, bias: Option<&B::Buf>, dbias: Option<&mut B::Buf>) {
         be.gemm(call, out, a, b, bias, dbias);
+        Self::captures(be, call, plan, dumps, out, a, b);
+    }
+
+    /// fc2's fprop, whose operand is the activation function `kind` of fc1's output `h`: the
+    /// backend may compute it as it casts the operand ([`Backend::gemm_of_activation`]) unless this
+    /// step dumps the activation or runs a shadow GEMM beside it (both read `act`). Returns whether
+    /// `act` was written.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_of_activation(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, act: &mut B::Buf, h: &B::Buf, kind: Activation, w: &B::Buf, bias: Option<&B::Buf>) -> bool {
+        let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Activation) {
+            be.activation_fwd(act, h, kind);
+            be.gemm(call, out, act, w, bias, None);
+            true
+        } else {
+            be.gemm_of_activation(call, out, act, h, kind, w, bias)
+        };
+        Self::captures(be, call, plan, dumps, out, act, w);
+        written
+    }
+
+    /// fc1's dgrad, whose operand is the activation function's backward at `h` from `dact`; as
+    /// [`Self::linear_of_activation`] (the dump that needs `dh` is its gradient's).
+    #[allow(clippy::too_many_arguments)]
+    fn linear_of_activation_grad(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, dh: &mut B::Buf, h: &B::Buf, dact: &B::Buf, kind: Activation, w: &B::Buf) -> bool {
+        let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Gradient) {
+            be.activation_bwd(dh, h, dact, kind);
+            be.gemm(call, out, dh, w, None, None);
+            true
+        } else {
+            be.gemm_of_activation_grad(call, out, dh, h, dact, kind, w)
+        };
+        Self::captures(be, call, plan, dumps, out, dh, w);
+        written
+    }
+
+    /// The dumps of a linear layer's GEMM: its operands and result, as the plan asks.
+    fn captures(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &B::Buf, a: &B::Buf, b: &B::Buf) {
         let LinearDims { n, k, m } = call.dims;
         let (l, md) = (call.id.layer as usize, call.id.module);
         match call.id.gemm {

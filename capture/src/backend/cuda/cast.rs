@@ -16,7 +16,7 @@
 use super::blas::{OpType, Operand};
 use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
-use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, PendingGemm, PendingOp, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
+use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, DevBuf, PendingGemm, PendingOp, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
 use crate::backend::operands::{operand_shapes, outlier_indices};
 use crate::backend::{CastReport, GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -58,6 +58,46 @@ pub(super) struct CastUse {
     pub role: Role,
     pub transposed: bool,
     pub share: bool,
+}
+
+/// What a cast reads: the f32 values of a buffer, or values computed as they are read
+/// (`kernels/cast.cu`: CastSrc, one of its SRC_* kinds) from the saved inputs of the layer that
+/// would otherwise write them to a buffer first; `like` is that buffer, left unwritten, whose
+/// address keys the cast as its own would (so the site's other GEMM, reading `like`, takes the kept
+/// cast).
+#[derive(Clone, Copy)]
+pub(super) enum CastInput<'a> {
+    Buf(&'a CudaSlice<f32>),
+    Computed { kind: i32, h: &'a DevBuf, b: Option<&'a DevBuf>, like: &'a DevBuf },
+}
+
+/// CastSrc kinds (kernels/cast.cu: SRC_*).
+pub(super) const SRC_SWIGLU: i32 = 1;
+pub(super) const SRC_DSWIGLU: i32 = 2;
+pub(super) const SRC_GELU: i32 = 3;
+pub(super) const SRC_DGELU: i32 = 4;
+
+impl CastInput<'_> {
+    /// The computed source's inputs checked against the cast's rows × cols.
+    fn check(&self, rows: usize, cols: usize) -> Result<(), CudaError> {
+        let CastInput::Computed { kind, h, b, .. } = *self else { return Ok(()) };
+        let n = rows * cols;
+        let (want_h, want_b) = match kind {
+            SRC_SWIGLU => (2 * n, None),
+            SRC_DSWIGLU if cols % 2 == 0 => (n, Some(n / 2)),
+            SRC_GELU => (n, None),
+            SRC_DGELU => (n, Some(n)),
+            _ => return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}"))),
+        };
+        let b_len = b.map(|b| b.len());
+        if h.len() != want_h || b_len != want_b {
+            return Err(CudaError::Unsupported(format!(
+                "computed cast source {kind} of {rows} x {cols}: inputs of {} and {b_len:?} values, {want_h} and {want_b:?} needed",
+                h.len()
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The scale a cast multiplies by, bit for bit.
@@ -179,10 +219,11 @@ impl CudaBackend {
     /// scratch of `side`, or takes the site's kept cast of it. With `report`, the statistics land
     /// in a slot, returned for the step's report.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Operand, Option<usize>), CudaError> {
+    pub(super) fn cast(&mut self, x: CastInput, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Operand, Option<usize>), CudaError> {
         let ty = op_type(how)?;
         let fmt = fmt_code(ty);
-        let key = CastKey::new(self.ptr(x), rows, cols, fmt, how, fault);
+        x.check(rows, cols)?;
+        let key = CastKey::new(self.input_ptr(x), rows, cols, fmt, how, fault);
         let kept_key = kept_key(at);
         if let Some(k) = self.usable_kept(key, at, level, report) {
             let p = self.prepared(ty, self.ptr(&k.codes), k.slot, k.straight);
@@ -232,19 +273,36 @@ impl CudaBackend {
         };
         let reported = slot.filter(|_| report);
         // The per-channel statistics of a recorded cast: computed by the cast kernel itself when it
-        // tiles (transposed and dual casts), in a pass of their own for a straight cast.
+        // tiles (transposed and dual casts), in a pass of their own for any other straight cast. A
+        // kept BF16 cast that records them takes the tiled kernel, writing its own layout only
+        // (the dual kernel without a transpose): the same statistics, from one read.
         let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
+        let computed = matches!(x, CastInput::Computed { .. });
+        // A computed source has only the tiled kernel (which writes each layout given).
+        let kernel = if computed || (straight_keep && channels.is_some()) { CastLayout::Both } else { layout };
         let fused = match channels {
-            Some(s) if layout != CastLayout::Straight => Some(self.channel_target(cols, rows.div_ceil(CAST_TILE), s)?),
+            Some(s) if kernel != CastLayout::Straight => Some(self.channel_target(cols, rows.div_ceil(CAST_TILE), s)?),
             _ => None,
         };
-        self.launch_cast(x, rows, cols, layout, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
+        self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
         match (channels, fused) {
             (_, Some(t)) => self.channel_reduce(t)?,
-            (Some(s), None) => self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?,
+            (Some(s), None) => {
+                let CastInput::Buf(x) = x else { unreachable!("a computed source's channel statistics come from its tiled kernel") };
+                self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?
+            }
             (None, None) => {}
         }
         Ok((self.prepared(ty, dst, slot, false), reported))
+    }
+
+    /// The address that keys a cast of `x`: its buffer's, or for a computed source the buffer it
+    /// stands for.
+    fn input_ptr(&self, x: CastInput) -> u64 {
+        match x {
+            CastInput::Buf(b) => self.ptr(b),
+            CastInput::Computed { like, .. } => self.ptr(like.raw()),
+        }
     }
 
     /// Device address of scale slot `slot` (0 for none).
@@ -260,7 +318,7 @@ impl CudaBackend {
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
     /// block writes the scale to the slot.
     #[allow(clippy::too_many_arguments)]
-    fn launch_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>) -> Result<(), CudaError> {
+    fn launch_cast(&mut self, x: CastInput, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>) -> Result<(), CudaError> {
         let (ch_sq, ch_amax) = channels.map(|t| (t.part_sq, t.part_amax)).unwrap_or((0, 0));
         let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
         let slot_ptr = self.slot_ptr(slot);
@@ -271,11 +329,18 @@ impl CudaBackend {
                 o[j] = i as u64;
             }
         }
-        let (xp, parts, counter) = (self.ptr(x), self.ptr(&self.partials), self.ptr(&self.cast_counter));
+        let (parts, counter) = (self.ptr(&self.partials), self.ptr(&self.cast_counter));
+        let xp = match x {
+            CastInput::Buf(b) => self.ptr(b),
+            CastInput::Computed { .. } => 0,
+        };
         let (mut scale_arg, mut mode) = (1.0f32, 0i32);
         if let OperandCast::Fp8Tensor { scale, .. } = how {
             match scale {
                 ScaleSource::Given { scale, .. } => scale_arg = scale,
+                ScaleSource::Current { .. } if !matches!(x, CastInput::Buf(_)) => {
+                    return Err(CudaError::Unsupported("current scaling of a computed cast source (its amax pass reads a buffer)".into()));
+                }
                 ScaleSource::Current { margin } => {
                     let grid = cast_grid(rows, cols, false, 0, sms, self.cast_grid);
                     #[rustfmt::skip]
@@ -286,6 +351,18 @@ impl CudaBackend {
             }
         }
         let grid = cast_grid(rows, cols, layout != CastLayout::Straight, level_code(level), sms, self.cast_grid);
+        if let CastInput::Computed { kind, h, b, .. } = x {
+            if level > StatsLevel::Cheap {
+                return Err(CudaError::Unsupported("full statistics of a computed cast source".into()));
+            }
+            let (hp, h16) = (self.ptr(h.raw()), h.is_bf16() as i32);
+            let (bp, b16) = b.map(|b| (self.ptr(b.raw()), b.is_bf16() as i32)).unwrap_or((0, 0));
+            #[rustfmt::skip]
+            launch!(self, kernels::cast_src_kernel(level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
+                slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
+                kind, hp, h16, bp, b16)?;
+            return Ok(());
+        }
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
             slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
@@ -326,7 +403,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
         let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
-        let (p, slot) = self.cast(x, rows, cols, at, how, fault, level, true, Side::P)?;
+        let (p, slot) = self.cast(CastInput::Buf(x), rows, cols, at, how, fault, level, true, Side::P)?;
         let slot = slot.expect("a reported cast has a slot");
         let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
         let given = match how {
@@ -366,10 +443,10 @@ impl CudaBackend {
         let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
         let (a, b) = (ev()?, ev()?);
         let at = CastUse { site: (u32::MAX, Module::Qkv), role: Role::Activation, transposed: transpose && !dual, share: dual };
-        self.cast(x, rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
+        self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
         a.record(&self.stream)?;
         for _ in 0..reps {
-            self.cast(x, rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
+            self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
         }
         b.record(&self.stream)?;
         self.stream.synchronize()?;

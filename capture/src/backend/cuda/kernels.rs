@@ -1,8 +1,9 @@
 //! The CUDA sources of `kernels/`, embedded in the binary and compiled by NVRTC at start-up to a
 //! CUBIN for the GPU found (cached per process), and the table of kernel modules.
 //!
-//! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` is replaced by that
-//! file's text before compilation, so no header search is needed for our own code. NVRTC still
+//! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` (and
+//! `#include "activations.cuh"`) is replaced by that file's text before compilation, so no header
+//! search is needed for our own code. NVRTC still
 //! needs CUDA's headers (`cuda_fp8.h`, `cuda_bf16.h`): see [`include_dirs`].
 
 use super::CudaError;
@@ -12,14 +13,16 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 const COMMON: &str = include_str!("../../../../kernels/common.cuh");
+const ACTIVATIONS: &str = include_str!("../../../../kernels/activations.cuh");
 
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 32] = [
+const CAST_KERNELS: [&str; 38] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
+    "cast_src_l0_f0", "cast_src_l0_f1", "cast_src_l0_f2", "cast_src_l1_f0", "cast_src_l1_f1", "cast_src_l1_f2",
     "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd",
 ];
 
@@ -35,6 +38,12 @@ pub enum CastLayout {
 /// error), format code `fmt` (0 BF16, 1 E4M3, 2 E5M2) and `layout`.
 pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str {
     CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
+}
+
+/// The cast kernel of a computed source (`cast.cu`: CastSrc) at statistics level `level` (0 or 1:
+/// the levels it is compiled for) and format code `fmt`.
+pub fn cast_src_kernel(level: usize, fmt: usize) -> &'static str {
+    CAST_KERNELS[27 + level.min(1) * 3 + fmt.min(2)]
 }
 
 /// A kernel family: one `.cu` file, one module.
@@ -131,9 +140,10 @@ impl Family {
         }
     }
 
-    /// The full translation unit NVRTC compiles: the family's file with `common.cuh` pasted in.
+    /// The full translation unit NVRTC compiles: the family's file with `common.cuh` and
+    /// `activations.cuh` pasted in.
     pub fn translation_unit(self) -> String {
-        self.source().replace("#include \"common.cuh\"", COMMON)
+        self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS)
     }
 }
 

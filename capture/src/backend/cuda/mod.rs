@@ -458,7 +458,7 @@ impl CudaBackend {
         &mut self,
         call: &GemmCall,
         out: &mut DevBuf,
-        a: &CudaSlice<f32>,
+        a: cast::CastInput,
         b: &CudaSlice<f32>,
         bias: Option<&CudaSlice<f32>>,
         dbias: Option<&mut CudaSlice<f32>>,
@@ -485,7 +485,7 @@ impl CudaBackend {
         let use_a = cast::CastUse { site, role: role_a, transposed: ta, share };
         let use_b = cast::CastUse { site, role: role_b, transposed: tb, share };
         let (pa, slot_a) = self.span("gemm.cast", |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
-        let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(b, br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
+        let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
         if out.len() < n_out {
             return Err(CudaError::Unsupported(format!("a GEMM of {rows} × {cols} into a buffer of {}", out.len())));
@@ -726,7 +726,7 @@ impl CudaBackend {
 
     /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
     fn matmul_bf16_fwd_impl(&mut self, out: &mut DevBuf, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
-        self.linear(&plain_call(Gemm::Fprop, dims), out, inp, w, None, None, false, false, true)
+        self.linear(&plain_call(Gemm::Fprop, dims), out, cast::CastInput::Buf(inp), w, None, None, false, false, true)
     }
 
     /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
@@ -739,8 +739,8 @@ impl CudaBackend {
         w: &CudaSlice<f32>,
         dims: LinearDims,
     ) -> Result<(), CudaError> {
-        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, dout, w, None, None, false, false, true)?;
-        self.linear(&plain_call(Gemm::Wgrad, dims), dw, dout, inp, None, None, true, false, true)
+        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, cast::CastInput::Buf(dout), w, None, None, false, false, true)?;
+        self.linear(&plain_call(Gemm::Wgrad, dims), dw, cast::CastInput::Buf(dout), inp, None, None, true, false, true)
     }
 
     /// Every element of `x` rounded to BF16 in place (`round_bf16_fwd`, a kernel of cast.cu, whose
@@ -760,6 +760,7 @@ fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
 }
 
 // After the macros above, which they use.
+mod activation_gemm;
 mod adamw;
 mod embedding;
 mod gelu;

@@ -6,6 +6,7 @@
 
 use super::*;
 use super::attention::AttentionShape;
+use crate::backend::Activation;
 
 impl Backend for CudaBackend {
     type Buf = DevBuf;
@@ -237,7 +238,15 @@ impl Backend for CudaBackend {
         dbias: Option<&mut DevBuf>,
     ) {
         let (bias, dbias) = (bias.map(|b| &**b), dbias.map(|d| &mut **d));
-        self.spanned("gemm", |me| me.linear(call, out, a, b, bias, dbias, false, true, true));
+        self.spanned("gemm", |me| me.linear(call, out, cast::CastInput::Buf(a), b, bias, dbias, false, true, true));
+    }
+
+    fn gemm_of_activation(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+        self.gemm_of_activation_impl(call, out, act, h, kind, w, bias)
+    }
+
+    fn gemm_of_activation_grad(&mut self, call: &GemmCall, out: &mut DevBuf, dh: &mut DevBuf, h: &DevBuf, dact: &DevBuf, kind: Activation, w: &DevBuf) -> bool {
+        self.gemm_of_activation_grad_impl(call, out, dh, h, dact, kind, w)
     }
 
     fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &DevBuf) -> bool {

@@ -1,0 +1,58 @@
+//! GEMMs whose operand is an activation function's output or gradient, computed as the operand is
+//! cast (`Backend::gemm_of_activation`, `Backend::gemm_of_activation_grad`): fc2's fprop reads
+//! act = SwiGLU(h) or GELU(h), fc1's dgrad reads dh = their backward, each from fc1's saved output
+//! h (and dact). Unfused, a kernel of `kernels/swiglu.cu` or `gelu.cu` writes act or dh in f32 and
+//! the cast reads it back; fused, the cast kernel of a computed source (`kernels/cast.cu`:
+//! `cast_src_*`) computes each value with the same element math (`kernels/activations.cuh`) as it
+//! loads it, so the codes and statistics are bit-identical and the f32 tensor is neither written
+//! nor read. The cast is kept for the site's wgrad under the unwritten buffer's address
+//! (`cast.rs`: `CastInput::Computed`), so the wgrad takes it as it takes any kept cast.
+
+use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU};
+use super::{CudaBackend, DevBuf};
+use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
+
+impl CudaBackend {
+    /// Whether `call`'s operand a can be computed as it is cast: not beside a BF16 shadow GEMM
+    /// (which casts the operand again, from the buffer), with a scale known before the cast (BF16,
+    /// or FP8 with a given scale: current scaling's amax pass reads a buffer), statistics at most
+    /// cheap (the levels the computed-source kernels are compiled for), and no error kept.
+    fn computes_operand(&self, call: &GemmCall) -> bool {
+        let scale_known = matches!(call.cast_a, OperandCast::Bf16 | OperandCast::Fp8Tensor { scale: ScaleSource::Given { .. }, .. });
+        self.error.is_none() && !call.shadow && scale_known && call.stats <= StatsLevel::Cheap
+    }
+
+    /// See [`Backend::gemm_of_activation`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_of_activation_impl(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+        if !self.computes_operand(call) {
+            self.activation_fwd(act, h, kind);
+            self.gemm(call, out, act, w, bias, None);
+            return true;
+        }
+        let src = match kind {
+            Activation::Gelu => SRC_GELU,
+            Activation::Swiglu { .. } => SRC_SWIGLU,
+        };
+        let a = CastInput::Computed { kind: src, h, b: None, like: act };
+        self.spanned("gemm", |me| me.linear(call, out, a, w, bias.map(|b| &**b), None, false, true, true));
+        false
+    }
+
+    /// See [`Backend::gemm_of_activation_grad`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_of_activation_grad_impl(&mut self, call: &GemmCall, out: &mut DevBuf, dh: &mut DevBuf, h: &DevBuf, dact: &DevBuf, kind: Activation, w: &DevBuf) -> bool {
+        if !self.computes_operand(call) {
+            self.activation_bwd(dh, h, dact, kind);
+            self.gemm(call, out, dh, w, None, None);
+            return true;
+        }
+        let src = match kind {
+            Activation::Gelu => SRC_DGELU,
+            Activation::Swiglu { .. } => SRC_DSWIGLU,
+        };
+        let a = CastInput::Computed { kind: src, h, b: Some(dact), like: dh };
+        self.spanned("gemm", |me| me.linear(call, out, a, w, None, None, false, true, true));
+        false
+    }
+}
