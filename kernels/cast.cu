@@ -283,83 +283,83 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
 // Values a cast computes as it reads them (the cast_src_* kernels) instead of reading x, from the
 // saved inputs of the layer that would otherwise have written x first; the element math is
 // activations.cuh's, so the values, and the codes, are those of the unfused pair of kernels. h and
-// b hold f32 values, or BF16 values with h_bf16 / b_bf16.
+// b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
+// 4 values, 8-byte aligned (capture/src/backend/cuda/cast.rs checks both).
 #define SRC_SWIGLU 1   // x (rows, F) = swiglu(h), h = fc1's output (rows, 2F)
 #define SRC_DSWIGLU 2  // x (rows, 2F) = [d(gate) | d(up)] from h (rows, 2F) and b = dout (rows, F)
 #define SRC_GELU 3     // x = gelu(h), h (rows, cols)
 #define SRC_DGELU 4    // x = gelu'(h) * b, h and b (rows, cols)
 struct CastSrc {
     int kind;
-    const void* h;
-    int h_bf16;
-    const void* b;
-    int b_bf16;
+    const unsigned short* h;
+    const unsigned short* b;
 };
 
-// Values (r, c .. c + 3) of a computed source with `cols` columns into v; 0 past the last column.
-__device__ __forceinline__ void src_load4(const CastSrc& s, int r, int c, int cols, float (&v)[4]) {
-    int valid = min(4, cols - c);
-    float g[4], u[4], dy[4];
-    if (s.kind == SRC_SWIGLU) {
-        u64 base = (u64)r * 2 * cols;
-        bool vec = (cols & 3) == 0 && aligned4(s.h, s.h_bf16);
-        load4(s.h, base + c, s.h_bf16, vec, valid, g);
-        load4(s.h, base + cols + c, s.h_bf16, vec, valid, u);
+// A thread's raw inputs for its 4 x 4 values of a tile (load_tile's rows and columns): per row, 4
+// BF16 values of each of up to three inputs (SRC_SWIGLU: gate, up; SRC_DSWIGLU: gate, up, dout;
+// SRC_GELU: h; SRC_DGELU: h, dout), packed two to a word. The next tile's are loaded while this
+// one is cast, as load_tile's values are; the element math runs at the cast (src_compute).
+struct SrcRaw {
+    uint2 in[4][3];
+};
+
+__device__ __forceinline__ uint2 ld_bf16x4(const unsigned short* p, u64 i) {
+    return __ldg(reinterpret_cast<const uint2*>(p + i));
+}
+
+__device__ __forceinline__ void unpack_bf16x4(uint2 w, float (&v)[4]) {
+    v[0] = __uint_as_float(w.x << 16);
+    v[1] = __uint_as_float(w.x & 0xffff0000u);
+    v[2] = __uint_as_float(w.y << 16);
+    v[3] = __uint_as_float(w.y & 0xffff0000u);
+}
+
+// Loads the raw inputs of the tile at (r0, c0) (zeros past the edges, which compute to 0).
+__device__ __forceinline__ void src_load_raw(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, SrcRaw& raw) {
+    int c = c0 + 4 * tx;
+    int f = s.kind == SRC_DSWIGLU ? cols / 2 : cols;  // SwiGLU: the width of a half of h
+    bool up = s.kind == SRC_DSWIGLU && c >= f;        // the d(up) half: no up value needed
+    int j = up ? c - f : c;
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = k < valid ? swiglu_one(g[k], u[k]) : 0.0f;
-    } else if (s.kind == SRC_DSWIGLU) {
-        int f = cols / 2;
-        u64 hb = (u64)r * cols, db = (u64)r * f;
-        if ((f & 3) == 0 && aligned4(s.h, s.h_bf16) && aligned4(s.b, s.b_bf16)) {
-            // The 4 columns lie in one half: d(gate) (c < F) or d(up).
-            bool up = c >= f;
-            int j = up ? c - f : c;
-            load4(s.h, hb + j, s.h_bf16, true, 4, g);
-            load4(s.h, hb + f + j, s.h_bf16, true, 4, u);
-            load4(s.b, db + j, s.b_bf16, true, 4, dy);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float dg, du;
-                dswiglu_one(g[k], u[k], dy[k], dg, du);
-                v[k] = up ? du : dg;
-            }
+    for (int q = 0; q < 4; q++) {
+        int r = r0 + ty + 16 * q;
+        uint2 z = make_uint2(0u, 0u);
+        raw.in[q][0] = raw.in[q][1] = raw.in[q][2] = z;
+        if (r >= rows || c >= cols) continue;
+        if (s.kind == SRC_SWIGLU || s.kind == SRC_DSWIGLU) {
+            u64 hb = (u64)r * 2 * f;
+            raw.in[q][0] = ld_bf16x4(s.h, hb + j);
+            if (!up) raw.in[q][1] = ld_bf16x4(s.h, hb + f + j);
+            if (s.kind == SRC_DSWIGLU) raw.in[q][2] = ld_bf16x4(s.b, (u64)r * f + j);
         } else {
-            for (int k = 0; k < 4; k++) {
-                v[k] = 0.0f;
-                if (k >= valid) continue;
-                bool up = c + k >= f;
-                int j = up ? c + k - f : c + k;
-                float dg, du;
-                dswiglu_one(load_value(s.h, hb + j, s.h_bf16), load_value(s.h, hb + f + j, s.h_bf16), load_value(s.b, db + j, s.b_bf16), dg, du);
-                v[k] = up ? du : dg;
-            }
-        }
-    } else {
-        u64 base = (u64)r * cols;
-        bool vec = (cols & 3) == 0 && aligned4(s.h, s.h_bf16) && (s.kind == SRC_GELU || aligned4(s.b, s.b_bf16));
-        load4(s.h, base + c, s.h_bf16, vec, valid, g);
-        if (s.kind == SRC_GELU) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) v[k] = k < valid ? gelu_one(g[k]) : 0.0f;
-        } else {
-            load4(s.b, base + c, s.b_bf16, vec, valid, dy);
-#pragma unroll
-            for (int k = 0; k < 4; k++) v[k] = k < valid ? dgelu_one(g[k], dy[k]) : 0.0f;
+            raw.in[q][0] = ld_bf16x4(s.h, (u64)r * cols + c);
+            if (s.kind == SRC_DGELU) raw.in[q][2] = ld_bf16x4(s.b, (u64)r * cols + c);
         }
     }
 }
 
-// load_tile for a computed source: the same 4 x 4 values of the tile at (r0, c0), 0 past the edges.
-__device__ __forceinline__ void load_tile_src(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, float (&v)[4][4]) {
-    int c = c0 + 4 * tx;
+// The values of the thread's 4 x 4 share of the tile at column c0 from its raw inputs.
+__device__ __forceinline__ void src_compute(const CastSrc& s, int cols, int c0, int tx, const SrcRaw& raw, float (&v)[4][4]) {
+    bool up = s.kind == SRC_DSWIGLU && c0 + 4 * tx >= cols / 2;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int r = r0 + ty + 16 * j;
-        if (r < rows && c < cols) {
-            src_load4(s, r, c, cols, v[j]);
-        } else {
+    for (int q = 0; q < 4; q++) {
+        float a[4], u[4], d[4];
+        unpack_bf16x4(raw.in[q][0], a);
+        unpack_bf16x4(raw.in[q][1], u);
+        unpack_bf16x4(raw.in[q][2], d);
 #pragma unroll
-            for (int k = 0; k < 4; k++) v[j][k] = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            if (s.kind == SRC_SWIGLU) {
+                v[q][k] = swiglu_one(a[k], u[k]);
+            } else if (s.kind == SRC_DSWIGLU) {
+                float dg, du;
+                dswiglu_one(a[k], u[k], d[k], dg, du);
+                v[q][k] = up ? du : dg;
+            } else if (s.kind == SRC_GELU) {
+                v[q][k] = gelu_one(a[k]);
+            } else {
+                v[q][k] = dgelu_one(a[k], d[k]);
+            }
         }
     }
 }
@@ -520,8 +520,9 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
     int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
     float v[4][4];
+    SrcRaw raw;
     if (tr < tiles_r) {
-        if (SRC) load_tile_src(src, rows, cols, tr * TILE, tc * TILE, tx, ty, v);
+        if (SRC) src_load_raw(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
         else load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
     }
     while (tr < tiles_r) {
@@ -530,10 +531,13 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         int nr = tr + step_r, nc = tc + step_c;
         if (nc >= tiles_c) { nc -= tiles_c; nr++; }
         float nv[4][4];
+        SrcRaw nraw;
         if (nr < tiles_r) {
-            if (SRC) load_tile_src(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nv);
+            if (SRC) src_load_raw(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
             else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
         }
+        // A computed source's values, from the raw inputs loaded an iteration ago.
+        if (SRC) src_compute(src, cols, c0, tx, raw, v);
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
@@ -589,10 +593,14 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         __syncthreads();
+        if (SRC) {
+            raw = nraw;
+        } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+            for (int j = 0; j < 4; j++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) v[j][k] = nv[j][k];
+                for (int k = 0; k < 4; k++) v[j][k] = nv[j][k];
+        }
         tr = nr;
         tc = nc;
     }
@@ -627,15 +635,18 @@ CAST_KERNELS_L(0)
 CAST_KERNELS_L(1)
 CAST_KERNELS_L(2)
 
+// Blocks per SM the computed-source casts are register-capped for: one fewer than the plain casts
+// (their raw inputs of the next tile take more registers than its values).
+#define CAST_SRC_MIN_BLOCKS(L) (CAST_MIN_BLOCKS(L) - 1)
 // The casts of a computed source (CastSrc; x unused), statistics level L 0 or 1, format F: the
 // tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
-// cast_src_l{L}_f{F}; the CAST_PARAMS, then the source's kind, h, h_bf16, b, b_bf16.
+// cast_src_l{L}_f{F}; the CAST_PARAMS, then the source's kind, h and b (BF16).
 #define CAST_SRC_KERNEL(L, F)                                                                              \
-    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_src_l##L##_f##F(  \
-        CAST_PARAMS, int src_kind, const void* __restrict__ src_h, int src_h_bf16, const void* __restrict__ src_b, int src_b_bf16) { \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_SRC_MIN_BLOCKS(L)) cast_src_l##L##_f##F( \
+        CAST_PARAMS, int src_kind, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b) { \
         cast_transposed<F, L, true>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter, \
                                     margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,       \
-                                    CastSrc{src_kind, src_h, src_h_bf16, src_b, src_b_bf16});                        \
+                                    CastSrc{src_kind, src_h, src_b});                                                \
     }
 CAST_SRC_KERNEL(0, 0) CAST_SRC_KERNEL(0, 1) CAST_SRC_KERNEL(0, 2)
 CAST_SRC_KERNEL(1, 0) CAST_SRC_KERNEL(1, 1) CAST_SRC_KERNEL(1, 2)

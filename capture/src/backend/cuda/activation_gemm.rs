@@ -8,7 +8,8 @@
 //! nor read. The cast is kept for the site's wgrad under the unwritten buffer's address
 //! (`cast.rs`: `CastInput::Computed`), so the wgrad takes it as it takes any kept cast.
 
-use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU};
+use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU, computable};
+use crate::backend::operands::operand_shapes;
 use super::{CudaBackend, DevBuf};
 use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
 
@@ -17,23 +18,25 @@ impl CudaBackend {
     /// (which casts the operand again, from the buffer), with a scale known before the cast (BF16,
     /// or FP8 with a given scale: current scaling's amax pass reads a buffer), statistics at most
     /// cheap (the levels the computed-source kernels are compiled for), and no error kept.
-    fn computes_operand(&self, call: &GemmCall) -> bool {
+    /// The kernels also need BF16 inputs and rows of a multiple of 4 values ([`computable`]).
+    fn computes_operand(&self, call: &GemmCall, kind: i32, h: &DevBuf, b: Option<&DevBuf>) -> bool {
         let scale_known = matches!(call.cast_a, OperandCast::Bf16 | OperandCast::Fp8Tensor { scale: ScaleSource::Given { .. }, .. });
-        self.error.is_none() && !call.shadow && scale_known && call.stats <= StatsLevel::Cheap
+        let cols = operand_shapes(call.id.gemm, call.dims)[0].1;
+        self.error.is_none() && !call.shadow && scale_known && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
     }
 
     /// See [`Backend::gemm_of_activation`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm_of_activation_impl(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
-        if !self.computes_operand(call) {
-            self.activation_fwd(act, h, kind);
-            self.gemm(call, out, act, w, bias, None);
-            return true;
-        }
         let src = match kind {
             Activation::Gelu => SRC_GELU,
             Activation::Swiglu { .. } => SRC_SWIGLU,
         };
+        if !self.computes_operand(call, src, h, None) {
+            self.activation_fwd(act, h, kind);
+            self.gemm(call, out, act, w, bias, None);
+            return true;
+        }
         let a = CastInput::Computed { kind: src, h, b: None, like: act };
         self.spanned("gemm", |me| me.linear(call, out, a, w, bias.map(|b| &**b), None, false, true, true));
         false
@@ -42,15 +45,15 @@ impl CudaBackend {
     /// See [`Backend::gemm_of_activation_grad`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm_of_activation_grad_impl(&mut self, call: &GemmCall, out: &mut DevBuf, dh: &mut DevBuf, h: &DevBuf, dact: &DevBuf, kind: Activation, w: &DevBuf) -> bool {
-        if !self.computes_operand(call) {
-            self.activation_bwd(dh, h, dact, kind);
-            self.gemm(call, out, dh, w, None, None);
-            return true;
-        }
         let src = match kind {
             Activation::Gelu => SRC_DGELU,
             Activation::Swiglu { .. } => SRC_DSWIGLU,
         };
+        if !self.computes_operand(call, src, h, Some(dact)) {
+            self.activation_bwd(dh, h, dact, kind);
+            self.gemm(call, out, dh, w, None, None);
+            return true;
+        }
         let a = CastInput::Computed { kind: src, h, b: Some(dact), like: dh };
         self.spanned("gemm", |me| me.linear(call, out, a, w, None, None, false, true, true));
         false

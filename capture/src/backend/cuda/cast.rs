@@ -77,6 +77,15 @@ pub(super) const SRC_DSWIGLU: i32 = 2;
 pub(super) const SRC_GELU: i32 = 3;
 pub(super) const SRC_DGELU: i32 = 4;
 
+/// Whether the cast kernels of a computed source take `kind` for an operand of `cols` columns from
+/// `h` and `b`: BF16 inputs (the kernels load 4 BF16 values at once) and rows (of each half, for
+/// SwiGLU's backward) of a multiple of 4 values.
+pub(super) fn computable(kind: i32, cols: usize, h: &DevBuf, b: Option<&DevBuf>) -> bool {
+    let width = if kind == SRC_DSWIGLU { cols / 2 } else { cols };
+    let even = kind != SRC_DSWIGLU || cols % 2 == 0;
+    h.is_bf16() && b.is_none_or(|b| b.is_bf16()) && even && width % 4 == 0
+}
+
 impl CastInput<'_> {
     /// The computed source's inputs checked against the cast's rows × cols.
     fn check(&self, rows: usize, cols: usize) -> Result<(), CudaError> {
@@ -89,6 +98,9 @@ impl CastInput<'_> {
             SRC_DGELU => (n, Some(n)),
             _ => return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}"))),
         };
+        if !computable(kind, cols, h, b) {
+            return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}: needs BF16 inputs and rows of a multiple of 4 values")));
+        }
         let b_len = b.map(|b| b.len());
         if h.len() != want_h || b_len != want_b {
             return Err(CudaError::Unsupported(format!(
@@ -350,19 +362,22 @@ impl CudaBackend {
                 }
             }
         }
-        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, level_code(level), sms, self.cast_grid);
         if let CastInput::Computed { kind, h, b, .. } = x {
             if level > StatsLevel::Cheap {
                 return Err(CudaError::Unsupported("full statistics of a computed cast source".into()));
             }
-            let (hp, h16) = (self.ptr(h.raw()), h.is_bf16() as i32);
-            let (bp, b16) = b.map(|b| (self.ptr(b.raw()), b.is_bf16() as i32)).unwrap_or((0, 0));
+            // One block fewer per SM than the plain casts (kernels/cast.cu: CAST_SRC_MIN_BLOCKS).
+            let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
+            let most = if self.cast_grid > 0 { self.cast_grid } else { sms * (cast_blocks_per_sm(level_code(level)) - 1) };
+            let grid = tiles.min(most).clamp(1, CAST_GRID_MAX) as u32;
+            let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
             #[rustfmt::skip]
             launch!(self, kernels::cast_src_kernel(level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
-                kind, hp, h16, bp, b16)?;
+                kind, hp, bp)?;
             return Ok(());
         }
+        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, level_code(level), sms, self.cast_grid);
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
             slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
