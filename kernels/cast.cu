@@ -648,8 +648,9 @@ CAST_KERNELS_L(2)
                                     margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,       \
                                     CastSrc{src_kind, src_h, src_b});                                                \
     }
-CAST_SRC_KERNEL(0, 0) CAST_SRC_KERNEL(0, 1) CAST_SRC_KERNEL(0, 2)
-CAST_SRC_KERNEL(1, 0) CAST_SRC_KERNEL(1, 1) CAST_SRC_KERNEL(1, 2)
+// BF16 only: the backend computes FP8 operands unfused (capture/src/backend/cuda/activation_gemm.rs).
+CAST_SRC_KERNEL(0, 0)
+CAST_SRC_KERNEL(1, 0)
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.

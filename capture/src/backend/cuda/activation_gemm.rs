@@ -5,24 +5,28 @@
 //! the cast reads it back; fused, the cast kernel of a computed source (`kernels/cast.cu`:
 //! `cast_src_*`) computes each value with the same element math (`kernels/activations.cuh`) as it
 //! loads it, so the codes and statistics are bit-identical and the f32 tensor is neither written
-//! nor read. The cast is kept for the site's wgrad under the unwritten buffer's address
+//! nor read. Only for BF16 operands (see `computes_operand`). The cast is kept for the site's wgrad under the unwritten buffer's address
 //! (`cast.rs`: `CastInput::Computed`), so the wgrad takes it as it takes any kept cast.
 
 use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU, computable};
 use crate::backend::operands::operand_shapes;
 use super::{CudaBackend, DevBuf};
-use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
+use crate::backend::{Activation, Backend, GemmCall, OperandCast, StatsLevel};
 
 impl CudaBackend {
-    /// Whether `call`'s operand a can be computed as it is cast: not beside a BF16 shadow GEMM
-    /// (which casts the operand again, from the buffer), with a scale known before the cast (BF16,
-    /// or FP8 with a given scale: current scaling's amax pass reads a buffer), statistics at most
-    /// cheap (the levels the computed-source kernels are compiled for), and no error kept.
-    /// The kernels also need BF16 inputs and rows of a multiple of 4 values ([`computable`]).
+    /// Whether `call`'s operand a is computed as it is cast: a BF16 operand (see below), not beside
+    /// a BF16 shadow GEMM (which casts the operand again, from the buffer), statistics at most
+    /// cheap (the levels the computed-source kernels are compiled for), BF16 inputs and rows of a
+    /// multiple of 4 values ([`computable`]), and no error kept.
+    ///
+    /// FP8 operands keep the unfused pair: measured at llama-1b on an H200 (bench/BENCHMARKS.md,
+    /// "fourth pass"), the computed source's tiled cast writing both FP8 layouts took 8.4 ms a step
+    /// more than the plain dual casts, more than the 6.5 ms of SwiGLU kernels it saves, while for
+    /// BF16 operands (one layout written) the fused step is faster.
     fn computes_operand(&self, call: &GemmCall, kind: i32, h: &DevBuf, b: Option<&DevBuf>) -> bool {
-        let scale_known = matches!(call.cast_a, OperandCast::Bf16 | OperandCast::Fp8Tensor { scale: ScaleSource::Given { .. }, .. });
         let cols = operand_shapes(call.id.gemm, call.dims)[0].1;
-        self.error.is_none() && !call.shadow && scale_known && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
+        let bf16 = call.cast_a == OperandCast::Bf16;
+        self.error.is_none() && bf16 && !call.shadow && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
     }
 
     /// See [`Backend::gemm_of_activation`].

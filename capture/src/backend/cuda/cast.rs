@@ -363,8 +363,8 @@ impl CudaBackend {
             }
         }
         if let CastInput::Computed { kind, h, b, .. } = x {
-            if level > StatsLevel::Cheap {
-                return Err(CudaError::Unsupported("full statistics of a computed cast source".into()));
+            if level > StatsLevel::Cheap || fmt != fmt_code(OpType::Bf16) {
+                return Err(CudaError::Unsupported("a computed cast source is cast to BF16, with statistics at most cheap".into()));
             }
             // One block fewer per SM than the plain casts (kernels/cast.cu: CAST_SRC_MIN_BLOCKS).
             let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
@@ -372,7 +372,7 @@ impl CudaBackend {
             let grid = tiles.min(most).clamp(1, CAST_GRID_MAX) as u32;
             let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
             #[rustfmt::skip]
-            launch!(self, kernels::cast_src_kernel(level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
+            launch!(self, kernels::cast_src_kernel(level_code(level)), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
                 kind, hp, bp)?;
             return Ok(());

@@ -18,11 +18,11 @@ const ACTIVATIONS: &str = include_str!("../../../../kernels/activations.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 38] = [
+const CAST_KERNELS: [&str; 34] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
-    "cast_src_l0_f0", "cast_src_l0_f1", "cast_src_l0_f2", "cast_src_l1_f0", "cast_src_l1_f1", "cast_src_l1_f2",
+    "cast_src_l0_f0", "cast_src_l1_f0",
     "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd",
 ];
 
@@ -40,10 +40,10 @@ pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str
     CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
 }
 
-/// The cast kernel of a computed source (`cast.cu`: CastSrc) at statistics level `level` (0 or 1:
-/// the levels it is compiled for) and format code `fmt`.
-pub fn cast_src_kernel(level: usize, fmt: usize) -> &'static str {
-    CAST_KERNELS[27 + level.min(1) * 3 + fmt.min(2)]
+/// The BF16 cast kernel of a computed source (`cast.cu`: CastSrc) at statistics level `level` (0
+/// or 1: the levels it is compiled for).
+pub fn cast_src_kernel(level: usize) -> &'static str {
+    CAST_KERNELS[27 + level.min(1)]
 }
 
 /// A kernel family: one `.cu` file, one module.
