@@ -620,18 +620,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
 #[allow(clippy::too_many_arguments)]
 fn bf16_site<B: Backend>(be: &mut B, x: &B::Buf, w: &B::Buf, bias: &B::Buf, dy: &B::Buf, db0: &[f32], dims: LinearDims, back_to_back: bool) -> Vec<(String, Vec<f32>)> {
     let (n, c, f) = (dims.n, dims.k, dims.m);
-    let call = |gemm| GemmCall {
-        id: GemmId { layer: 3, module: Module::Fc1, gemm },
-        dims,
-        cast_a: OperandCast::Bf16,
-        cast_b: OperandCast::Bf16,
-        fault_a: OperandFault::NONE,
-        fault_b: OperandFault::NONE,
-        nan_output: false,
-        stats: StatsLevel::Cheap,
-        keep_quantized: [false; 2],
-        shadow: false,
-    };
+    let call = |gemm| GemmCall { stats: StatsLevel::Cheap, ..GemmCall::bf16(GemmId { layer: 3, module: Module::Fc1, gemm }, dims) };
     let (mut y, mut dx, mut dw, mut db) = (be.zeros(n * f), be.zeros(n * c), be.zeros(f * c), be.upload(db0));
     let mut reports = 0;
     be.gemm(&call(Gemm::Fprop), &mut y, x, w, Some(bias), None);
