@@ -4,6 +4,10 @@
 // wgrad dY^T and X^T), and the statistics the recorder needs are reduced in the same pass:
 // amax, the counts (underflow, saturated, NaN, Inf, zeros), moments, and the quantization error.
 //
+// The cast_src_* kernels cast an operand that was never written: they compute each value from the
+// saved inputs of the layer that would have written it (CastSrc: the activation function of fc1's
+// output, or its backward), with that layer's element math (activations.cuh).
+//
 // Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles, field-major)
 // and the last block to finish reduces them in a fixed order (no floating-point atomics); the same
 // last block turns an amax into a current scale when asked.
