@@ -311,13 +311,6 @@ __device__ __forceinline__ uint2 ld_bf16x4(const unsigned short* p, u64 i) {
     return __ldg(reinterpret_cast<const uint2*>(p + i));
 }
 
-__device__ __forceinline__ void unpack_bf16x4(uint2 w, float (&v)[4]) {
-    v[0] = __uint_as_float(w.x << 16);
-    v[1] = __uint_as_float(w.x & 0xffff0000u);
-    v[2] = __uint_as_float(w.y << 16);
-    v[3] = __uint_as_float(w.y & 0xffff0000u);
-}
-
 // Loads the raw inputs of the tile at (r0, c0) (zeros past the edges, which compute to 0).
 __device__ __forceinline__ void src_load_raw(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, SrcRaw& raw) {
     int c = c0 + 4 * tx;

@@ -5,8 +5,9 @@
 //! the cast reads it back; fused, the cast kernel of a computed source (`kernels/cast.cu`:
 //! `cast_src_*`) computes each value with the same element math (`kernels/activations.cuh`) as it
 //! loads it, so the codes and statistics are bit-identical and the f32 tensor is neither written
-//! nor read. Only for BF16 operands (see `computes_operand`). The cast is kept for the site's wgrad under the unwritten buffer's address
-//! (`cast.rs`: `CastInput::Computed`), so the wgrad takes it as it takes any kept cast.
+//! nor read. Only for BF16 operands (see `computes_operand`). The cast is kept for the site's
+//! wgrad under the unwritten buffer's address (`cast.rs`: `CastInput::Computed`), so the wgrad
+//! takes it as it takes any kept cast.
 
 use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU, computable};
 use crate::backend::operands::operand_shapes;
