@@ -18,34 +18,55 @@
 //   stored so).
 #include "common.cuh"
 
+// Rows (B*T of them, w wide, row-major; f32 values, or BF16 values with src_bf16) split into BF16
+// head-major matrices: columns [0, nh*hs) into a (B,NH,T,HS), then, with kvh > 0, the next kvh*hs
+// into k and the kvh*hs after them into v (B,KVH,T,HS). Each thread takes V consecutive columns (8
+// when hs is a multiple of 8: one 16-byte store, from one 16-byte BF16 load or two f32 ones; else
+// 1) of the rows blockIdx.y, blockIdx.y + gridDim.y, ...: no 64-bit division per element. Values
+// are rounded to BF16 one by one (round to nearest even), BF16 ones copied.
+template <int V>
+__device__ __forceinline__ void split_heads(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
+                                            __nv_bfloat16* __restrict__ v, const void* __restrict__ src, int src_bf16,
+                                            int b, int t, int nh, int kvh, int hs) {
+    int c = nh * hs, ckv = kvh * hs, w = c + 2 * ckv;
+    int col = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (col >= w) return;
+    int sec = col < c ? 0 : (col < c + ckv ? 1 : 2);
+    int lc = col - (sec == 0 ? 0 : (sec == 1 ? c : c + ckv));
+    int heads = sec == 0 ? nh : kvh;
+    int h = lc / hs, d = lc % hs;
+    __nv_bfloat16* dst = sec == 0 ? q : (sec == 1 ? k : v);
+    for (int row = blockIdx.y; row < b * t; row += gridDim.y) {
+        int bb = row / t, tt = row % t;
+        u64 si = (u64)row * w + col;
+        u64 di = (((u64)bb * heads + h) * t + tt) * hs + d;
+        if (V == 8) {
+            uint4 out;
+            if (src_bf16) {
+                out = __ldg(reinterpret_cast<const uint4*>((const unsigned short*)src + si));
+            } else {
+                const float4* f = reinterpret_cast<const float4*>((const float*)src + si);
+                float4 x0 = __ldg(f), x1 = __ldg(f + 1);
+                __nv_bfloat162 p0 = __floats2bfloat162_rn(x0.x, x0.y), p1 = __floats2bfloat162_rn(x0.z, x0.w);
+                __nv_bfloat162 p2 = __floats2bfloat162_rn(x1.x, x1.y), p3 = __floats2bfloat162_rn(x1.z, x1.w);
+                out = make_uint4(*reinterpret_cast<u32*>(&p0), *reinterpret_cast<u32*>(&p1), *reinterpret_cast<u32*>(&p2),
+                                 *reinterpret_cast<u32*>(&p3));
+            }
+            *reinterpret_cast<uint4*>(dst + di) = out;
+        } else {
+            dst[di] = __float2bfloat16_rn(load_value(src, si, src_bf16));
+        }
+    }
+}
+
 // q (B,NH,T,HS), k, v (B,KVH,T,HS) BF16 from qkv (B,T,C + 2*KVH*HS), f32 values or, with qkv_bf16,
-// BF16 values (GPT's qkv, a GEMM's output, may be stored so). Launch: grid-stride over
-// B*(NH + KVH)*T*HS (the q elements, then the k/v pairs).
+// BF16 values (GPT's qkv, a GEMM's output, may be stored so). Launch: grid (ceil(W / V / 128),
+// min(B*T, 65535)), 128 threads, with V = 8 when HS is a multiple of 8 (else 1).
 extern "C" __global__ void attention_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
                                                __nv_bfloat16* __restrict__ v, const void* __restrict__ qkv, int qkv_bf16,
                                                int b, int t, int nh, int kvh, int hs) {
-    u64 nq = (u64)b * nh * t * hs;
-    u64 total = nq + (u64)b * kvh * t * hs;
-    int c = nh * hs;
-    u64 w = (u64)c + 2 * (u64)kvh * hs;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        bool is_q = i < nq;
-        u64 j = is_q ? i : i - nq;
-        int heads = is_q ? nh : kvh;
-        int d = (int)(j % hs);
-        u64 r = j / hs;
-        int tt = (int)(r % t); r /= t;
-        int h = (int)(r % heads);
-        int bb = (int)(r / heads);
-        u64 row = ((u64)bb * t + tt) * w;
-        if (is_q) {
-            q[j] = __float2bfloat16_rn(load_value(qkv, row + (u64)h * hs + d, qkv_bf16));
-        } else {
-            u64 src = row + c + (u64)h * hs + d;
-            k[j] = __float2bfloat16_rn(load_value(qkv, src, qkv_bf16));
-            v[j] = __float2bfloat16_rn(load_value(qkv, src + (u64)kvh * hs, qkv_bf16));
-        }
-    }
+    if (hs % 8 == 0) split_heads<8>(q, k, v, qkv, qkv_bf16, b, t, nh, kvh, hs);
+    else split_heads<1>(q, k, v, qkv, qkv_bf16, b, t, nh, kvh, hs);
 }
 
 // Row softmax of preatt (rows of length t, (B*NH*T) rows) with the causal mask when causal != 0.
@@ -89,18 +110,11 @@ extern "C" __global__ void attention_merge_fwd(float* __restrict__ out, const fl
 }
 
 // dy (B,NH,T,HS) BF16 from dout (B,T,C), f32 values or, with dout_bf16, BF16 values (proj's dgrad
-// output may be stored so). Launch: grid-stride over B*NH*T*HS.
+// output may be stored so). Launch: as attention_split_fwd, over C columns.
 extern "C" __global__ void attention_split_bwd(__nv_bfloat16* __restrict__ dy, const void* __restrict__ dout, int dout_bf16,
                                                int b, int t, int nh, int hs) {
-    u64 total = (u64)b * nh * t * hs;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        u64 r = i / hs;
-        int tt = (int)(r % t); r /= t;
-        int h = (int)(r % nh);
-        int bb = (int)(r / nh);
-        dy[i] = __float2bfloat16_rn(load_value(dout, ((u64)bb * t + tt) * nh * hs + (u64)h * hs + d, dout_bf16));
-    }
+    if (hs % 8 == 0) split_heads<8>(dy, nullptr, nullptr, dout, dout_bf16, b, t, nh, 0, hs);
+    else split_heads<1>(dy, nullptr, nullptr, dout, dout_bf16, b, t, nh, 0, hs);
 }
 
 // dpre16 = BF16(att * (datt - sum_j att*datt)) per row, and att16 = BF16(att).

@@ -16,16 +16,23 @@
 // one ex2.approx per probability (fa_exp2). Only the tiles a mask cuts (the causal diagonal, the
 // ragged end of T) test each element (fa_tile_visible); the others skip the test.
 //
-// Tiles: 64 query rows x 64 keys per step, 4 warps of 16 rows each; D (the head size) is a
-// template parameter (16, 32, 64, 96, 128). Blocks: forward and dQ one per (query tile, head,
-// batch), dK/dV one per (key tile, kv head, batch) looping over the group's query heads. Every
-// accumulation runs in a fixed order (no atomics): reruns are bit-identical.
+// Tiles: 64 keys per step; a warp owns 16 rows (queries, or keys for dK/dV) of each of the
+// block's 64-row tiles. dQ blocks take Fa<D>::MT_DQ query tiles (2 for D <= 64), so that each K
+// or V fragment loaded from shared memory feeds two MMAs and a warp has two independent chains in
+// flight (at llama-1b: dQ 1 ms a step faster, the same bits). The forward takes MT_FWD = 1: with
+// two, the compiler contracts the softmax's running sums differently (the output moves in the last
+// bit) for 0.6 ms a step; dK/dV blocks take one key tile (the registers of a second would spill).
+// D (the head size) is a template parameter (16, 32, 64, 96, 128). Blocks: forward and dQ one per
+// (MT query tiles, head, batch), dK/dV one per (key tile, kv head, batch) looping over the group's
+// query heads. Every accumulation runs in a fixed order (no atomics): reruns are bit-identical,
+// and a row's sums run in the same order whatever MT is.
 // Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + c (g the group, c its thread);
 // an accumulator holds (row g, cols 2c, 2c+1) and (row g+8, same cols) of a 16 x 8 tile; an A
 // operand (16 x 16) holds rows g and g+8 at k = 2c, 2c+1 and 2c+8, 2c+9 — so an accumulator pair
 // (two n-blocks) becomes an A operand in registers, as FlashAttention-2 does with P.
-// Shared memory: 5 (forward: q, two k and two v) or 6 (backward: two resident, four streaming) BF16
-// tiles of 64 x (D+8) (capture/src/backend/cuda/attention.rs: flash_smem mirrors it).
+// Shared memory: BF16 tiles of 64 x (D+8): forward MT_FWD + 4 (q, two k and two v), dK/dV 6 (k and v
+// resident, two q and two dout streaming), dQ 2 MT_DQ + 4 (q and dout resident, two k and two v)
+// (capture/src/backend/cuda/attention.rs: flash_smem and flash_query_tiles mirror it).
 #include "common.cuh"
 
 #define FA_TILE 64
@@ -39,6 +46,10 @@ template <int D> struct Fa {
     static constexpr int TILE = FA_TILE * LD;
     static constexpr int KS = D / 16;      // k-steps over the head dimension
     static constexpr int NB = D / 8;       // n-blocks of 8 over the head dimension
+    // 64-row query tiles per block: MT_FWD in the forward, MT_DQ in dQ (attention.rs:
+    // flash_query_tiles mirrors both).
+    static constexpr int MT_FWD = 1;
+    static constexpr int MT_DQ = D <= 64 ? 2 : 1;
 };
 
 __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
@@ -109,38 +120,56 @@ __device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, int row0, in
     }
 }
 
-// acc (16 x 64) = a-rows (16 x D, the warp's A operands) times the transpose of a 64 x D tile.
-template <int D>
-__device__ __forceinline__ void fa_abt(float (&acc)[8][4], const u32 (&a)[Fa<D>::KS][4], const bf16* tile) {
+// acc[i] (16 x 8 NBC) = a[I0 + i] (16 x D, a warp's A operands) times the transpose of rows c0 ..
+// c0 + 8 NBC - 1 of a 64 x D tile, for i < N: each B fragment loaded feeds N MMAs. Each element
+// sums over k in the same order whatever N is.
+template <int D, int I0, int N, int NBC, int MT>
+__device__ __forceinline__ void fa_abt(float (&acc)[N][NBC][4], const u32 (&a)[MT][Fa<D>::KS][4], const bf16* tile, int c0) {
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++)
+    for (int i = 0; i < N; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[nb][e] = 0.0f;
+        for (int nb = 0; nb < NBC; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][nb][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < Fa<D>::KS; kk++) {
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < NBC / 2; np++) {
             u32 b[4];
-            load_b_nk<D>(b, tile, np * 16, kk * 16);
-            mma16816(acc[2 * np], a[kk], b[0], b[1]);
-            mma16816(acc[2 * np + 1], a[kk], b[2], b[3]);
+            load_b_nk<D>(b, tile, c0 + np * 16, kk * 16);
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                mma16816(acc[i][2 * np], a[I0 + i][kk], b[0], b[1]);
+                mma16816(acc[i][2 * np + 1], a[I0 + i][kk], b[2], b[3]);
+            }
         }
     }
 }
 
-// acc (16 x D) += p (16 x 64, accumulator layout, rounded to BF16 here) times a 64 x D tile.
-template <int D>
-__device__ __forceinline__ void fa_pv(float (&acc)[Fa<D>::NB][4], const float (&p)[8][4], const bf16* tile) {
+// acc[I0 + i] (16 x D) += p[i] (16 x 8 NBC, accumulator layout, rounded to BF16 here) times rows
+// k0 .. k0 + 8 NBC - 1 of a 64 x D tile, for i < N: each B fragment loaded feeds N MMAs. Each
+// element adds the rows' 16-row steps in order, so a tile taken in parts sums as one.
+template <int D, int I0, int N, int NBC, int MT>
+__device__ __forceinline__ void fa_pv(float (&acc)[MT][Fa<D>::NB][4], const float (&p)[N][NBC][4], const bf16* tile, int k0) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        u32 a[4] = {pack_bf16(p[2 * j][0], p[2 * j][1]), pack_bf16(p[2 * j][2], p[2 * j][3]),
-                    pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]), pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3])};
+    for (int j = 0; j < NBC / 2; j++) {
+        u32 a[N][4];
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            a[i][0] = pack_bf16(p[i][2 * j][0], p[i][2 * j][1]);
+            a[i][1] = pack_bf16(p[i][2 * j][2], p[i][2 * j][3]);
+            a[i][2] = pack_bf16(p[i][2 * j + 1][0], p[i][2 * j + 1][1]);
+            a[i][3] = pack_bf16(p[i][2 * j + 1][2], p[i][2 * j + 1][3]);
+        }
 #pragma unroll
         for (int np = 0; np < Fa<D>::NB / 2; np++) {
             u32 b[4];
-            load_b_kn<D>(b, tile, j * 16, np * 16);
-            mma16816(acc[2 * np], a, b[0], b[1]);
-            mma16816(acc[2 * np + 1], a, b[2], b[3]);
+            load_b_kn<D>(b, tile, k0 + j * 16, np * 16);
+#pragma unroll
+            for (int i = 0; i < N; i++) {
+                mma16816(acc[I0 + i][2 * np], a[i], b[0], b[1]);
+                mma16816(acc[I0 + i][2 * np + 1], a[i], b[2], b[3]);
+            }
         }
     }
 }
@@ -157,14 +186,14 @@ __device__ __forceinline__ bool fa_tile_visible(int q0, int k0, int t, int causa
     return q0 + FA_TILE <= t && k0 + FA_TILE <= t && (!causal || k0 + FA_TILE - 1 <= q0);
 }
 
-// Sets x[nb][e] to `fill` where the mask hides it. x is a warp's 16 x 64 accumulator: element
+// Sets x[nb][e] to `fill` where the mask hides it. x is a warp's 16 x 8 NBC accumulator: element
 // (nb, e) lies in the warp's own row own0 + 8 (e >> 1) (g folded into own0) and the tile's column
 // other0 + 8 nb + 2 cq + (e & 1). OWN_IS_QUERY: the own rows are queries and the columns keys
 // (forward, dQ); otherwise the own rows are keys and the columns queries (dK/dV).
-template <bool OWN_IS_QUERY>
-__device__ __forceinline__ void fa_mask(float (&x)[8][4], int own0, int other0, int cq, int t, int causal, float fill) {
+template <bool OWN_IS_QUERY, int NBC>
+__device__ __forceinline__ void fa_mask(float (&x)[NBC][4], int own0, int other0, int cq, int t, int causal, float fill) {
 #pragma unroll
-    for (int nb = 0; nb < 8; nb++)
+    for (int nb = 0; nb < NBC; nb++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int own = own0 + 8 * (e >> 1), other = other0 + nb * 8 + 2 * cq + (e & 1);
@@ -199,14 +228,85 @@ __device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, i
     }
 }
 
-// Forward. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
+// The key tiles query tile qt (64 rows) attends: all of them, only those up to its own (causal), or
+// none when the tile lies past T.
+__device__ __forceinline__ int fa_key_tiles(int qt, int t, int causal) {
+    int ntiles = (t + FA_TILE - 1) / FA_TILE;
+    if (qt * FA_TILE >= t) return 0;
+    return causal ? min(qt + 1, ntiles) : ntiles;
+}
+
+// Which of the block's MT query tiles attend key tile kb (nk[i]: tile i's key tiles,
+// fa_key_tiles): FA_BOTH (every tile), FA_FIRST (tile 0 only) or FA_LAST (tile MT - 1 only). Tile 0
+// attends a prefix of the key tiles tile 1 attends, unless tile 1 lies past T, so with MT = 2 these
+// are the only cases. The answer is the same for every warp of the block.
+#define FA_BOTH 0
+#define FA_FIRST 1
+#define FA_LAST 2
+template <int MT>
+__device__ __forceinline__ int fa_attending(int kb, const int (&nk)[MT]) {
+    if (kb < nk[0] && kb < nk[MT - 1]) return FA_BOTH;
+    return kb < nk[0] ? FA_FIRST : FA_LAST;
+}
+
+// One key tile of the forward for query tiles I0 .. I0 + N - 1 of the warp's MT: the scores, the
+// online softmax (running max m, sum l, rescaled output o) and o += P V. Per query tile the
+// operations are those of a one-tile block, in the same order.
+template <int D, int I0, int N, int MT>
+__device__ __forceinline__ void fa_fwd_tile(float (&o)[MT][Fa<D>::NB][4], float (&m)[MT][2], float (&l)[MT][2],
+                                            const u32 (&qa)[MT][Fa<D>::KS][4], const bf16* kt, const bf16* vt, int q0,
+                                            int k0, int qi0, int cq, int t, int causal, float sl2) {
+    // Raw scores; the running max m is kept unscaled (scale > 0), and each probability costs one
+    // FFMA and one ex2: p = 2^(s sl2 - m sl2).
+    float s[N][8][4];
+    fa_abt<D, I0>(s, qa, kt, 0);
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        int tq0 = q0 + (I0 + i) * FA_TILE;
+        if (!fa_tile_visible(tq0, k0, t, causal)) fa_mask<true>(s[i], qi0 + (I0 + i) * FA_TILE, k0, cq, t, causal, -INFINITY);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[i][nb][e]);
+        float alpha[2], mref[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float& mr = m[I0 + i][r];
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mnew = fmaxf(mr, mx[r]);
+            mref[r] = mnew == -INFINITY ? 0.0f : mnew * sl2;
+            alpha[r] = fa_exp2(fmaf(mr, sl2, -mref[r]));
+            mr = mnew;
+            l[I0 + i][r] *= alpha[r];
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = fa_exp2(fmaf(s[i][nb][e], sl2, -mref[e >> 1]));
+                s[i][nb][e] = p;
+                l[I0 + i][e >> 1] += p;
+            }
+#pragma unroll
+        for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[I0 + i][nb][e] *= alpha[e >> 1];
+    }
+    fa_pv<D, I0>(o, s, vt, 0);
+}
+
+// Forward. Grid (ceil(T / (64 MT)), NH, B), FA_THREADS threads; warp w owns query rows 16w ..
+// 16w+15 of each of the block's MT query tiles.
 template <int D>
 __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
                           const bf16* __restrict__ v, int t, int nh, int kvh, float scale, int causal) {
+    constexpr int MT = Fa<D>::MT_FWD;
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    bf16* qs = reinterpret_cast<bf16*>(fa_smem);
-    bf16* ks = qs + Fa<D>::TILE;       // two buffers
-    bf16* vs = ks + 2 * Fa<D>::TILE;   // two buffers
+    bf16* qs = reinterpret_cast<bf16*>(fa_smem);  // MT tiles
+    bf16* ks = qs + MT * Fa<D>::TILE;             // two buffers
+    bf16* vs = ks + 2 * Fa<D>::TILE;              // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int grp = h / (nh / kvh);
@@ -214,27 +314,39 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
     const bf16* qh = q + ((u64)b * nh + h) * t * D;
     const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
     const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
-    int q0 = qb * FA_TILE;
-    int ntiles = (t + FA_TILE - 1) / FA_TILE;
-    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
-    fa_load<D>(qs, qh, q0, t);
+    int q0 = qb * MT * FA_TILE;
+    int nk[MT], nkb = 0;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        nk[i] = fa_key_tiles(qb * MT + i, t, causal);
+        nkb = max(nkb, nk[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < MT; i++) fa_load<D>(qs + i * Fa<D>::TILE, qh, q0 + i * FA_TILE, t);
     cp_async_commit();
     fa_load<D>(ks, kh, 0, t);
     fa_load<D>(vs, vh, 0, t);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    u32 qa[Fa<D>::KS][4];
+    u32 qa[MT][Fa<D>::KS][4];
 #pragma unroll
-    for (int kk = 0; kk < Fa<D>::KS; kk++) load_a<D>(qa[kk], qs, warp * 16, kk * 16);
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kk = 0; kk < Fa<D>::KS; kk++) load_a<D>(qa[i][kk], qs + i * Fa<D>::TILE, warp * 16, kk * 16);
     int qi0 = q0 + warp * 16 + g;
     const float sl2 = scale * 1.4426950408889634f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float o[Fa<D>::NB][4];
+    float m[MT][2], l[MT][2];
+    float o[MT][Fa<D>::NB][4];
 #pragma unroll
-    for (int nb = 0; nb < Fa<D>::NB; nb++)
+    for (int i = 0; i < MT; i++) {
+        m[i][0] = m[i][1] = -INFINITY;
+        l[i][0] = l[i][1] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; e++) o[nb][e] = 0.0f;
+        for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[i][nb][e] = 0.0f;
+    }
     for (int kb = 0; kb < nkb; kb++) {
         int cur = kb & 1;
         if (kb + 1 < nkb) {
@@ -246,52 +358,25 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
         __syncthreads();
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
-        // Raw scores; the running max m is kept unscaled (scale > 0), and each probability costs
-        // one FFMA and one ex2: p = 2^(s sl2 - m sl2).
-        float s[8][4];
-        fa_abt<D>(s, qa, kt);
-        if (!fa_tile_visible(q0, kb * FA_TILE, t, causal)) fa_mask<true>(s, qi0, kb * FA_TILE, cq, t, causal, -INFINITY);
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
-        float alpha[2], mref[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mnew = fmaxf(m[r], mx[r]);
-            mref[r] = mnew == -INFINITY ? 0.0f : mnew * sl2;
-            alpha[r] = fa_exp2(fmaf(m[r], sl2, -mref[r]));
-            m[r] = mnew;
-            l[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float p = fa_exp2(fmaf(s[nb][e], sl2, -mref[e >> 1]));
-                s[nb][e] = p;
-                l[e >> 1] += p;
-            }
-#pragma unroll
-        for (int nb = 0; nb < Fa<D>::NB; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[nb][e] *= alpha[e >> 1];
-        fa_pv<D>(o, s, vt);
+        int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
+        if (MT == 1 || which == FA_BOTH) fa_fwd_tile<D, 0, MT>(o, m, l, qa, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
+        else if (which == FA_FIRST) fa_fwd_tile<D, 0, 1>(o, m, l, qa, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
+        else fa_fwd_tile<D, MT - 1, 1>(o, m, l, qa, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
         __syncthreads();
     }
-    float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = 1.0f / l[r];
-        int qi = qi0 + 8 * r;
-        if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[r] * sl2 + log2f(l[r]);
+    for (int i = 0; i < MT; i++) {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
+            l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
+            inv[r] = 1.0f / l[i][r];
+            int qi = qi0 + i * FA_TILE + 8 * r;
+            if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[i][r] * sl2 + log2f(l[i][r]);
+        }
+        fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + i * FA_TILE + warp * 16, t, o[i], inv[0], inv[1]);
     }
-    fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + warp * 16, t, o, inv[0], inv[1]);
 }
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
@@ -364,17 +449,17 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    u32 ka[Fa<D>::KS][4], va[Fa<D>::KS][4];
+    u32 ka[1][Fa<D>::KS][4], va[1][Fa<D>::KS][4];
 #pragma unroll
     for (int kk = 0; kk < Fa<D>::KS; kk++) {
-        load_a<D>(ka[kk], ks, warp * 16, kk * 16);
-        load_a<D>(va[kk], vs, warp * 16, kk * 16);
+        load_a<D>(ka[0][kk], ks, warp * 16, kk * 16);
+        load_a<D>(va[0][kk], vs, warp * 16, kk * 16);
     }
-    float dk[Fa<D>::NB][4], dv[Fa<D>::NB][4];
+    float dk[1][Fa<D>::NB][4], dv[1][Fa<D>::NB][4];
 #pragma unroll
     for (int nb = 0; nb < Fa<D>::NB; nb++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[nb][e] = dv[nb][e] = 0.0f;
+        for (int e = 0; e < 4; e++) dk[0][nb][e] = dv[0][nb][e] = 0.0f;
     int kj0 = k0 + warp * 16 + g;
     const float sl2 = scale * 1.4426950408889634f;
     for (int it = 0; it < iters; it++) {
@@ -388,73 +473,129 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
         int q0 = tile_of(it) * FA_TILE;
         const float* lse_t = rows_s[cur][0];
         const float* delta_t = rows_s[cur][1];
-        // P^T = exp2(K_w Q^T scaled - lse2[query]).
-        float p[8][4], ds[8][4];
-        fa_abt<D>(p, ka, qt);
+        // In two halves of 32 queries (the registers of the full tile's P and dS would cost a block
+        // per SM); dV and dK add Q's and dO's 16-row steps in the one-pass order.
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++)
+        for (int half = 0; half < 2; half++) {
+            int c0 = half * 32;
+            // P^T = exp2(K_w Q^T scaled - lse2[query]).
+            float p[1][4][4], ds[1][4][4];
+            fa_abt<D, 0>(p, ka, qt, c0);
 #pragma unroll
-            for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_t[nb * 8 + 2 * cq + (e & 1)]));
-        if (!fa_tile_visible(q0, k0, t, causal)) fa_mask<false>(p, kj0, q0, cq, t, causal, 0.0f);
-        // dS^T = P^T (V_w dO^T - delta[query]).
-        fa_abt<D>(ds, va, dt);
+            for (int nb = 0; nb < 4; nb++)
 #pragma unroll
-        for (int nb = 0; nb < 8; nb++)
+                for (int e = 0; e < 4; e++) p[0][nb][e] = fa_exp2(fmaf(p[0][nb][e], sl2, -lse_t[c0 + nb * 8 + 2 * cq + (e & 1)]));
+            if (!fa_tile_visible(q0, k0, t, causal)) fa_mask<false>(p[0], kj0, q0 + c0, cq, t, causal, 0.0f);
+            // dS^T = P^T (V_w dO^T - delta[query]).
+            fa_abt<D, 0>(ds, va, dt, c0);
 #pragma unroll
-            for (int e = 0; e < 4; e++) ds[nb][e] = p[nb][e] * (ds[nb][e] - delta_t[nb * 8 + 2 * cq + (e & 1)]);
-        fa_pv<D>(dv, p, dt);
-        fa_pv<D>(dk, ds, qt);
+            for (int nb = 0; nb < 4; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) ds[0][nb][e] = p[0][nb][e] * (ds[0][nb][e] - delta_t[c0 + nb * 8 + 2 * cq + (e & 1)]);
+            fa_pv<D, 0>(dv, p, dt, c0);
+            fa_pv<D, 0>(dk, ds, qt, c0);
+        }
         __syncthreads();
     }
     int krow0 = k0 + warp * 16;
     float* dst = dqkv + (u64)b * t * w;
-    fa_store<D>(dst, w, c + grp * D, krow0, t, dk, scale, scale);
-    fa_store<D>(dst, w, c + kvh * D + grp * D, krow0, t, dv, 1.0f, 1.0f);
+    fa_store<D>(dst, w, c + grp * D, krow0, t, dk[0], scale, scale);
+    fa_store<D>(dst, w, c + kvh * D + grp * D, krow0, t, dv[0], 1.0f, 1.0f);
 }
 
-// dQ. Grid (ceil(T/64), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15.
-// dQ = scale * sum over key tiles of dS K.
+// One key tile of dQ for query tiles I0 .. I0 + N - 1 of the warp's MT, in two halves of 32 keys
+// (the registers of two query tiles' full 64-key P and dS would spill): P and dS of the half, then
+// dq += dS K over its keys. The halves add K's 16-row steps in the one-tile order.
+template <int D, int I0, int N, int MT>
+__device__ __forceinline__ void fa_dq_tile(float (&dq)[MT][Fa<D>::NB][4], const u32 (&qa)[MT][Fa<D>::KS][4],
+                                           const u32 (&da)[MT][Fa<D>::KS][4], const float (&lse_r)[MT][2],
+                                           const float (&dd_r)[MT][2], const bf16* kt, const bf16* vt, int q0, int k0,
+                                           int qi0, int cq, int t, int causal, float sl2) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int c0 = half * 32;
+        float p[N][4][4], ds[N][4][4];
+        fa_abt<D, I0>(p, qa, kt, c0);
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+#pragma unroll
+            for (int nb = 0; nb < 4; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) p[i][nb][e] = fa_exp2(fmaf(p[i][nb][e], sl2, -lse_r[I0 + i][e >> 1]));
+            int tq0 = q0 + (I0 + i) * FA_TILE;
+            if (!fa_tile_visible(tq0, k0, t, causal)) fa_mask<true>(p[i], qi0 + (I0 + i) * FA_TILE, k0 + c0, cq, t, causal, 0.0f);
+        }
+        fa_abt<D, I0>(ds, da, vt, c0);
+#pragma unroll
+        for (int i = 0; i < N; i++)
+#pragma unroll
+            for (int nb = 0; nb < 4; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) ds[i][nb][e] = p[i][nb][e] * (ds[i][nb][e] - dd_r[I0 + i][e >> 1]);
+        fa_pv<D, I0>(dq, ds, kt, c0);
+    }
+}
+
+// dQ. Grid (ceil(T / (64 MT)), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15 of
+// each of the block's MT query tiles. dQ = scale * sum over key tiles of dS K.
 template <int D>
 __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
                              const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
                              const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal) {
+    constexpr int MT = Fa<D>::MT_DQ;
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    bf16* qs = reinterpret_cast<bf16*>(fa_smem);
-    bf16* dos = qs + Fa<D>::TILE;
-    bf16* ks = dos + Fa<D>::TILE;      // two buffers
-    bf16* vs = ks + 2 * Fa<D>::TILE;   // two buffers
+    bf16* qs = reinterpret_cast<bf16*>(fa_smem);  // MT tiles
+    bf16* dos = qs + MT * Fa<D>::TILE;            // MT tiles
+    bf16* ks = dos + MT * Fa<D>::TILE;            // two buffers
+    bf16* vs = ks + 2 * Fa<D>::TILE;              // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
-    int q0 = qb * FA_TILE;
-    int ntiles = (t + FA_TILE - 1) / FA_TILE;
-    int nkb = causal ? min(qb + 1, ntiles) : ntiles;
+    int q0 = qb * MT * FA_TILE;
+    int nk[MT], nkb = 0;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        nk[i] = fa_key_tiles(qb * MT + i, t, causal);
+        nkb = max(nkb, nk[i]);
+    }
     u64 hrow = ((u64)b * nh + h) * t;
     const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
     const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
-    fa_load<D>(qs, q + hrow * D, q0, t);
-    fa_load<D>(dos, dy + hrow * D, q0, t);
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        fa_load<D>(qs + i * Fa<D>::TILE, q + hrow * D, q0 + i * FA_TILE, t);
+        fa_load<D>(dos + i * Fa<D>::TILE, dy + hrow * D, q0 + i * FA_TILE, t);
+    }
     cp_async_commit();
     fa_load<D>(ks, kh, 0, t);
     fa_load<D>(vs, vh, 0, t);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    u32 qa[Fa<D>::KS][4], da[Fa<D>::KS][4];
+    u32 qa[MT][Fa<D>::KS][4], da[MT][Fa<D>::KS][4];
 #pragma unroll
-    for (int kk = 0; kk < Fa<D>::KS; kk++) {
-        load_a<D>(qa[kk], qs, warp * 16, kk * 16);
-        load_a<D>(da[kk], dos, warp * 16, kk * 16);
-    }
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int kk = 0; kk < Fa<D>::KS; kk++) {
+            load_a<D>(qa[i][kk], qs + i * Fa<D>::TILE, warp * 16, kk * 16);
+            load_a<D>(da[i][kk], dos + i * Fa<D>::TILE, warp * 16, kk * 16);
+        }
     int qi0 = q0 + warp * 16 + g;
-    float lse_r[2] = {fa_row(lse + hrow, qi0, t), fa_row(lse + hrow, qi0 + 8, t)};
-    float dd_r[2] = {fa_row(delta + hrow, qi0, t), fa_row(delta + hrow, qi0 + 8, t)};
-    float dq[Fa<D>::NB][4];
+    float lse_r[MT][2], dd_r[MT][2];
+    float dq[MT][Fa<D>::NB][4];
 #pragma unroll
-    for (int nb = 0; nb < Fa<D>::NB; nb++)
+    for (int i = 0; i < MT; i++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) dq[nb][e] = 0.0f;
+        for (int r = 0; r < 2; r++) {
+            lse_r[i][r] = fa_row(lse + hrow, qi0 + i * FA_TILE + 8 * r, t);
+            dd_r[i][r] = fa_row(delta + hrow, qi0 + i * FA_TILE + 8 * r, t);
+        }
+#pragma unroll
+        for (int nb = 0; nb < Fa<D>::NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dq[i][nb][e] = 0.0f;
+    }
     const float sl2 = scale * 1.4426950408889634f;
     for (int kb = 0; kb < nkb; kb++) {
         int cur = kb & 1;
@@ -467,32 +608,32 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
         __syncthreads();
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
-        int k0 = kb * FA_TILE;
-        float p[8][4], ds[8][4];
-        fa_abt<D>(p, qa, kt);
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) p[nb][e] = fa_exp2(fmaf(p[nb][e], sl2, -lse_r[e >> 1]));
-        if (!fa_tile_visible(q0, k0, t, causal)) fa_mask<true>(p, qi0, k0, cq, t, causal, 0.0f);
-        fa_abt<D>(ds, da, vt);
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) ds[nb][e] = p[nb][e] * (ds[nb][e] - dd_r[e >> 1]);
-        fa_pv<D>(dq, ds, kt);
+        int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
+        if (MT == 1 || which == FA_BOTH) fa_dq_tile<D, 0, MT>(dq, qa, da, lse_r, dd_r, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
+        else if (which == FA_FIRST) fa_dq_tile<D, 0, 1>(dq, qa, da, lse_r, dd_r, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
+        else fa_dq_tile<D, MT - 1, 1>(dq, qa, da, lse_r, dd_r, kt, vt, q0, k0, qi0, cq, t, causal, sl2);
         __syncthreads();
     }
-    fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + warp * 16, t, dq, scale, scale);
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+        fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale);
 }
 
+// Blocks of the forward per SM the registers are capped for: 4 up to D = 64 (128 registers, no
+// spills), the compiler's choice above.
+#define FA_FWD_MIN_BLOCKS(D) ((D) <= 64 ? 4 : 1)
+// Blocks of dK/dV per SM the registers are capped for: 3 up to D = 64 (its 32-query halves fit
+// in 168 registers without spilling; at 2 blocks the SM holds 8 warps, too few to hide the
+// latencies of one chain of MMAs each), the compiler's choice above.
+#define FA_DKDV_MIN_BLOCKS(D) ((D) <= 64 ? 3 : 1)
+
 #define FA_ENTRY(D)                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(D))                                     \
         flash_fwd_d##D(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int t, int nh, int kvh,    \
                        float scale, int causal) {                                                                      \
         flash_fwd<D>(out, lse, q, k, v, t, nh, kvh, scale, causal);                                                    \
     }                                                                                                                  \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(D))                                    \
         flash_bwd_dkdv_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                  \
                             const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal) {   \
         flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal);                                   \

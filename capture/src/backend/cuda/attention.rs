@@ -73,20 +73,44 @@ pub fn unfused_attention_note(c: usize, nh: usize, fused_enabled: bool) -> Optio
     Some(format!("attention runs unfused: head size {c}/{nh} has no fused kernel (sizes {sizes}): {cost}"))
 }
 
-/// Dynamic shared memory of the fused forward and backward kernels for head size `d`, in bytes
+/// Query tiles (of 64 rows) per block of the fused forward and dQ kernels for head size `d`
+/// (flash_attention.cu: `Fa<D>::MT_FWD`, `MT_DQ`): dQ takes two up to d = 64, where a warp that
+/// owns one tile's rows waits on its shared-memory reads, and one above, where two tiles'
+/// registers would spill; the forward takes one (the kernel says why).
+pub fn flash_query_tiles(d: usize) -> QueryTiles {
+    QueryTiles { fwd: 1, dq: if d <= 64 { 2 } else { 1 } }
+}
+
+/// Query tiles per block of the forward and of dQ ([`flash_query_tiles`]).
+#[derive(Clone, Copy, Debug)]
+pub struct QueryTiles {
+    pub fwd: usize,
+    pub dq: usize,
+}
+
+/// Dynamic shared memory of the fused forward, dK/dV and dQ kernels for head size `d`, in bytes
 /// (mirrors the carving at the top of each kernel in flash_attention.cu: BF16 tiles of 64 rows of
-/// d + 8; the forward holds q and two buffers each of k and v, the backward two resident tiles and
-/// two buffers each of two streaming ones).
-pub fn flash_smem(d: usize) -> (u32, u32) {
+/// d + 8; the forward holds its query tiles and two buffers each of k and v, dK/dV two resident
+/// tiles and two buffers each of q and dout, dQ its query tiles' q and dout and two buffers each
+/// of k and v).
+pub fn flash_smem(d: usize) -> [u32; 3] {
     let tile = FLASH_TILE * (d + 8) * 2;
-    ((5 * tile) as u32, (6 * tile) as u32)
+    let mt = flash_query_tiles(d);
+    [((mt.fwd + 4) * tile) as u32, (6 * tile) as u32, ((2 * mt.dq + 4) * tile) as u32]
+}
+
+/// The launch of `attention_split_fwd` / `_bwd` (kernels/attention.cu: split_heads) over `rows`
+/// rows of `w` values with head size `hs`: 128 threads of V columns each across a row (V = 8 when
+/// `hs` is a multiple of 8, else 1), and the rows strided over at most 65535 blocks down.
+fn split_grid(rows: usize, w: usize, hs: usize) -> cudarc::driver::LaunchConfig {
+    let per_thread = if hs % 8 == 0 { 8 } else { 1 };
+    cfg(((w / per_thread).div_ceil(128) as u32, rows.clamp(1, 65535) as u32, 1), 128)
 }
 
 /// Lets each fused kernel use the shared memory it needs (above the 48 KiB default).
 pub fn configure(funcs: &HashMap<&'static str, CudaFunction>) -> Result<(), CudaError> {
     for d in FLASH_HEAD_SIZES {
-        let (fwd, bwd) = flash_smem(d);
-        for (name, bytes) in flash_names(d).into_iter().flatten().zip([fwd, bwd, bwd]) {
+        for (name, bytes) in flash_names(d).into_iter().flatten().zip(flash_smem(d)) {
             let f = funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
             f.set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -189,8 +213,9 @@ impl CudaBackend {
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
         let (outp, lsep) = (self.ptr(out), self.ptr(att));
-        let mut lc = cfg((t.div_ceil(FLASH_TILE) as u32, nh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = flash_smem(hs).0;
+        let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd) as u32;
+        let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
+        lc.shared_mem_bytes = flash_smem(hs)[0];
         let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
         launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
     }
@@ -205,7 +230,7 @@ impl CudaBackend {
         }
         let (q, k, v, qkvp) = (self.ptr(&self.attn.q16), self.ptr(&self.attn.k16), self.ptr(&self.attn.v16), self.ptr(qkv.raw()));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        launch!(self, "attention_split_fwd", grid_for(nq + nkv, 256), q, k, v, qkvp, qkv.is_bf16() as i32, bi, ti, nhi, kvhi, hsi)?;
+        launch!(self, "attention_split_fwd", split_grid(b * t, (nh + 2 * kvh) * hs, hs), q, k, v, qkvp, qkv.is_bf16() as i32, bi, ti, nhi, kvhi, hsi)?;
         Ok((q, k, v))
     }
 
@@ -216,7 +241,7 @@ impl CudaBackend {
         grow(&self.stream, &mut self.attn.dy16, n)?;
         let (dy, doutp) = (self.ptr(&self.attn.dy16), self.ptr(dout.raw()));
         let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
-        launch!(self, "attention_split_bwd", grid_for(n, 256), dy, doutp, dout.is_bf16() as i32, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_split_bwd", split_grid(b * t, nh * hs, hs), dy, doutp, dout.is_bf16() as i32, bi, ti, nhi, hsi)?;
         Ok(dy)
     }
 
@@ -246,13 +271,14 @@ impl CudaBackend {
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
         launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
-        let smem = flash_smem(hs).1;
-        let tiles = t.div_ceil(FLASH_TILE) as u32;
-        let mut lc = cfg((tiles, kvh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = smem;
+        let [_, dkdv_smem, dq_smem] = flash_smem(hs);
+        let key_tiles = t.div_ceil(FLASH_TILE) as u32;
+        let mut lc = cfg((key_tiles, kvh as u32, b as u32), FLASH_THREADS);
+        lc.shared_mem_bytes = dkdv_smem;
         launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)?;
-        let mut lc = cfg((tiles, nh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = smem;
+        let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).dq) as u32;
+        let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
+        lc.shared_mem_bytes = dq_smem;
         launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)
     }
 
@@ -353,8 +379,8 @@ mod tests {
     #[test]
     fn every_fused_kernel_fits_one_sm_and_has_its_entry_points() {
         for d in FLASH_HEAD_SIZES {
-            let (fwd, bwd) = flash_smem(d);
-            assert!(fwd <= 227 * 1024 && bwd <= 227 * 1024, "head size {d}: {fwd} / {bwd} bytes");
+            let smem = flash_smem(d);
+            assert!(smem.iter().all(|&b| b <= 227 * 1024), "head size {d}: {smem:?} bytes");
             let names = flash_names(d).expect("listed head size");
             assert!(names.iter().all(|n| n.ends_with(&format!("_d{d}"))), "{names:?}");
         }

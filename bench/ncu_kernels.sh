@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Nsight Compute on a few of the engine's kernels inside a real training run (a machine with an H200
+# and ncu; clocks left alone): for each launch configuration of the kernels whose names match
+# KERNELS, one launch after the first SKIP is profiled with the sections that say what bounds it
+# (speed of light, occupancy, warp stall reasons, pipe utilisation, instruction mix, memory).
+# Usage: bench/ncu_kernels.sh BIN_DIR OUT_DIR [PRESET] [RECIPE] [KERNELS_REGEX] [SKIP]
+#   defaults: llama-1b delayed '^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$' 2
+set -uo pipefail
+BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}
+KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-2}
+command -v ncu > /dev/null || { echo "ncu_kernels.sh: ncu is not on the PATH" >&2; exit 2; }
+mkdir -p "$OUT"
+ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mode per-launch-config \
+  --launch-skip "$SKIP" --launch-count 1 \
+  --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+  --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis \
+  "$BIN/fp8-capture" train --quiet --device cuda --preset "$PRESET" --recipe "$RECIPE" --steps 2 \
+  --out "$OUT/run" > "$OUT/ncu-$PRESET-$RECIPE.txt" 2>&1
+rc=$?
+echo "ncu exit $rc; report: $OUT/ncu-$PRESET-$RECIPE.txt"
+grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-$PRESET-$RECIPE.txt" | head -120
+exit $rc
