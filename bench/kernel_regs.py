@@ -3,7 +3,9 @@
 compiled for sm_90 by NVRTC on this machine (no GPU needed): the check for register spills after a
 change to a kernel (a spill is local memory traffic in the inner loop).
 
-Usage: bench/kernel_regs.py kernels/cast.cu [NAME_SUBSTRING]
+Usage: bench/kernel_regs.py kernels/cast.cu [NAME_SUBSTRING] [--cubin OUT.cubin]
+With --cubin the compiled sm_90 cubin is written too, for nvdisasm (the nvidia-cuda-nvdisasm wheel:
+`nvdisasm -c OUT.cubin` lists every kernel's SASS, the instructions it really runs).
 Needs libnvrtc (the nvidia-cuda-nvrtc wheel, as .ci/run installs it) and CUDA's headers (the
 nvidia-cuda-runtime wheel's include/, or $CUDA_INCLUDE)."""
 import ctypes
@@ -26,16 +28,24 @@ def nvidia_dir():
 
 
 def main():
-    if len(sys.argv) < 2 or not os.path.isfile(sys.argv[1]):
-        sys.exit("usage: bench/kernel_regs.py kernels/FILE.cu [NAME_SUBSTRING]")
-    want = sys.argv[2] if len(sys.argv) > 2 else ""
+    args = sys.argv[1:]
+    cubin_out = None
+    if "--cubin" in args:
+        i = args.index("--cubin")
+        if i + 1 >= len(args):
+            sys.exit("kernel_regs.py: --cubin needs a file name")
+        cubin_out = args[i + 1]
+        del args[i:i + 2]
+    if not args or not os.path.isfile(args[0]):
+        sys.exit("usage: bench/kernel_regs.py kernels/FILE.cu [NAME_SUBSTRING] [--cubin OUT.cubin]")
+    want = args[1] if len(args) > 1 else ""
     d = nvidia_dir()
     # NVRTC dlopens its builtins library by name: loaded first, it is found without LD_LIBRARY_PATH.
     for b in sorted(glob.glob(os.path.join(d, "lib", "libnvrtc-builtins.so*"))):
         if ".alt." not in b:
             ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
     lib = ctypes.CDLL(sorted(glob.glob(os.path.join(d, "lib", "libnvrtc.so*")))[0])
-    src = open(sys.argv[1]).read()
+    src = open(args[0]).read()
     # The translation unit the backend compiles (capture/src/backend/cuda/kernels.rs).
     for h in ("common.cuh", "activations.cuh"):
         src = src.replace(f'#include "{h}"', open(os.path.join(KERNELS, h)).read())
@@ -52,6 +62,13 @@ def main():
     if rc != 0:
         lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         sys.exit(f"kernel_regs.py: NVRTC: {lib.nvrtcGetErrorString(rc).decode()}\n{log.value.decode()[-2000:]}")
+    if cubin_out:
+        size = ctypes.c_size_t()
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, buf)
+        with open(cubin_out, "wb") as f:
+            f.write(buf.raw)
     fn, row = None, {}
     print(f"{'kernel':<28} {'registers':>9} {'spill stores':>12} {'spill loads':>11} {'smem bytes':>10}")
     for line in log.value.decode().splitlines():

@@ -168,12 +168,21 @@ extern "C" __global__ void attention_merge_bwd(float* __restrict__ dqkv, const f
     }
 }
 
+// Stores v at out[i]: f32, or with out_bf16 rounded to BF16 (round to nearest even), for a reader
+// that rounds it so anyway (the attention's splits): the GPU's saved rotated qkv rows when its
+// attention runs unfused (capture/src/backend/cuda/attention.rs: rope_attention_fwd_impl).
+__device__ __forceinline__ void rope_store(void* out, int out_bf16, u64 i, float v) {
+    if (out_bf16) ((__nv_bfloat16*)out)[i] = __float2bfloat16_rn(v);
+    else ((float*)out)[i] = v;
+}
+
 // RoPE forward: out (B,T,W) (=) = qkv with the (i, i + HD/2) pairs of its NH q and KVH k heads rotated
 // by position t = row % T: out[i] = x[i] cos - x[i + HD/2] sin, out[i + HD/2] = x[i + HD/2] cos + x[i] sin;
-// the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)].
+// the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)]. out f32, or BF16 with
+// out_bf16 (rope_store).
 // Launch: grid-stride over rows * HD/2 (rows = B*T); thread (row, i) writes elements i and i + HD/2 of
 // every head of the row.
-extern "C" __global__ void rope_fwd(float* __restrict__ out, const void* __restrict__ qkv, int in_bf16,
+extern "C" __global__ void rope_fwd(void* __restrict__ out, int out_bf16, const void* __restrict__ qkv, int in_bf16,
                                     const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
     int half = hd / 2;
     u64 w = (u64)(nh + 2 * kvh) * hd;
@@ -184,18 +193,81 @@ extern "C" __global__ void rope_fwd(float* __restrict__ out, const void* __restr
         const float* cs = tab + (row % t) * hd;
         float c = cs[i], s = cs[half + i];
         u64 x0 = row * w;
-        float* o = out + row * w;
         for (int h = 0; h < nh + kvh; h++) {
             int p = h * hd + i;
             float x1 = load_value(qkv, x0 + p, in_bf16), x2 = load_value(qkv, x0 + p + half, in_bf16);
-            o[p] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-            o[p + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+            rope_store(out, out_bf16, x0 + p, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+            rope_store(out, out_bf16, x0 + p + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
         }
         for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
             int p = h * hd + i;
-            o[p] = load_value(qkv, x0 + p, in_bf16);
-            o[p + half] = load_value(qkv, x0 + p + half, in_bf16);
+            rope_store(out, out_bf16, x0 + p, load_value(qkv, x0 + p, in_bf16));
+            rope_store(out, out_bf16, x0 + p + half, load_value(qkv, x0 + p + half, in_bf16));
         }
+    }
+}
+
+// 4 consecutive values at src[i..i+4] (f32, or BF16 with bf16): one 16- or 8-byte load (i a multiple
+// of 4).
+__device__ __forceinline__ void load_values4(float (&v)[4], const void* __restrict__ src, u64 i, int bf16) {
+    if (bf16) {
+        uint2 u = __ldg(reinterpret_cast<const uint2*>((const unsigned short*)src + i));
+        v[0] = __uint_as_float(u.x << 16); v[1] = __uint_as_float(u.x & 0xffff0000u);
+        v[2] = __uint_as_float(u.y << 16); v[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+        float4 f = __ldg(reinterpret_cast<const float4*>((const float*)src + i));
+        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    }
+}
+
+// 4 values rounded to BF16 (round to nearest even) at dst[i..i+4]: one 8-byte store.
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* dst, u64 i, const float (&v)[4]) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
+    *reinterpret_cast<uint2*>(dst + i) = make_uint2(*reinterpret_cast<u32*>(&a), *reinterpret_cast<u32*>(&b));
+}
+
+// RoPE and the split in one pass: q (B,NH,T,HD), k, v (B,KVH,T,HD) BF16, head-major, from the qkv
+// rows before the rotation (f32, or BF16 with in_bf16). Each q and k value is rope_fwd's (the same
+// uncontracted f32 operations) rounded to BF16 as attention_split_fwd rounds it; v is copied
+// (rounded): the values, bit for bit, of rope_fwd then attention_split_fwd. HD a multiple of 8.
+// Launch: grid (ceil((NH + 2 KVH) HD/8 / 128), min(B*T, 65535)), 128 threads; a thread takes the
+// pairs i .. i+3 (with i + HD/2 .. i + HD/2 + 3) of one head, in rows blockIdx.y, + gridDim.y, ...
+extern "C" __global__ void rope_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k,
+                                          __nv_bfloat16* __restrict__ v, const void* __restrict__ qkv, int in_bf16,
+                                          const float* __restrict__ tab, int b, int t, int nh, int kvh, int hd) {
+    int half = hd / 2, chunks = half / 4, heads = nh + 2 * kvh;
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= heads * chunks) return;
+    int h = x / chunks, i = (x % chunks) * 4;
+    int sec = h < nh ? 0 : (h < nh + kvh ? 1 : 2);
+    int hh = sec == 0 ? h : (sec == 1 ? h - nh : h - nh - kvh);
+    int hcount = sec == 0 ? nh : kvh;
+    __nv_bfloat16* dst = sec == 0 ? q : (sec == 1 ? k : v);
+    u64 w = (u64)heads * hd;
+    for (int row = blockIdx.y; row < b * t; row += gridDim.y) {
+        int bb = row / t, tt = row % t;
+        u64 src = (u64)row * w + (u64)h * hd + i;
+        float x1[4], x2[4], o1[4], o2[4];
+        load_values4(x1, qkv, src, in_bf16);
+        load_values4(x2, qkv, src + half, in_bf16);
+        if (sec < 2) {
+            const float* cs = tab + (u64)tt * hd;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float c = __ldg(cs + i + j), s = __ldg(cs + half + i + j);
+                o1[j] = __fsub_rn(__fmul_rn(x1[j], c), __fmul_rn(x2[j], s));
+                o2[j] = __fadd_rn(__fmul_rn(x2[j], c), __fmul_rn(x1[j], s));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                o1[j] = x1[j];
+                o2[j] = x2[j];
+            }
+        }
+        u64 di = (((u64)bb * hcount + hh) * t + tt) * hd + i;
+        store_bf16x4(dst, di, o1);
+        store_bf16x4(dst, di + half, o2);
     }
 }
 

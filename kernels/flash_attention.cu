@@ -381,23 +381,45 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
 // dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so).
-// Launch: one warp per (b, t, h) row, 8 warps per block.
+// Launch: one warp per FA_DELTA_ROWS consecutive (b, t, h) rows, 8 warps per block. Lane l sums
+// elements l, l + 32, ... of a row, then the warp adds its lanes in a butterfly: each row's sum
+// is the same whatever the rows per warp; the rows' loads are all issued before their sums (a warp
+// with one row waited on two loads and a shuffle tree, most of this kernel's time).
+#define FA_DELTA_ROWS 4
 extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
                                            const float* __restrict__ out, int b, int t, int nh, int d) {
-    u64 row = blockIdx.x * 8ull + (threadIdx.x >> 5);
+    u64 rows = (u64)b * t * nh;
+    u64 row0 = (blockIdx.x * 8ull + (threadIdx.x >> 5)) * FA_DELTA_ROWS;
     int lane = threadIdx.x & 31;
-    if (row >= (u64)b * t * nh) return;
-    int h = (int)(row % nh);
-    u64 bt = row / nh;
-    u64 g0 = bt * nh * d + (u64)h * d;
-    const float* y = out + bt * nh * d + (u64)h * d;
-    float s = 0.0f;
-    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(load_value(dout, g0 + i, dout_bf16))) * y[i];
-    s = warp_sum(s);
-    if (lane == 0) {
-        int tt = (int)(bt % t);
-        u64 bb = bt / t;
-        delta[(bb * nh + h) * t + tt] = s;
+    if (row0 >= rows) return;
+    // (b, t, h) rows are consecutive d-wide segments of dout and out; d <= 128 (the fused head
+    // sizes), so a lane holds at most 4 values of a row.
+    float x[FA_DELTA_ROWS][4], y[FA_DELTA_ROWS][4];
+#pragma unroll
+    for (int r = 0; r < FA_DELTA_ROWS; r++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u64 row = row0 + r;
+            int i = lane + 32 * k;
+            bool in = row < rows && i < d;
+            x[r][k] = in ? __bfloat162float(__float2bfloat16_rn(load_value(dout, row * d + i, dout_bf16))) : 0.0f;
+            y[r][k] = in ? __ldg(out + row * d + i) : 0.0f;
+        }
+#pragma unroll
+    for (int r = 0; r < FA_DELTA_ROWS; r++) {
+        u64 row = row0 + r;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (lane + 32 * k < d) v += x[r][k] * y[r][k];
+        v = warp_sum(v);
+        if (lane == 0 && row < rows) {
+            int h = (int)(row % nh);
+            u64 bt = row / nh;
+            int tt = (int)(bt % t);
+            u64 bb = bt / t;
+            delta[(bb * nh + h) * t + tt] = v;
+        }
     }
 }
 

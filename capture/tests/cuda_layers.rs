@@ -470,6 +470,15 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
             be.attention_bwd(&mut dqkv, &mut datt, &dout, &ao, &qkv, &att, b, t2, c2, nh2, HS64_KVH, causal);
             get(be, &format!("{name}_bwd.dqkv"), &dqkv);
         }
+        // RoPE fused with the attention (the Llama step's call): the GPU keeps q, k, v head-major
+        // in a BF16 `saved`; the CPU, the rotated rows.
+        let w2 = hs64_width();
+        let (mut ao, mut att, mut rot_saved) = (be.zeros(n2 * c2), be.zeros(saved), be.zeros_bf16(n2 * w2));
+        be.rope_attention_fwd(&mut ao, &mut att, &mut rot_saved, &qkv, b, t2, nh2, HS64_KVH, 64, 10000.0, true);
+        get(be, "attention_rope_hs64_fwd.out", &ao);
+        let (mut dqkv, mut dqkv_rot, mut datt) = (be.zeros(n2 * w2), be.zeros(n2 * w2), be.zeros(saved));
+        be.rope_attention_bwd(&mut dqkv, &mut dqkv_rot, &mut datt, &dout, &ao, &rot_saved, &att, b, t2, nh2, HS64_KVH, 64, 10000.0, true);
+        get(be, "attention_rope_hs64_bwd.dqkv", &dqkv);
     }
     // gelu, residual, rounding
     let h = be.upload(m("h"));
@@ -1041,6 +1050,62 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
         }
     }
     assert_eq!(checked, 7 * 8);
+}
+
+/// RoPE fused into the attention (`rope_attention_fwd` / `_bwd`, the Llama step's calls: q, k, v
+/// rotated and split head-major in one pass, kept in a BF16 buffer for the backward) against
+/// `rope_fwd`, `attention_fwd`, `attention_bwd`, `rope_bwd` one after the other on the GPU: the
+/// output, the log-sum-exp and dqkv are bit-identical. qkv is BF16 as the model's is (a GEMM's
+/// output) and f32; head sizes 64 (T not a multiple of the tiles) and 16; the GPU time of each path
+/// is printed side by side.
+#[test]
+fn rope_fused_into_the_attention_is_bit_identical_to_rope_then_attention() {
+    let Some(mut gpu) = cuda_common::gpu("RoPE fused into the attention") else { return };
+    for (b, t, nh, kvh, hd) in [(2usize, 300usize, 8usize, 2usize, 64usize), (2, 130, 4, 4, 16)] {
+        let (c, w) = (nh * hd, (nh + 2 * kvh) * hd);
+        let mut rng = Pcg64::seed_from_u64(33);
+        let normal = Normal::new(0.0f32, 1.0).expect("normal");
+        let qkv_h: Vec<f32> = (0..b * t * w).map(|_| normal.sample(&mut rng)).collect();
+        let dout_h: Vec<f32> = (0..b * t * c).map(|_| normal.sample(&mut rng) * 0.1).collect();
+        let dout = gpu.upload(&dout_h);
+        for bf16_in in [true, false] {
+            let label = format!("B {b} T {t} NH {nh} KVH {kvh} HD {hd}, qkv {}", if bf16_in { "BF16" } else { "f32" });
+            let qkv = if bf16_in { bf16_buffer(&mut gpu, &qkv_h, b * t, w) } else { gpu.upload(&qkv_h) };
+            let saved_len = gpu.attention_saved_len(b, t, c, nh);
+            let mut results = Vec::new();
+            for fused in [false, true] {
+                let (mut out, mut att, mut datt) = (gpu.zeros(b * t * c), gpu.zeros(saved_len), gpu.zeros(saved_len));
+                let (mut dqkv, mut dqkv_rot) = (gpu.zeros(b * t * w), gpu.zeros(b * t * w));
+                let mut rot = if fused { gpu.zeros_bf16(b * t * w) } else { gpu.zeros(b * t * w) };
+                let t0 = std::time::Instant::now();
+                if fused {
+                    gpu.rope_attention_fwd(&mut out, &mut att, &mut rot, &qkv, b, t, nh, kvh, hd, 10000.0, true);
+                    gpu.rope_attention_bwd(&mut dqkv, &mut dqkv_rot, &mut datt, &dout, &out, &rot, &att, b, t, nh, kvh, hd, 10000.0, true);
+                } else {
+                    gpu.rope_fwd(&mut rot, &qkv, b, t, nh, kvh, hd, 10000.0);
+                    gpu.attention_fwd(&mut out, &mut att, &rot, b, t, c, nh, kvh, true);
+                    gpu.attention_bwd(&mut dqkv_rot, &mut datt, &dout, &out, &rot, &att, b, t, c, nh, kvh, true);
+                    gpu.rope_bwd(&mut dqkv, &dqkv_rot, b, t, nh, kvh, hd, 10000.0);
+                }
+                let got = (gpu.download(&out, 0, b * t * c, 1), gpu.download(&att, 0, b * nh * t, 1), gpu.download(&dqkv, 0, b * t * w, 1));
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                println!("{label}: {} {ms:.3} ms (first call, with the downloads)", if fused { "fused RoPE + attention" } else { "RoPE, then attention  " });
+                results.push(got);
+            }
+            assert_eq!(gpu.take_error(), None, "{label}: the backend failed");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            for (k, what) in ["out", "log-sum-exp", "dqkv"].iter().enumerate() {
+                let (a, f) = match k {
+                    0 => (&results[0].0, &results[1].0),
+                    1 => (&results[0].1, &results[1].1),
+                    _ => (&results[0].2, &results[1].2),
+                };
+                assert!(a.iter().any(|&x| x != 0.0), "{label}: {what} is all zeros");
+                assert_eq!(bits(a), bits(f), "{label}: the fused path's {what} differs from RoPE then attention");
+            }
+            println!("{label}: out, log-sum-exp and dqkv bit-identical");
+        }
+    }
 }
 
 /// A 16-bit buffer (`zeros_bf16`) holding `values` (rows × cols) rounded to BF16, written as GEMM

@@ -246,7 +246,8 @@ pub trait Backend {
     /// primitives take such a buffer: `gemm` (as its output), `swiglu_*` and `gelu_*` (as `inp`),
     /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `adamw` (as `g`),
     /// `add` (as `b`), `rope_fwd` (as `qkv`) and `rope_bwd` (as `dout`), `attention_fwd` and
-    /// `attention_bwd` (as `qkv`; the backward also as `dout`),
+    /// `attention_bwd` (as `qkv`; the backward also as `dout`), `rope_attention_fwd` (as `qkv`
+    /// and `saved`: see there) and `rope_attention_bwd` (as `dout` and `saved`),
     /// `sumsq`, `sumsq_all`, `count_nonfinite`, `download`, `len`, `fill_zero`. Default:
     /// [`Backend::zeros`].
     fn zeros_bf16(&mut self, n: usize) -> Self::Buf {
@@ -301,6 +302,25 @@ pub trait Backend {
     /// of a shared kv head accumulate over its query heads in a fixed order.
     #[allow(clippy::too_many_arguments)]
     fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
+    /// RoPE on q and k, then attention (the Llama family's order): `out` and `att` as
+    /// [`Backend::attention_fwd`]'s, from qkv (B,T,(NH + 2·KVH)·HD) before the rotation; `saved`
+    /// (as many values as qkv) keeps what [`Backend::rope_attention_bwd`] needs. Default: the
+    /// rotated rows, `rope_fwd` then `attention_fwd`. A backend may keep them in its own form (the
+    /// GPU's: q, k and v head-major in BF16, the operands its attention takes, written in one pass
+    /// from qkv); `saved` may then be a [`Backend::zeros_bf16`] buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, saved: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+        self.rope_fwd(saved, qkv, b, t, nh, kvh, hd, theta);
+        self.attention_fwd(out, att, saved, b, t, nh * hd, nh, kvh, causal);
+    }
+    /// The backward of [`Backend::rope_attention_fwd`]: dqkv (=, before the rotation) from dout;
+    /// `dqkv_rot` is scratch of dqkv's size (the gradient after the rotation), `datt` as
+    /// [`Backend::attention_bwd`]'s. Default: `attention_bwd` then `rope_bwd`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_bwd(&mut self, dqkv: &mut Self::Buf, dqkv_rot: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, saved: &Self::Buf, att: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+        self.attention_bwd(dqkv_rot, datt, dout, out, saved, att, b, t, nh * hd, nh, kvh, causal);
+        self.rope_bwd(dqkv, dqkv_rot, b, t, nh, kvh, hd, theta);
+    }
     fn gelu_fwd(&mut self, out: &mut Self::Buf, inp: &Self::Buf);
     /// dinp (=) = gelu'(inp) · dout.
     fn gelu_bwd(&mut self, dinp: &mut Self::Buf, inp: &Self::Buf, dout: &Self::Buf);

@@ -25,8 +25,7 @@ impl<B: Backend> Model<B> {
             let w = |m: Module| &p[lay.linear(l, m).0];
             be.rmsnorm_fwd(&mut s.ln, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
             Self::linear(be, &calls[0], plan, dumps, &mut s.qkv_pre, &s.ln, w(Module::Qkv), None, None);
-            be.rope_fwd(&mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
-            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv_rot, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
+            be.rope_attention_fwd(&mut a.atty, &mut a.att, &mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta, d.causal);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, w(Module::Proj), None, None);
             be.add(&mut a.res2, res_in, &s.proj);
             be.rmsnorm_fwd(&mut s.ln, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
@@ -75,8 +74,7 @@ impl<B: Backend> Model<B> {
             // proj
             Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w(Module::Proj)], None, None);
             Self::linear(be, &wgrad[1], plan, dumps, &mut s.grads[w(Module::Proj)], &s.dres, &a.atty, None, None);
-            be.attention_bwd(&mut s.dqkv_rot, &mut s.datt, &s.datty, &a.atty, &a.qkv_rot, &a.att, d.b, d.t, d.c, d.nh, d.kvh, d.causal);
-            be.rope_bwd(&mut s.dqkv, &s.dqkv_rot, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta);
+            be.rope_attention_bwd(&mut s.dqkv, &mut s.dqkv_rot, &mut s.datt, &s.datty, &a.atty, &a.qkv_rot, &a.att, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta, d.causal);
             // qkv
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w(Module::Qkv)], None, None);
             if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {

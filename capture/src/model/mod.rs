@@ -108,7 +108,7 @@ pub struct LayerActs<T> {
     pub ln1_mean: T, // (N) gpt
     pub ln1_rstd: T, // (N)
     pub qkv: T,      // (N, Q) gpt, BF16 (llama keeps only the rotated copy)
-    pub qkv_rot: T,  // (N, Q) llama: q and k rotated
+    pub qkv_rot: T,  // (N, Q) llama: what rope_attention_fwd saves (q and k rotated; on the GPU BF16, head-major)
     pub att: T,      // Backend::attention_saved_len
     pub atty: T,     // (N, C)
     pub res2: T,     // (N, C) residual after attention
@@ -246,7 +246,9 @@ impl<B: Backend> Model<B> {
         let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
         // `alloc(n, true)` for a GEMM's output, BF16 by construction, which a backend may keep in 16
         // bits (Backend::zeros_bf16): fc1's and gpt's qkv (saved for the backward), the scratch
-        // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns.
+        // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns; and
+        // llama's saved rotated qkv, which the GPU keeps as its attention's BF16 operands
+        // (Backend::rope_attention_fwd).
         let mut alloc = |n: usize, bf16: bool| if bf16 { be.zeros_bf16(n) } else { be.zeros(n) };
         let grads = sizes.iter().zip(assigned_by_gemm(&dims)).map(|(&s, bf16)| alloc(s, bf16)).collect();
         let adam_m = sizes.iter().map(|&s| alloc(s, false)).collect();
@@ -262,7 +264,7 @@ impl<B: Backend> Model<B> {
                 ln1_mean: alloc(only(gpt, n), false),
                 ln1_rstd: alloc(n, false),
                 qkv: alloc(only(gpt, n * q), true),
-                qkv_rot: alloc(only(!gpt, n * q), false),
+                qkv_rot: alloc(only(!gpt, n * q), true),
                 att: alloc(saved, false),
                 atty: alloc(n * c, false),
                 res2: alloc(n * c, false),

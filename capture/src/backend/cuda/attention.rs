@@ -23,6 +23,8 @@ pub const FLASH_HEAD_SIZES: [usize; 5] = [16, 32, 64, 96, 128];
 /// Threads per block and query rows (or keys) per tile of the fused kernels.
 const FLASH_THREADS: u32 = 128;
 const FLASH_TILE: usize = 64;
+/// (b, t, head) rows per warp of `flash_bwd_delta` (flash_attention.cu: FA_DELTA_ROWS).
+const FLASH_DELTA_ROWS: u32 = 4;
 
 /// The fused kernels' entry points, in the order `kernels::Family::FlashAttention` lists them.
 pub const FLASH_KERNELS: [&str; 16] = [
@@ -102,7 +104,7 @@ pub fn flash_smem(d: usize) -> [u32; 3] {
 /// The launch of `attention_split_fwd` / `_bwd` (kernels/attention.cu: split_heads) over `rows`
 /// rows of `w` values with head size `hs`: 128 threads of V columns each across a row (V = 8 when
 /// `hs` is a multiple of 8, else 1), and the rows strided over at most 65535 blocks down.
-fn split_grid(rows: usize, w: usize, hs: usize) -> cudarc::driver::LaunchConfig {
+pub(super) fn split_grid(rows: usize, w: usize, hs: usize) -> cudarc::driver::LaunchConfig {
     let per_thread = if hs % 8 == 0 { 8 } else { 1 };
     cfg(((w / per_thread).div_ceil(128) as u32, rows.clamp(1, 65535) as u32, 1), 128)
 }
@@ -203,15 +205,24 @@ impl CudaBackend {
         qkv: &DevBuf,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
+        let AttentionShape { b, t, c, nh, kvh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_fwd_unfused(out, att, qkv, shape);
         }
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
+        let heads = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        self.flash_fwd(out, att, heads, shape)
+    }
+
+    /// The fused forward (`flash_fwd_d{HS}`) from q (B,NH,T,HS), k, v (B,KVH,T,HS) in BF16 at the
+    /// device pointers `heads`: out, and att = the log-sum-exp of each query row.
+    pub(super) fn flash_fwd(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, heads: (u64, u64, u64), shape: AttentionShape) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
-        let [fwd, _, _] = flash_names(hs).expect("fused head size");
+        let [fwd, _, _] = flash_names(hs).ok_or_else(|| CudaError::Unsupported(format!("no fused attention kernel for head size {hs}")))?;
         let scale = 1.0 / (hs as f32).sqrt();
-        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        let (q, k, v) = heads;
         let (outp, lsep) = (self.ptr(out), self.ptr(att));
         let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd) as u32;
         let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
@@ -224,7 +235,6 @@ impl CudaBackend {
     /// attention scratch (one pass, `attention_split_fwd`); returns their device pointers.
     fn attention_split(&mut self, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hs: usize) -> Result<(u64, u64, u64), CudaError> {
         let nq = b * nh * t * hs;
-        let nkv = b * kvh * t * hs;
         for buf in [&mut self.attn.q16, &mut self.attn.k16, &mut self.attn.v16] {
             grow(&self.stream, buf, nq)?;
         }
@@ -256,21 +266,41 @@ impl CudaBackend {
         att: &CudaSlice<f32>,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
+        let AttentionShape { b, t, c, nh, kvh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_bwd_unfused(dqkv, datt, dout, qkv, att, shape);
         }
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
+        let heads = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        self.flash_bwd(dqkv, datt, dout, out, att, heads, shape)
+    }
+
+    /// The fused backward from the forward's q, k, v (BF16, head-major, at the device pointers
+    /// `heads`), its output and log-sum-exp: dout split into heads, the correction term into `datt`
+    /// (`flash_bwd_delta`), then `flash_bwd_dkdv_d{HS}` and `flash_bwd_dq_d{HS}` into dqkv (B,T,W).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn flash_bwd(
+        &mut self,
+        dqkv: &mut CudaSlice<f32>,
+        datt: &mut CudaSlice<f32>,
+        dout: &DevBuf,
+        out: &CudaSlice<f32>,
+        att: &CudaSlice<f32>,
+        heads: (u64, u64, u64),
+        shape: AttentionShape,
+    ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, causal } = shape;
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
         Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
-        let [_, dkdv, dq] = flash_names(hs).expect("fused head size");
+        let [_, dkdv, dq] = flash_names(hs).ok_or_else(|| CudaError::Unsupported(format!("no fused attention kernel for head size {hs}")))?;
         let scale = 1.0 / (hs as f32).sqrt();
-        let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        let (q, k, v) = heads;
         let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
         let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout.raw()), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
-        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8 * FLASH_DELTA_ROWS), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let key_tiles = t.div_ceil(FLASH_TILE) as u32;
         let mut lc = cfg((key_tiles, kvh as u32, b as u32), FLASH_THREADS);

@@ -132,6 +132,7 @@ impl Family {
                 "attention_softmax_bwd",
                 "attention_merge_bwd",
                 "rope_fwd",
+                "rope_split_fwd",
                 "rope_bwd",
             ],
             Family::FlashAttention => &super::attention::FLASH_KERNELS,

@@ -770,5 +770,6 @@ mod primitives;
 mod residual;
 mod rmsnorm;
 mod rope;
+mod rope_attention;
 mod stats;
 mod swiglu;

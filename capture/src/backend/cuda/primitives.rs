@@ -170,6 +170,33 @@ impl Backend for CudaBackend {
         self.spanned("attention_bwd", |me| me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
+    fn rope_attention_fwd(&mut self, out: &mut DevBuf, att: &mut DevBuf, saved: &mut DevBuf, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+        let shape = AttentionShape { b, t, c: nh * hd, nh, kvh, causal };
+        self.spanned("attention_fwd", |me| me.rope_attention_fwd_impl(out, att, saved, qkv, shape, theta));
+    }
+
+    fn rope_attention_bwd(
+        &mut self,
+        dqkv: &mut DevBuf,
+        dqkv_rot: &mut DevBuf,
+        datt: &mut DevBuf,
+        dout: &DevBuf,
+        out: &DevBuf,
+        saved: &DevBuf,
+        att: &DevBuf,
+        b: usize,
+        t: usize,
+        nh: usize,
+        kvh: usize,
+        hd: usize,
+        theta: f32,
+        causal: bool,
+    ) {
+        let shape = AttentionShape { b, t, c: nh * hd, nh, kvh, causal };
+        self.spanned("attention_bwd", |me| me.rope_attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape));
+        self.rope_bwd(dqkv, dqkv_rot, b, t, nh, kvh, hd, theta);
+    }
+
     fn gelu_fwd(&mut self, out: &mut DevBuf, inp: &DevBuf) {
         self.spanned("gelu_fwd", |me| me.gelu_fwd_impl(out, inp));
     }

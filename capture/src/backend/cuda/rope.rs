@@ -6,7 +6,7 @@
 //! every q and k head of the token and copies it in every v head.
 
 use super::{CudaBackend, CudaError, DevBuf, grid_for};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 
 /// Threads per block of both kernels.
 const THREADS: u32 = 256;
@@ -14,7 +14,7 @@ const THREADS: u32 = 256;
 impl CudaBackend {
     /// The device copy of the RoPE table for (t, hd, theta): uploaded on the first call with
     /// these dimensions, kept until one with others. Returns its device pointer.
-    fn rope_table_ptr(&mut self, t: usize, hd: usize, theta: f32) -> Result<u64, CudaError> {
+    pub(super) fn rope_table_ptr(&mut self, t: usize, hd: usize, theta: f32) -> Result<u64, CudaError> {
         let key = (t, hd, theta.to_bits());
         if self.rope_tab.as_ref().is_none_or(|(k, _)| *k != key) {
             let host = crate::layers::rope::rope_table(t, hd, theta);
@@ -27,12 +27,13 @@ impl CudaBackend {
     }
 
     /// `kernel` (`rope_fwd` or `rope_bwd`) from `src` (f32 or BF16 storage) into `dst`, both
-    /// (B, T, (NH + 2·KVH)·HD).
+    /// (B, T, (NH + 2·KVH)·HD). `rope_fwd` may write a BF16 `dst` (rounding each value, for a reader
+    /// that rounds it so: the attention, unfused, in `rope_attention_fwd_impl`); `rope_bwd` writes f32.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rope_impl(
         &mut self,
         kernel: &'static str,
-        dst: &mut CudaSlice<f32>,
+        dst: &mut DevBuf,
         src: &DevBuf,
         b: usize,
         t: usize,
@@ -53,7 +54,14 @@ impl CudaBackend {
             return Ok(());
         }
         let tab = self.rope_table_ptr(t, hd, theta)?;
-        let (d, s) = (self.ptr(dst), self.ptr(src.raw()));
-        launch!(self, kernel, grid_for(rows * hd / 2, THREADS), d, s, src.is_bf16() as i32, tab, rows as u64, t as i32, nh as i32, kvh as i32, hd as i32)
+        let grid = grid_for(rows * hd / 2, THREADS);
+        let (s, s16, rows, ti, nhi, kvhi, hdi) = (self.ptr(src.raw()), src.is_bf16() as i32, rows as u64, t as i32, nh as i32, kvh as i32, hd as i32);
+        if kernel == "rope_fwd" {
+            let (d, d16) = (self.ptr(dst.raw()), dst.is_bf16() as i32);
+            launch!(self, kernel, grid, d, d16, s, s16, tab, rows, ti, nhi, kvhi, hdi)
+        } else {
+            let d = self.ptr(&**dst);
+            launch!(self, kernel, grid, d, s, s16, tab, rows, ti, nhi, kvhi, hdi)
+        }
     }
 }
