@@ -11,7 +11,8 @@
 // softmax, its running max and sum, and
 // every accumulator are f32; the probabilities P (unnormalised, in [0, 1]) and the score gradients
 // dS are rounded to BF16 before their products, as the unfused path rounds att and dpreatt.
-// Outputs (out, dqkv) are rounded to BF16. The saved statistic is the base-2 log-sum-exp of the
+// Outputs (out, dqkv) are rounded to BF16; given the RoPE table, the backward then rotates dq
+// and dk back at the store (fa_store), the work of rope_bwd. The saved statistic is the base-2 log-sum-exp of the
 // scaled scores, lse2 = m + log2(l) (B, NH, T): P = exp2(s * scale * log2(e) - lse2), one FFMA and
 // one ex2.approx per probability (fa_exp2). Only the tiles a mask cuts (the causal diagonal, the
 // ragged end of T) test each element (fa_tile_visible); the others skip the test.
@@ -210,9 +211,14 @@ __device__ __forceinline__ float fa_exp2(float x) {
 }
 
 // Writes a warp's 16 x D accumulator (rows row0 + g, row0 + g + 8), times `scale` and rounded to
-// BF16, into a (T, w) f32 matrix at column col.
+// BF16, into a (T, w) f32 matrix at column col. With rope_tab (the RoPE table, (T, D): row t =
+// [cos (D/2) | sin (D/2)]), each row's (j, j + D/2) pairs are then rotated back as rope_bwd rotates
+// them (kernels/attention.cu: the same uncontracted f32 operations on the same BF16 values): the
+// gradient before the rotation, with no pass of its own. A thread holds both columns of its pairs
+// (n-blocks nb and nb + NB/2).
 template <int D>
-__device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, int t, const float (&acc)[Fa<D>::NB][4], float scale0, float scale1) {
+__device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, int t, const float (&acc)[Fa<D>::NB][4], float scale0, float scale1,
+                                         const float* __restrict__ rope_tab = nullptr) {
     int l = threadIdx.x & 31, g = l >> 2, c = l & 3;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -220,11 +226,27 @@ __device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, i
         if (tt >= t) continue;
         float s = half ? scale1 : scale0;
         float* o = dst + (u64)tt * w + col + 2 * c;
+        float y[Fa<D>::NB][2];
 #pragma unroll
         for (int nb = 0; nb < Fa<D>::NB; nb++) {
-            float2 v = make_float2(round_bf16(acc[nb][2 * half] * s), round_bf16(acc[nb][2 * half + 1] * s));
-            *reinterpret_cast<float2*>(o + nb * 8) = v;
+            y[nb][0] = round_bf16(acc[nb][2 * half] * s);
+            y[nb][1] = round_bf16(acc[nb][2 * half + 1] * s);
         }
+        if (rope_tab != nullptr) {
+            const float* cs = rope_tab + (u64)tt * D;
+#pragma unroll
+            for (int nb = 0; nb < Fa<D>::NB / 2; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int j = nb * 8 + 2 * c + e;
+                    float cj = __ldg(cs + j), sj = __ldg(cs + D / 2 + j);
+                    float y1 = y[nb][e], y2 = y[nb + Fa<D>::NB / 2][e];
+                    y[nb][e] = __fadd_rn(__fmul_rn(y1, cj), __fmul_rn(y2, sj));
+                    y[nb + Fa<D>::NB / 2][e] = __fsub_rn(__fmul_rn(y2, cj), __fmul_rn(y1, sj));
+                }
+        }
+#pragma unroll
+        for (int nb = 0; nb < Fa<D>::NB; nb++) *reinterpret_cast<float2*>(o + nb * 8) = make_float2(y[nb][0], y[nb][1]);
     }
 }
 
@@ -381,45 +403,23 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
 // dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so).
-// Launch: one warp per FA_DELTA_ROWS consecutive (b, t, h) rows, 8 warps per block. Lane l sums
-// elements l, l + 32, ... of a row, then the warp adds its lanes in a butterfly: each row's sum
-// is the same whatever the rows per warp; the rows' loads are all issued before their sums (a warp
-// with one row waited on two loads and a shuffle tree, most of this kernel's time).
-#define FA_DELTA_ROWS 4
+// Launch: one warp per (b, t, h) row, 8 warps per block.
 extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
                                            const float* __restrict__ out, int b, int t, int nh, int d) {
-    u64 rows = (u64)b * t * nh;
-    u64 row0 = (blockIdx.x * 8ull + (threadIdx.x >> 5)) * FA_DELTA_ROWS;
+    u64 row = blockIdx.x * 8ull + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
-    if (row0 >= rows) return;
-    // (b, t, h) rows are consecutive d-wide segments of dout and out; d <= 128 (the fused head
-    // sizes), so a lane holds at most 4 values of a row.
-    float x[FA_DELTA_ROWS][4], y[FA_DELTA_ROWS][4];
-#pragma unroll
-    for (int r = 0; r < FA_DELTA_ROWS; r++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            u64 row = row0 + r;
-            int i = lane + 32 * k;
-            bool in = row < rows && i < d;
-            x[r][k] = in ? __bfloat162float(__float2bfloat16_rn(load_value(dout, row * d + i, dout_bf16))) : 0.0f;
-            y[r][k] = in ? __ldg(out + row * d + i) : 0.0f;
-        }
-#pragma unroll
-    for (int r = 0; r < FA_DELTA_ROWS; r++) {
-        u64 row = row0 + r;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (lane + 32 * k < d) v += x[r][k] * y[r][k];
-        v = warp_sum(v);
-        if (lane == 0 && row < rows) {
-            int h = (int)(row % nh);
-            u64 bt = row / nh;
-            int tt = (int)(bt % t);
-            u64 bb = bt / t;
-            delta[(bb * nh + h) * t + tt] = v;
-        }
+    if (row >= (u64)b * t * nh) return;
+    int h = (int)(row % nh);
+    u64 bt = row / nh;
+    u64 g0 = bt * nh * d + (u64)h * d;
+    const float* y = out + bt * nh * d + (u64)h * d;
+    float s = 0.0f;
+    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(load_value(dout, g0 + i, dout_bf16))) * y[i];
+    s = warp_sum(s);
+    if (lane == 0) {
+        int tt = (int)(bt % t);
+        u64 bb = bt / t;
+        delta[(bb * nh + h) * t + tt] = s;
     }
 }
 
@@ -433,7 +433,8 @@ __device__ __forceinline__ float fa_row(const float* v, int qi, int t) { return 
 template <int D>
 __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
                                const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
-                               const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal) {
+                               const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
+                               const float* __restrict__ rope_tab) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* ks = reinterpret_cast<bf16*>(fa_smem);
     bf16* vs = ks + Fa<D>::TILE;
@@ -521,7 +522,7 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     }
     int krow0 = k0 + warp * 16;
     float* dst = dqkv + (u64)b * t * w;
-    fa_store<D>(dst, w, c + grp * D, krow0, t, dk[0], scale, scale);
+    fa_store<D>(dst, w, c + grp * D, krow0, t, dk[0], scale, scale, rope_tab);
     fa_store<D>(dst, w, c + kvh * D + grp * D, krow0, t, dv[0], 1.0f, 1.0f);
 }
 
@@ -563,7 +564,8 @@ __device__ __forceinline__ void fa_dq_tile(float (&dq)[MT][Fa<D>::NB][4], const 
 template <int D>
 __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
                              const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
-                             const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal) {
+                             const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
+                             const float* __restrict__ rope_tab) {
     constexpr int MT = Fa<D>::MT_DQ;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);  // MT tiles
@@ -638,7 +640,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     }
 #pragma unroll
     for (int i = 0; i < MT; i++)
-        fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale);
+        fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale, rope_tab);
 }
 
 // Blocks of the forward per SM the registers are capped for: 4 up to D = 64 (128 registers, no
@@ -657,13 +659,15 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(D))                                    \
         flash_bwd_dkdv_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                  \
-                            const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal) {   \
-        flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal);                                   \
+                            const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,     \
+                            const float* rope_tab) {                                                                   \
+        flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                         \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
         flash_bwd_dq_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                    \
-                          const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal) {     \
-        flash_bwd_dq<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal);                                     \
+                          const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,       \
+                          const float* rope_tab) {                                                                     \
+        flash_bwd_dq<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                           \
     }
 
 FA_ENTRY(16)

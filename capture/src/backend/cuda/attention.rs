@@ -23,8 +23,6 @@ pub const FLASH_HEAD_SIZES: [usize; 5] = [16, 32, 64, 96, 128];
 /// Threads per block and query rows (or keys) per tile of the fused kernels.
 const FLASH_THREADS: u32 = 128;
 const FLASH_TILE: usize = 64;
-/// (b, t, head) rows per warp of `flash_bwd_delta` (flash_attention.cu: FA_DELTA_ROWS).
-const FLASH_DELTA_ROWS: u32 = 4;
 
 /// The fused kernels' entry points, in the order `kernels::Family::FlashAttention` lists them.
 pub const FLASH_KERNELS: [&str; 16] = [
@@ -272,12 +270,14 @@ impl CudaBackend {
         }
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         let heads = self.attention_split(qkv, b, t, nh, kvh, hs)?;
-        self.flash_bwd(dqkv, datt, dout, out, att, heads, shape)
+        self.flash_bwd(dqkv, datt, dout, out, att, heads, shape, 0)
     }
 
     /// The fused backward from the forward's q, k, v (BF16, head-major, at the device pointers
     /// `heads`), its output and log-sum-exp: dout split into heads, the correction term into `datt`
     /// (`flash_bwd_delta`), then `flash_bwd_dkdv_d{HS}` and `flash_bwd_dq_d{HS}` into dqkv (B,T,W).
+    /// With `rope_tab` (the device pointer of the RoPE table, or 0 for none) dq and dk are rotated
+    /// back as they are stored: dqkv is then the gradient before the rotation.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn flash_bwd(
         &mut self,
@@ -288,6 +288,7 @@ impl CudaBackend {
         att: &CudaSlice<f32>,
         heads: (u64, u64, u64),
         shape: AttentionShape,
+        rope_tab: u64,
     ) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
@@ -300,16 +301,16 @@ impl CudaBackend {
         let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout.raw()), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
-        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8 * FLASH_DELTA_ROWS), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let key_tiles = t.div_ceil(FLASH_TILE) as u32;
         let mut lc = cfg((key_tiles, kvh as u32, b as u32), FLASH_THREADS);
         lc.shared_mem_bytes = dkdv_smem;
-        launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)?;
+        launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)?;
         let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).dq) as u32;
         let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
         lc.shared_mem_bytes = dq_smem;
-        launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32)
+        launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)
     }
 
     fn check_len(what: &str, got: usize, need: usize) -> Result<(), CudaError> {

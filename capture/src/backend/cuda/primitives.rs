@@ -193,8 +193,7 @@ impl Backend for CudaBackend {
         causal: bool,
     ) {
         let shape = AttentionShape { b, t, c: nh * hd, nh, kvh, causal };
-        self.spanned("attention_bwd", |me| me.rope_attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape));
-        self.rope_bwd(dqkv, dqkv_rot, b, t, nh, kvh, hd, theta);
+        self.spanned("attention_bwd", |me| me.rope_attention_bwd_impl(dqkv, dqkv_rot, datt, dout, out, saved, att, shape, theta));
     }
 
     fn gelu_fwd(&mut self, out: &mut DevBuf, inp: &DevBuf) {

@@ -7,8 +7,9 @@
 //! kernels read, in one pass from the qkv rows, straight into `saved` (a BF16 buffer of qkv's
 //! size): no rotated f32 rows are written, and the backward reads q, k, v from `saved` instead of
 //! splitting the rows again. Every value is the one `rope_fwd` then `attention_split_fwd` produce,
-//! bit for bit (the same uncontracted f32 rotation, then one rounding to BF16). The backward's RoPE
-//! is `rope_bwd` on the attention's dqkv, as before.
+//! bit for bit (the same uncontracted f32 rotation, then one rounding to BF16). The backward rotates
+//! dq and dk back as the attention's kernels store them (`fa_store` with the RoPE table): the
+//! gradient before the rotation with no `rope_bwd` pass, the same values bit for bit.
 //!
 //! `saved` holds the head-major form when it is stored in BF16, the attention runs fused and the
 //! head size is a multiple of 8 ([`CudaBackend::rope_saves_heads`]); otherwise it holds the rotated
@@ -68,24 +69,30 @@ impl CudaBackend {
         self.flash_fwd(out, att, heads, shape)
     }
 
-    /// The attention part of `rope_attention_bwd`: dqkv_rot (the gradient after the rotation)
-    /// from q, k, v as the forward saved them.
+    /// dqkv (before the rotation) from q, k, v as the forward saved them. The fused path rotates
+    /// dq and dk back as the attention's kernels store them (`dqkv_rot` unused); the other runs
+    /// the attention into `dqkv_rot`, then `rope_bwd`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rope_attention_bwd_impl(
         &mut self,
-        dqkv_rot: &mut CudaSlice<f32>,
+        dqkv: &mut DevBuf,
+        dqkv_rot: &mut DevBuf,
         datt: &mut CudaSlice<f32>,
         dout: &DevBuf,
         out: &CudaSlice<f32>,
         saved: &DevBuf,
         att: &CudaSlice<f32>,
         shape: AttentionShape,
+        theta: f32,
     ) -> Result<(), CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, .. } = shape;
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         if !self.rope_saves_heads(saved, &shape) {
-            return self.attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape);
+            self.attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape)?;
+            return self.rope_impl("rope_bwd", dqkv, dqkv_rot, b, t, nh, kvh, hs, theta);
         }
-        let (hs, _) = Self::attention_heads(shape.c, shape.nh, shape.kvh)?;
         let heads = self.saved_heads(saved, &shape, hs)?;
-        self.flash_bwd(dqkv_rot, datt, dout, out, att, heads, shape)
+        let tab = self.rope_table_ptr(t, hs, theta)?;
+        self.flash_bwd(dqkv, datt, dout, out, att, heads, shape, tab)
     }
 }
