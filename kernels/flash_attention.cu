@@ -258,6 +258,19 @@ __device__ __forceinline__ int fa_key_tiles(int qt, int t, int causal) {
     return causal ? min(qt + 1, ntiles) : ntiles;
 }
 
+// nk[i]: the key tiles query tile i of block qb (MT tiles of 64 rows) attends (fa_key_tiles);
+// returns the most of them, the block's key-tile loop count.
+template <int MT>
+__device__ __forceinline__ int fa_block_key_tiles(int qb, int t, int causal, int (&nk)[MT]) {
+    int nkb = 0;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        nk[i] = fa_key_tiles(qb * MT + i, t, causal);
+        nkb = max(nkb, nk[i]);
+    }
+    return nkb;
+}
+
 // Which of the block's MT query tiles attend key tile kb (nk[i]: tile i's key tiles,
 // fa_key_tiles): FA_BOTH (every tile), FA_FIRST (tile 0 only) or FA_LAST (tile MT - 1 only). Tile 0
 // attends a prefix of the key tiles tile 1 attends, unless tile 1 lies past T, so with MT = 2 these
@@ -337,12 +350,8 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
     const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
     const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
     int q0 = qb * MT * FA_TILE;
-    int nk[MT], nkb = 0;
-#pragma unroll
-    for (int i = 0; i < MT; i++) {
-        nk[i] = fa_key_tiles(qb * MT + i, t, causal);
-        nkb = max(nkb, nk[i]);
-    }
+    int nk[MT];
+    int nkb = fa_block_key_tiles<MT>(qb, t, causal, nk);
 #pragma unroll
     for (int i = 0; i < MT; i++) fa_load<D>(qs + i * Fa<D>::TILE, qh, q0 + i * FA_TILE, t);
     cp_async_commit();
@@ -577,12 +586,8 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
     int q0 = qb * MT * FA_TILE;
-    int nk[MT], nkb = 0;
-#pragma unroll
-    for (int i = 0; i < MT; i++) {
-        nk[i] = fa_key_tiles(qb * MT + i, t, causal);
-        nkb = max(nkb, nk[i]);
-    }
+    int nk[MT];
+    int nkb = fa_block_key_tiles<MT>(qb, t, causal, nk);
     u64 hrow = ((u64)b * nh + h) * t;
     const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
     const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
