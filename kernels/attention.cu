@@ -12,8 +12,8 @@
 //   (a fixed order for a fixed shape: cuBLAS is deterministic on one GPU model).
 // RoPE: rope_fwd / rope_bwd rotate the (i, i + HD/2) pairs of every q and k head by the angle of the
 //   token's position, with the cos/sin table the host computes (capture/src/layers/rope.rs); each
-//   output is two products and one sum in f32 without FMA contraction (__fmul_rn, __fadd_rn,
-//   __fsub_rn), the CPU reference's operations exactly. Their input holds f32 values, or BF16 values
+//   output is two products and one sum in f32 without FMA contraction (common.cuh: rope_pair_fwd,
+//   rope_pair_bwd), the CPU reference's operations exactly. Their input holds f32 values, or BF16 values
 //   with in_bf16 (llama's qkv before RoPE is a GEMM's output, BF16 by construction, and may be
 //   stored so).
 #include "common.cuh"
@@ -176,14 +176,14 @@ __device__ __forceinline__ void rope_store(void* out, int out_bf16, u64 i, float
     else ((float*)out)[i] = v;
 }
 
-// RoPE forward: out (B,T,W) (=) = qkv with the (i, i + HD/2) pairs of its NH q and KVH k heads rotated
-// by position t = row % T: out[i] = x[i] cos - x[i + HD/2] sin, out[i + HD/2] = x[i + HD/2] cos + x[i] sin;
-// the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)]. out f32, or BF16 with
-// out_bf16 (rope_store).
-// Launch: grid-stride over rows * HD/2 (rows = B*T); thread (row, i) writes elements i and i + HD/2 of
-// every head of the row.
-extern "C" __global__ void rope_fwd(void* __restrict__ out, int out_bf16, const void* __restrict__ qkv, int in_bf16,
-                                    const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
+// RoPE over qkv rows (B,T,W): the (i, i + HD/2) pairs of the NH q and KVH k heads rotated by
+// position t = row % T (rope_pair_fwd, or with BWD rope_pair_bwd: the inverse rotation, for the
+// gradient), the KVH v heads copied. tab (T, HD): row t = [cos (HD/2) | sin (HD/2)]. in f32, or
+// BF16 with in_bf16; out f32, or BF16 with out_bf16 (rope_store). Grid-stride over rows * HD/2
+// (rows = B*T); thread (row, i) writes elements i and i + HD/2 of every head of the row.
+template <bool BWD>
+__device__ __forceinline__ void rope_rows(void* __restrict__ out, int out_bf16, const void* __restrict__ in, int in_bf16,
+                                          const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
     int half = hd / 2;
     u64 w = (u64)(nh + 2 * kvh) * hd;
     u64 total = rows * half;
@@ -195,16 +195,24 @@ extern "C" __global__ void rope_fwd(void* __restrict__ out, int out_bf16, const 
         u64 x0 = row * w;
         for (int h = 0; h < nh + kvh; h++) {
             int p = h * hd + i;
-            float x1 = load_value(qkv, x0 + p, in_bf16), x2 = load_value(qkv, x0 + p + half, in_bf16);
-            rope_store(out, out_bf16, x0 + p, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-            rope_store(out, out_bf16, x0 + p + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+            float x1 = load_value(in, x0 + p, in_bf16), x2 = load_value(in, x0 + p + half, in_bf16), o1, o2;
+            if (BWD) rope_pair_bwd(x1, x2, c, s, o1, o2);
+            else rope_pair_fwd(x1, x2, c, s, o1, o2);
+            rope_store(out, out_bf16, x0 + p, o1);
+            rope_store(out, out_bf16, x0 + p + half, o2);
         }
         for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
             int p = h * hd + i;
-            rope_store(out, out_bf16, x0 + p, load_value(qkv, x0 + p, in_bf16));
-            rope_store(out, out_bf16, x0 + p + half, load_value(qkv, x0 + p + half, in_bf16));
+            rope_store(out, out_bf16, x0 + p, load_value(in, x0 + p, in_bf16));
+            rope_store(out, out_bf16, x0 + p + half, load_value(in, x0 + p + half, in_bf16));
         }
     }
+}
+
+// RoPE forward: out (=) = qkv rotated (rope_rows). Launch: grid-stride over rows * HD/2.
+extern "C" __global__ void rope_fwd(void* __restrict__ out, int out_bf16, const void* __restrict__ qkv, int in_bf16,
+                                    const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
+    rope_rows<false>(out, out_bf16, qkv, in_bf16, tab, rows, t, nh, kvh, hd);
 }
 
 // 4 consecutive values at src[i..i+4] (f32, or BF16 with bf16): one 16- or 8-byte load (i a multiple
@@ -254,9 +262,7 @@ extern "C" __global__ void rope_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bf
             const float* cs = tab + (u64)tt * hd;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                float c = __ldg(cs + i + j), s = __ldg(cs + half + i + j);
-                o1[j] = __fsub_rn(__fmul_rn(x1[j], c), __fmul_rn(x2[j], s));
-                o2[j] = __fadd_rn(__fmul_rn(x2[j], c), __fmul_rn(x1[j], s));
+                rope_pair_fwd(x1[j], x2[j], __ldg(cs + i + j), __ldg(cs + half + i + j), o1[j], o2[j]);
             }
         } else {
 #pragma unroll
@@ -271,31 +277,10 @@ extern "C" __global__ void rope_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bf
     }
 }
 
-// RoPE backward: dqkv (B,T,W) (=) from dout, the inverse (transposed) rotation on q and k:
-// dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin; v copied.
-// Launch: as rope_fwd.
+// RoPE backward: dqkv (B,T,W) (=, f32) from dout, the inverse (transposed) rotation on q and k:
+// dx[i] = dy[i] cos + dy[i + HD/2] sin, dx[i + HD/2] = dy[i + HD/2] cos - dy[i] sin; v copied
+// (rope_rows). Launch: as rope_fwd.
 extern "C" __global__ void rope_bwd(float* __restrict__ dqkv, const void* __restrict__ dout, int in_bf16,
                                     const float* __restrict__ tab, u64 rows, int t, int nh, int kvh, int hd) {
-    int half = hd / 2;
-    u64 w = (u64)(nh + 2 * kvh) * hd;
-    u64 total = rows * half;
-    for (u64 idx = blockIdx.x * (u64)blockDim.x + threadIdx.x; idx < total; idx += (u64)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        u64 row = idx / half;
-        const float* cs = tab + (row % t) * hd;
-        float c = cs[i], s = cs[half + i];
-        u64 y0 = row * w;
-        float* d = dqkv + row * w;
-        for (int h = 0; h < nh + kvh; h++) {
-            int p = h * hd + i;
-            float y1 = load_value(dout, y0 + p, in_bf16), y2 = load_value(dout, y0 + p + half, in_bf16);
-            d[p] = __fadd_rn(__fmul_rn(y1, c), __fmul_rn(y2, s));
-            d[p + half] = __fsub_rn(__fmul_rn(y2, c), __fmul_rn(y1, s));
-        }
-        for (int h = nh + kvh; h < nh + 2 * kvh; h++) {
-            int p = h * hd + i;
-            d[p] = load_value(dout, y0 + p, in_bf16);
-            d[p + half] = load_value(dout, y0 + p + half, in_bf16);
-        }
-    }
+    rope_rows<true>(dqkv, 0, dout, in_bf16, tab, rows, t, nh, kvh, hd);
 }

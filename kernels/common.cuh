@@ -61,6 +61,19 @@ __device__ __forceinline__ float scale_for_amax(int fmt, float amax, int margin)
     return fminf(fmaxf(s, 1.175494351e-38f), 3.402823466e38f);
 }
 
+// RoPE on one (i, i + HD/2) pair as the CPU reference computes it (capture/src/layers/rope.rs):
+// two products and one sum per output, uncontracted (__fmul_rn, __fadd_rn, __fsub_rn), so the GPU
+// matches it bit for bit. rope_pair_fwd rotates by the position's angle (c = cos, s = sin);
+// rope_pair_bwd by its negative (the gradient's rotation).
+__device__ __forceinline__ void rope_pair_fwd(float x1, float x2, float c, float s, float& o1, float& o2) {
+    o1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    o2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+__device__ __forceinline__ void rope_pair_bwd(float y1, float y2, float c, float s, float& d1, float& d2) {
+    d1 = __fadd_rn(__fmul_rn(y1, c), __fmul_rn(y2, s));
+    d2 = __fsub_rn(__fmul_rn(y2, c), __fmul_rn(y1, s));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -121,6 +121,22 @@ __device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, int row0, in
     }
 }
 
+// One step of a loop over key tiles that streams k and v through two buffers each (ks, vs): starts
+// loading tile kb + 1 into the other buffer, waits for tile kb's, and returns its buffer (0 or 1)
+// after the block's barrier. The forward and dQ loop so.
+template <int D>
+__device__ __forceinline__ int fa_stream_kv(int kb, int nkb, bf16* ks, bf16* vs, const bf16* kh, const bf16* vh, int t) {
+    int cur = kb & 1;
+    if (kb + 1 < nkb) {
+        fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
+        fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    return cur;
+}
+
 // acc[i] (16 x 8 NBC) = a[I0 + i] (16 x D, a warp's A operands) times the transpose of rows c0 ..
 // c0 + 8 NBC - 1 of a 64 x D tile, for i < N: each B fragment loaded feeds N MMAs. Each element
 // sums over k in the same order whatever N is.
@@ -239,10 +255,8 @@ __device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, i
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     int j = nb * 8 + 2 * c + e;
-                    float cj = __ldg(cs + j), sj = __ldg(cs + D / 2 + j);
                     float y1 = y[nb][e], y2 = y[nb + Fa<D>::NB / 2][e];
-                    y[nb][e] = __fadd_rn(__fmul_rn(y1, cj), __fmul_rn(y2, sj));
-                    y[nb + Fa<D>::NB / 2][e] = __fsub_rn(__fmul_rn(y2, cj), __fmul_rn(y1, sj));
+                    rope_pair_bwd(y1, y2, __ldg(cs + j), __ldg(cs + D / 2 + j), y[nb][e], y[nb + Fa<D>::NB / 2][e]);
                 }
         }
 #pragma unroll
@@ -379,14 +393,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
             for (int e = 0; e < 4; e++) o[i][nb][e] = 0.0f;
     }
     for (int kb = 0; kb < nkb; kb++) {
-        int cur = kb & 1;
-        if (kb + 1 < nkb) {
-            fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
-            fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
+        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, vh, t);
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
         int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
@@ -627,14 +634,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     }
     const float sl2 = scale * 1.4426950408889634f;
     for (int kb = 0; kb < nkb; kb++) {
-        int cur = kb & 1;
-        if (kb + 1 < nkb) {
-            fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
-            fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
+        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, vh, t);
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
         int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
