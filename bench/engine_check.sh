@@ -5,7 +5,8 @@
 #     small and llama-small parity with the CPU over 100 steps, bit-identical GPU reruns;
 #  2. the loss columns of the previous binary (OLD_BIN) and this one, same runs, compared step by
 #     step (max relative difference; a numerics change moves them within run-to-run noise), and
-#     whether they are bit-identical (what a change that keeps the numerics must show);
+#     whether they are bit-identical (what a change that keeps the numerics must show), then every
+#     recorded table of both with every layer dumped and shadow GEMMs on (dump_shadow_check.sh);
 #  3. a short llama-1b run per recipe (RECIPES, default "bf16 delayed") under FP8SCOPE_PROFILE=1
 #     (where the step's time goes), then the old and the new binary's llama-1b delayed step side by
 #     side, unprofiled, in the same call (the speed-up of the change, the peak memory of each, and
@@ -31,6 +32,10 @@ if [ "$MODE" != profile ]; then
       python3 "$HERE/runs.py" same "$OUT/runs/$p-$r-old" "$OUT/runs/$p-$r-new" | tee -a "$OUT/old_vs_new.jsonl"
     done
   done
+  # Every recorded table (stats included), every layer dumped, shadow GEMMs on (informational, as
+  # `same` above: a change that keeps the numerics must show them bit-identical).
+  echo "== old vs new, every table (dump_shadow_check.sh)"
+  bash "$HERE/dump_shadow_check.sh" "$OLD" "$BIN" "$OUT/tables" cuda 2>&1 | grep -E '^(small|llama-small):' || true
 fi
 [ "$MODE" = check ] && { echo "== engine_check status $status"; exit $status; }
 echo "== llama-1b, 8 steps per recipe, FP8SCOPE_PROFILE=1"
