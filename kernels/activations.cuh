@@ -1,5 +1,5 @@
 // The element math of the activation functions between fc1 and fc2 (SwiGLU for Llama, GELU for
-// GPT), forward and backward, and a 4-wide loader of their inputs. One definition for the kernels
+// GPT), forward and backward (their 4-wide loader, load4, is common.cuh's). One definition for the kernels
 // that write the activations (swiglu.cu, gelu.cu) and the casts that compute them as they read
 // them (cast.cu, cast_src_*), so both produce the same bits. The loader
 // (capture/src/backend/cuda/kernels.rs) pastes this file in place of `#include "activations.cuh"`,
@@ -49,31 +49,4 @@ __device__ __forceinline__ float dgelu_one(float x, float dy) {
     float one_minus = e > 1.0f ? 1.0f - sig : e * sig;
     float da_dx = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x2);
     return (sig + 2.0f * x * (sig * one_minus) * da_dx) * dy;
-}
-
-// Whether p (f32, or BF16 with bf16) is aligned for a 4-wide load (16 or 8 bytes).
-__device__ __forceinline__ bool aligned4(const void* p, int bf16) {
-    return ((u64)p & (bf16 ? 7 : 15)) == 0;
-}
-
-// The 4 BF16 values packed two to a word in w (the lower half first), as f32.
-__device__ __forceinline__ void unpack_bf16x4(uint2 w, float (&v)[4]) {
-    v[0] = __uint_as_float(w.x << 16);
-    v[1] = __uint_as_float(w.x & 0xffff0000u);
-    v[2] = __uint_as_float(w.y << 16);
-    v[3] = __uint_as_float(w.y & 0xffff0000u);
-}
-
-// Values i..i+3 of p (f32, or BF16 with bf16) into v. With `vec` (p aligned4 and i a multiple of
-// 4) one 16-byte (f32) or 8-byte (BF16) load reads them; else the first `valid` one by one, the
-// rest 0.
-__device__ __forceinline__ void load4(const void* __restrict__ p, u64 i, int bf16, bool vec, int valid, float (&v)[4]) {
-    if (vec && bf16) {
-        unpack_bf16x4(__ldg((const uint2*)((const unsigned short*)p + i)), v);
-    } else if (vec) {
-        float4 w = __ldg((const float4*)((const float*)p + i));
-        v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-    } else {
-        for (int k = 0; k < 4; k++) v[k] = k < valid ? load_value(p, i + k, bf16) : 0.0f;
-    }
 }

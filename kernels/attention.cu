@@ -47,10 +47,7 @@ __device__ __forceinline__ void split_heads(__nv_bfloat16* __restrict__ q, __nv_
             } else {
                 const float4* f = reinterpret_cast<const float4*>((const float*)src + si);
                 float4 x0 = __ldg(f), x1 = __ldg(f + 1);
-                __nv_bfloat162 p0 = __floats2bfloat162_rn(x0.x, x0.y), p1 = __floats2bfloat162_rn(x0.z, x0.w);
-                __nv_bfloat162 p2 = __floats2bfloat162_rn(x1.x, x1.y), p3 = __floats2bfloat162_rn(x1.z, x1.w);
-                out = make_uint4(*reinterpret_cast<u32*>(&p0), *reinterpret_cast<u32*>(&p1), *reinterpret_cast<u32*>(&p2),
-                                 *reinterpret_cast<u32*>(&p3));
+                out = make_uint4(pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y), pack_bf16(x1.z, x1.w));
             }
             *reinterpret_cast<uint4*>(dst + di) = out;
         } else {
@@ -215,23 +212,10 @@ extern "C" __global__ void rope_fwd(void* __restrict__ out, int out_bf16, const 
     rope_rows<false>(out, out_bf16, qkv, in_bf16, tab, rows, t, nh, kvh, hd);
 }
 
-// 4 consecutive values at src[i..i+4] (f32, or BF16 with bf16): one 16- or 8-byte load (i a multiple
-// of 4).
-__device__ __forceinline__ void load_values4(float (&v)[4], const void* __restrict__ src, u64 i, int bf16) {
-    if (bf16) {
-        uint2 u = __ldg(reinterpret_cast<const uint2*>((const unsigned short*)src + i));
-        v[0] = __uint_as_float(u.x << 16); v[1] = __uint_as_float(u.x & 0xffff0000u);
-        v[2] = __uint_as_float(u.y << 16); v[3] = __uint_as_float(u.y & 0xffff0000u);
-    } else {
-        float4 f = __ldg(reinterpret_cast<const float4*>((const float*)src + i));
-        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-    }
-}
 
 // 4 values rounded to BF16 (round to nearest even) at dst[i..i+4]: one 8-byte store.
 __device__ __forceinline__ void store_bf16x4(__nv_bfloat16* dst, u64 i, const float (&v)[4]) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]), b = __floats2bfloat162_rn(v[2], v[3]);
-    *reinterpret_cast<uint2*>(dst + i) = make_uint2(*reinterpret_cast<u32*>(&a), *reinterpret_cast<u32*>(&b));
+    *reinterpret_cast<uint2*>(dst + i) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
 }
 
 // RoPE and the split in one pass: q (B,NH,T,HD), k, v (B,KVH,T,HD) BF16, head-major, from the qkv
@@ -256,8 +240,8 @@ extern "C" __global__ void rope_split_fwd(__nv_bfloat16* __restrict__ q, __nv_bf
         int bb = row / t, tt = row % t;
         u64 src = (u64)row * w + (u64)h * hd + i;
         float x1[4], x2[4], o1[4], o2[4];
-        load_values4(x1, qkv, src, in_bf16);
-        load_values4(x2, qkv, src + half, in_bf16);
+        load4(qkv, src, in_bf16, true, 4, x1);  // src and half: multiples of 4 (HD a multiple of 8)
+        load4(qkv, src + half, in_bf16, true, 4, x2);
         if (sec < 2) {
             const float* cs = tab + (u64)tt * hd;
 #pragma unroll
