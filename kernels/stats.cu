@@ -79,18 +79,61 @@ extern "C" __global__ void channel_stats_partial(const float* __restrict__ x, in
     amax_part[(u64)blockIdx.y * cols + c] = m;
 }
 
-// channel_stats_reduce: sq[c] = sum over chunks (in chunk order) of sq_part, amax[c] = their max.
-// Launch: grid ceil(cols / blockDim.x), any blockDim.x.
-extern "C" __global__ void channel_stats_reduce(const double* __restrict__ sq_part, const float* __restrict__ amax_part,
-                                                int chunks, int cols, double* __restrict__ sq, float* __restrict__ amax) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+// channel_stats_reduce: for each job of a batch (the pending casts of a step, reduced together so
+// that a step launches a few of these instead of one per recorded cast), sq[c] = the sum over chunks
+// (in chunk order) of sq_part, amax[c] = their max. One thread per (job, column): the jobs' columns
+// are numbered one after another (col_start), and each thread loads CHAN_LOADS chunks at once
+// before adding them in order, so that its loads are in flight together while the sum keeps the
+// chunk order of one sequential loop. Launch: grid ceil(col_start[n] / blockDim.x), any blockDim.x.
+#define CHAN_BATCH 32
+#define CHAN_LOADS 8
+struct ChanJob {
+    const double* sq_part;
+    const float* amax_part;
+    double* sq;
+    float* amax;
+    int chunks, cols;
+};
+struct ChanBatch {
+    ChanJob job[CHAN_BATCH];
+    int n;
+    int col_start[CHAN_BATCH + 1];
+};
+extern "C" __global__ void channel_stats_reduce(const ChanBatch b) {
+    int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= b.col_start[b.n]) return;
+    // The thread's job, by constant indices only (the batch stays in the parameter bank).
+    ChanJob t = b.job[0];
+    int start = 0;
+#pragma unroll
+    for (int k = 1; k < CHAN_BATCH; k++) {
+        if (k < b.n && g >= b.col_start[k]) {
+            t = b.job[k];
+            start = b.col_start[k];
+        }
+    }
+    int c = g - start;
     double s = 0.0;
     float m = -INFINITY;
-    for (int y = 0; y < chunks; y++) {
-        s += sq_part[(u64)y * cols + c];
-        m = fmaxf(m, amax_part[(u64)y * cols + c]);
+    int y = 0;
+    for (; y + CHAN_LOADS <= t.chunks; y += CHAN_LOADS) {
+        double ps[CHAN_LOADS];
+        float pm[CHAN_LOADS];
+#pragma unroll
+        for (int k = 0; k < CHAN_LOADS; k++) {
+            ps[k] = __ldcg(t.sq_part + (u64)(y + k) * t.cols + c);
+            pm[k] = __ldcg(t.amax_part + (u64)(y + k) * t.cols + c);
+        }
+#pragma unroll
+        for (int k = 0; k < CHAN_LOADS; k++) {
+            s += ps[k];
+            m = fmaxf(m, pm[k]);
+        }
     }
-    sq[c] = s;
-    amax[c] = m;
+    for (; y < t.chunks; y++) {
+        s += __ldcg(t.sq_part + (u64)y * t.cols + c);
+        m = fmaxf(m, __ldcg(t.amax_part + (u64)y * t.cols + c));
+    }
+    t.sq[c] = s;
+    t.amax[c] = m;
 }

@@ -297,13 +297,10 @@ impl CudaBackend {
             _ => None,
         };
         self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
-        match (channels, fused) {
-            (_, Some(t)) => self.channel_reduce(t)?,
-            (Some(s), None) => {
-                let CastInput::Buf(x) = x else { unreachable!("a computed source's channel statistics come from its tiled kernel") };
-                self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?
-            }
-            (None, None) => {}
+        // The partials wait for a batched reduction (channels.rs: flush_channels).
+        if let (Some(s), None) = (channels, fused) {
+            let CastInput::Buf(x) = x else { unreachable!("a computed source's channel statistics come from its tiled kernel") };
+            self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?
         }
         Ok((self.prepared(ty, dst, slot, false), reported))
     }
@@ -463,6 +460,7 @@ impl CudaBackend {
         for _ in 0..reps {
             self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
         }
+        self.flush_channels()?;
         b.record(&self.stream)?;
         self.stream.synchronize()?;
         self.next_slot = 0;

@@ -5,6 +5,11 @@
 //! with the step's other statistics (no synchronisation of its own), and
 //! [`crate::channel_stats::summarize`] finishes on the host exactly as the CPU reference does.
 //!
+//! A cast writes its partials (one row of columns per chunk of rows) into an arena; the casts'
+//! reductions wait there, and one launch reduces a whole batch of them (up to `CHAN_BATCH` casts,
+//! or as many as the arena holds), so that a llama-1b step launches about sixteen reductions
+//! instead of one per recorded cast (each a 16 µs latency-bound launch of a few blocks).
+//!
 //! Determinism: each (column, chunk of rows) is summed by one thread in row order and the chunks
 //! by one thread per column in chunk order; the chunking depends only on the shape.
 
@@ -19,10 +24,22 @@ use std::sync::Arc;
 /// memory bandwidth (two per SM left the pass latency-bound: 14 ms a llama-1b step).
 const TARGET_BLOCKS: usize = 1056;
 
+/// Casts reduced by one launch at most (kernels/stats.cu: CHAN_BATCH).
+const CHAN_BATCH: usize = 32;
+
+/// Partials (per value: an f64 and an f32) the arena holds before a batch must be reduced: 8 Mi
+/// values, 96 MiB, about one llama-1b layer's recorded casts. A larger cast grows it.
+const ARENA_VALUES: usize = 1 << 23;
+
 /// The step's per-channel records on the device and where each recorded cast's columns are.
 pub(super) struct ChannelRecords {
+    /// The arena of pending casts' partials.
     part_sq: CudaSlice<f64>,
     part_amax: CudaSlice<f32>,
+    /// Partials used in the arena by the pending casts.
+    part_next: usize,
+    /// Casts whose partials wait in the arena for their reduction.
+    pending: Vec<ChannelTarget>,
     sq: CudaSlice<f64>,
     amax: CudaSlice<f32>,
     /// Columns used in `sq` / `amax` this step.
@@ -36,6 +53,8 @@ impl ChannelRecords {
         Ok(ChannelRecords {
             part_sq: stream.alloc_zeros(1 << 12)?,
             part_amax: stream.alloc_zeros(1 << 12)?,
+            part_next: 0,
+            pending: Vec::new(),
             sq: stream.alloc_zeros(1 << 14)?,
             amax: stream.alloc_zeros(1 << 14)?,
             next: 0,
@@ -43,10 +62,12 @@ impl ChannelRecords {
         })
     }
 
-    /// Forgets the step's records (their slots are about to be reused).
+    /// Forgets the step's records (their slots are about to be reused), pending reductions included.
     pub(super) fn reset(&mut self) {
         self.next = 0;
         self.by_slot.clear();
+        self.pending.clear();
+        self.part_next = 0;
     }
 }
 
@@ -107,37 +128,88 @@ pub(super) struct ChannelTarget {
     cols: usize,
 }
 
+/// One cast's reduction in a batch (kernels/stats.cu: ChanJob).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ChanJob {
+    sq_part: u64,
+    amax_part: u64,
+    sq: u64,
+    amax: u64,
+    chunks: i32,
+    cols: i32,
+}
+
+/// A batch of reductions, passed by value (kernels/stats.cu: ChanBatch): the jobs' columns are
+/// numbered one after another, job j's from `col_start[j]`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ChanBatch {
+    job: [ChanJob; CHAN_BATCH],
+    n: i32,
+    col_start: [i32; CHAN_BATCH + 1],
+}
+
+// SAFETY: ChanBatch is plain data laid out as kernels/stats.cu's struct of the same name (repr(C):
+// 32 jobs of four 8-byte addresses and two i32, then n and col_start), 1416 bytes, under the 4 KiB
+// a kernel's parameters may take.
+unsafe impl cudarc::driver::DeviceRepr for ChanBatch {}
+
 impl CudaBackend {
-    /// Reserves the step's record columns of the cast in `slot` (cols channels) and partials for
-    /// `chunks` row chunks.
+    /// Reserves the step's record columns of the cast in `slot` (cols channels) and arena room for
+    /// the partials of `chunks` row chunks; the reduction waits until [`Self::flush_channels`].
     pub(super) fn channel_target(&mut self, cols: usize, chunks: usize, slot: usize) -> Result<ChannelTarget, CudaError> {
+        let need = chunks * cols;
+        if self.chan.pending.len() == CHAN_BATCH || self.chan.part_next + need > self.chan.part_sq.len() {
+            self.flush_channels()?;
+        }
         let stream = self.stream.clone();
         let c = &mut self.chan;
-        super::grow(&stream, &mut c.part_sq, chunks * cols)?;
-        super::grow(&stream, &mut c.part_amax, chunks * cols)?;
-        let off = c.next;
+        // Nothing is pending when the arena must grow (a full arena was flushed above).
+        super::grow(&stream, &mut c.part_sq, need.max(ARENA_VALUES))?;
+        super::grow(&stream, &mut c.part_amax, need.max(ARENA_VALUES))?;
+        let (part, off) = (c.part_next, c.next);
         grow_keep(&stream, &mut c.sq, off, off + cols)?;
         grow_keep(&stream, &mut c.amax, off, off + cols)?;
+        c.part_next += need;
         c.next += cols;
         if c.by_slot.len() <= slot {
             c.by_slot.resize(slot + 1, None);
         }
         c.by_slot[slot] = Some((off, cols));
-        Ok(ChannelTarget {
-            part_sq: self.ptr(&self.chan.part_sq),
-            part_amax: self.ptr(&self.chan.part_amax),
+        let t = ChannelTarget {
+            part_sq: self.ptr(&self.chan.part_sq) + (part * 8) as u64,
+            part_amax: self.ptr(&self.chan.part_amax) + (part * 4) as u64,
             sq: self.ptr(&self.chan.sq) + (off * 8) as u64,
             amax: self.ptr(&self.chan.amax) + (off * 4) as u64,
             chunks,
             cols,
-        })
+        };
+        self.chan.pending.push(t);
+        Ok(t)
     }
 
-    /// Sums a target's chunk partials into its record columns, chunks in order.
-    pub(super) fn channel_reduce(&mut self, t: ChannelTarget) -> Result<(), CudaError> {
-        let threads = column_threads(t.cols);
-        let blocks = t.cols.div_ceil(threads) as u32;
-        launch!(self, "channel_stats_reduce", cfg((blocks, 1, 1), threads as u32), t.part_sq, t.part_amax, t.chunks as i32, t.cols as i32, t.sq, t.amax)
+    /// Reduces every pending cast's partials into its record columns, chunks in order, in one
+    /// launch; the arena is free again after (for the casts queued behind it on the stream).
+    pub(super) fn flush_channels(&mut self) -> Result<(), CudaError> {
+        let jobs = std::mem::take(&mut self.chan.pending);
+        self.chan.part_next = 0;
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut b = ChanBatch { job: [ChanJob::default(); CHAN_BATCH], n: jobs.len() as i32, col_start: [0; CHAN_BATCH + 1] };
+        let mut cols = 0usize;
+        for (j, t) in jobs.iter().enumerate() {
+            b.job[j] = ChanJob { sq_part: t.part_sq, amax_part: t.part_amax, sq: t.sq, amax: t.amax, chunks: t.chunks as i32, cols: t.cols as i32 };
+            b.col_start[j] = cols as i32;
+            cols += t.cols;
+        }
+        for s in &mut b.col_start[jobs.len()..] {
+            *s = cols as i32;
+        }
+        let threads = 256u32;
+        let blocks = cols.div_ceil(threads as usize) as u32;
+        self.span("gemm.cast.channel_reduce", |me| launch!(me, "channel_stats_reduce", cfg((blocks, 1, 1), threads), b))
     }
 
     /// Queues the per-channel statistics of `x` (rows × cols, row-major, `fault`'s planted
@@ -159,11 +231,11 @@ impl CudaBackend {
         #[rustfmt::skip]
         launch!(self, "channel_stats_partial", cfg((col_blocks as u32, chunks as u32, 1), threads), xp, rows as i32, cols as i32, per as i32,
             o[0], o[1], o[2], o[3], fault.outlier_factor, target.part_sq, target.part_amax)?;
-        self.channel_reduce(target)
+        Ok(())
     }
 
-    /// Copies the step's per-channel records to the host (the stream must be synchronised, as
-    /// `download_all` does first) and forgets them on the device.
+    /// Copies the step's per-channel records to the host (the stream must be synchronised after
+    /// [`Self::flush_channels`], as `download_all` does first) and forgets them on the device.
     pub(super) fn download_channels(&mut self) -> Result<HostChannels, CudaError> {
         let n = self.chan.next;
         let (sq, amax) = if n > 0 {

@@ -633,6 +633,7 @@ impl CudaBackend {
     }
 
     fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
+        self.flush_channels()?;
         self.stream.synchronize()?;
         if let Some(p) = self.prof.as_mut() {
             p.collect();
