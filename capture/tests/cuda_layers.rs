@@ -237,6 +237,38 @@ fn channel_statistics_match_the_cpu_reference() {
     }
 }
 
+#[test]
+fn channel_statistics_of_a_step_are_reduced_together_as_the_records_grow() {
+    let Some(mut gpu) = cuda_common::gpu("batched channel statistics") else { return };
+    // Three casts queued before one download hold 36,000 channels: the step's record columns
+    // (16,384 to start with) grow while their reductions wait for the batch.
+    let (rows, cols) = (64, 12_000);
+    let mut rng = Pcg64::seed_from_u64(23);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let xs: Vec<Vec<f32>> = (0..3)
+        .map(|i| {
+            let mut x: Vec<f32> = (0..rows * cols).map(|_| normal.sample(&mut rng)).collect();
+            for r in 0..rows {
+                x[r * cols + 1000 * (i + 1)] *= 20.0;
+            }
+            x
+        })
+        .collect();
+    let bufs: Vec<_> = xs.iter().map(|x| gpu.upload(x)).collect();
+    let shapes: Vec<_> = bufs.iter().map(|b| (&**b, rows, cols)).collect();
+    let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 4.0, amax_used: 100.0 } };
+    // Straight (a channel pass of its own) and transposed (the tiled kernel's partials).
+    for transpose in [false, true] {
+        let reps = gpu.casts_for_test(&shapes, transpose, e4, StatsLevel::Cheap).expect("casts");
+        assert_eq!(reps.len(), 3);
+        for (i, (rep, x)) in reps.iter().zip(&xs).enumerate() {
+            let cpu = cast_operand(x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
+            same_channels(rep, &cpu, &format!("cast {i} of 3, transposed {transpose}"));
+            assert_eq!(rep.channels.expect("channels").amax_channel, Some(1000 * (i as u32 + 1)), "cast {i}: its outlier channel");
+        }
+    }
+}
+
 /// (output name prefix, bound on ‖gpu − cpu‖ / ‖cpu‖, why).
 const TOLERANCES: &[(&str, f64, &str)] = &[
     ("embedding_fwd", 0.0, "a copy: exact"),

@@ -422,23 +422,32 @@ impl CudaBackend {
             OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
             _ => None,
         };
-        let op = || PendingOp {
-            slot,
-            role: Role::Activation,
-            format: p.ty.name(),
-            fp8: p.ty.is_fp8(),
-            level,
-            given_amax: given,
-            numel: (rows * cols) as u64,
-            quantized: None,
-        };
+        self.queue_test_report(p.ty, slot, rows * cols, level, given);
+        let mut reports = self.download_all()?;
+        let r = reports.pop().map(|g| g.a).unwrap_or_default();
+        Ok((bytes, r))
+    }
+
+    /// Casts each of `xs` (buffer, rows, cols) as one step would, all queued before one download
+    /// (so that their channel reductions are batched and the record columns may grow while they
+    /// wait), and returns their reports in order.
+    pub fn casts_for_test(&mut self, xs: &[(&CudaSlice<f32>, usize, usize)], transpose: bool, how: OperandCast, level: StatsLevel) -> Result<Vec<CastReport>, CudaError> {
+        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
+        for &(x, rows, cols) in xs {
+            let (p, slot) = self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
+            self.queue_test_report(p.ty, slot.expect("a reported cast has a slot"), rows * cols, level, None);
+        }
+        Ok(self.download_all()?.into_iter().map(|g| g.a).collect())
+    }
+
+    /// Queues the report of a test's cast in `slot` as a GEMM's (its operand a and b both), for
+    /// `download_all`.
+    fn queue_test_report(&mut self, ty: OpType, slot: usize, numel: usize, level: StatsLevel, given_amax: Option<f32>) {
+        let op = || PendingOp { slot, role: Role::Activation, format: ty.name(), fp8: ty.is_fp8(), level, given_amax, numel: numel as u64, quantized: None };
         let gemm_slot = self.next_gemm;
         self.next_gemm += 1;
         let id = crate::backend::GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop };
         self.pending.push(PendingGemm { id, a: op(), b: op(), gemm_slot, shadow: None });
-        let mut reports = self.download_all()?;
-        let r = reports.pop().map(|g| g.a).unwrap_or_default();
-        Ok((bytes, r))
     }
 
     /// Caps the blocks of the cast kernels at `most` (1..=`CAST_GRID_MAX`), for benchmarks; 0

@@ -117,13 +117,14 @@ fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(st
     Ok(())
 }
 
-/// Where a cast's per-channel partials go and where its reduced columns land (device addresses).
+/// Where a cast's per-channel partials go (device addresses in the arena, which does not move
+/// while a cast is pending) and where its reduced columns land: an offset into the step's record
+/// columns, which may move to a larger buffer before the reduction runs.
 #[derive(Clone, Copy)]
 pub(super) struct ChannelTarget {
     pub part_sq: u64,
     pub part_amax: u64,
-    sq: u64,
-    amax: u64,
+    off: usize,
     chunks: usize,
     cols: usize,
 }
@@ -180,8 +181,7 @@ impl CudaBackend {
         let t = ChannelTarget {
             part_sq: self.ptr(&self.chan.part_sq) + (part * 8) as u64,
             part_amax: self.ptr(&self.chan.part_amax) + (part * 4) as u64,
-            sq: self.ptr(&self.chan.sq) + (off * 8) as u64,
-            amax: self.ptr(&self.chan.amax) + (off * 4) as u64,
+            off,
             chunks,
             cols,
         };
@@ -198,9 +198,11 @@ impl CudaBackend {
             return Ok(());
         }
         let mut b = ChanBatch { job: [ChanJob::default(); CHAN_BATCH], n: jobs.len() as i32, col_start: [0; CHAN_BATCH + 1] };
+        let (sq, amax) = (self.ptr(&self.chan.sq), self.ptr(&self.chan.amax));
         let mut cols = 0usize;
         for (j, t) in jobs.iter().enumerate() {
-            b.job[j] = ChanJob { sq_part: t.part_sq, amax_part: t.part_amax, sq: t.sq, amax: t.amax, chunks: t.chunks as i32, cols: t.cols as i32 };
+            let (sq, amax) = (sq + (t.off * 8) as u64, amax + (t.off * 4) as u64);
+            b.job[j] = ChanJob { sq_part: t.part_sq, amax_part: t.part_amax, sq, amax, chunks: t.chunks as i32, cols: t.cols as i32 };
             b.col_start[j] = cols as i32;
             cols += t.cols;
         }

@@ -633,11 +633,24 @@ impl CudaBackend {
     }
 
     fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
+        let waited = std::time::Instant::now();
         self.flush_channels()?;
         self.stream.synchronize()?;
+        let copied = std::time::Instant::now();
         if let Some(p) = self.prof.as_mut() {
             p.collect();
+            p.add_host("reports.wait", waited.elapsed());
         }
+        let reports = self.download_reports();
+        if let Some(p) = self.prof.as_mut() {
+            p.add_host("reports.host", copied.elapsed());
+        }
+        reports
+    }
+
+    /// The step's reports from its records, after the stream is synchronised (`download_all`):
+    /// copies and summarises them, and frees the step's statistics slots.
+    fn download_reports(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         let ns = self.next_slot;
         let ng = self.next_gemm;
         let recs = if ns > 0 {

@@ -68,6 +68,12 @@ impl Profiler {
         }
     }
 
+    /// Adds host-only time under `name` (no GPU work of its own: its GPU column reads 0).
+    pub fn add_host(&mut self, name: &'static str, host: Duration) {
+        self.gpu_ms.entry(name).or_default().1 += 1;
+        *self.host_ms.entry(name).or_default() += host.as_secs_f64() * 1e3;
+    }
+
     /// After a synchronisation: folds this step's event pairs into the totals.
     pub fn collect(&mut self) {
         for &(name, i) in &self.open {
