@@ -174,6 +174,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
         let supervised = batch.targets.iter().filter(|&&t| t != crate::layers::IGNORE_TARGET).count();
         let out = model.forward_backward(be, &inputs, &targets, supervised, &plan);
+        be.gemms_done();
         let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
         let grad_norm = grad_sumsq.sqrt();
         let clip = cfg.train.grad_clip;

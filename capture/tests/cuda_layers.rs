@@ -257,14 +257,18 @@ fn channel_statistics_of_a_step_are_reduced_together_as_the_records_grow() {
     let bufs: Vec<_> = xs.iter().map(|x| gpu.upload(x)).collect();
     let shapes: Vec<_> = bufs.iter().map(|b| (&**b, rows, cols)).collect();
     let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 4.0, amax_used: 100.0 } };
-    // Straight (a channel pass of its own) and transposed (the tiled kernel's partials).
+    // Straight (a channel pass of its own) and transposed (the tiled kernel's partials); the
+    // records taken after the step, copied to the host after its last cast (`gemms_done`), and
+    // copied after its second cast (the third cast's columns then come after the copy).
     for transpose in [false, true] {
-        let reps = gpu.casts_for_test(&shapes, transpose, e4, StatsLevel::Cheap).expect("casts");
-        assert_eq!(reps.len(), 3);
-        for (i, (rep, x)) in reps.iter().zip(&xs).enumerate() {
-            let cpu = cast_operand(x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
-            same_channels(rep, &cpu, &format!("cast {i} of 3, transposed {transpose}"));
-            assert_eq!(rep.channels.expect("channels").amax_channel, Some(1000 * (i as u32 + 1)), "cast {i}: its outlier channel");
+        for prefetch in [None, Some(3), Some(2)] {
+            let reps = gpu.casts_for_test(&shapes, transpose, e4, StatsLevel::Cheap, prefetch).expect("casts");
+            assert_eq!(reps.len(), 3);
+            for (i, (rep, x)) in reps.iter().zip(&xs).enumerate() {
+                let cpu = cast_operand(x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
+                same_channels(rep, &cpu, &format!("cast {i} of 3, transposed {transpose}, prefetched after {prefetch:?} casts"));
+                assert_eq!(rep.channels.expect("channels").amax_channel, Some(1000 * (i as u32 + 1)), "cast {i}: its outlier channel");
+            }
         }
     }
 }

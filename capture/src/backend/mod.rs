@@ -403,6 +403,11 @@ pub trait Backend {
         true
     }
 
+    /// A hint that the step's GEMMs are all queued (the optimizer comes next): a device backend
+    /// may start bringing their statistics to the host while the optimizer runs. `take_reports`
+    /// is complete with or without it, and a GEMM after it is still reported.
+    fn gemms_done(&mut self) {}
+
     /// The reports of every `gemm` since the last call, in call order.
     fn take_reports(&mut self) -> Vec<GemmReport>;
 

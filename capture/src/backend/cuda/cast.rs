@@ -430,12 +430,19 @@ impl CudaBackend {
 
     /// Casts each of `xs` (buffer, rows, cols) as one step would, all queued before one download
     /// (so that their channel reductions are batched and the record columns may grow while they
-    /// wait), and returns their reports in order.
-    pub fn casts_for_test(&mut self, xs: &[(&CudaSlice<f32>, usize, usize)], transpose: bool, how: OperandCast, level: StatsLevel) -> Result<Vec<CastReport>, CudaError> {
+    /// wait), and returns their reports in order. With `prefetch_after` = Some(k), the channel
+    /// records go to the host after the k-th cast, as `Backend::gemms_done` sends them.
+    pub fn casts_for_test(&mut self, xs: &[(&CudaSlice<f32>, usize, usize)], transpose: bool, how: OperandCast, level: StatsLevel, prefetch_after: Option<usize>) -> Result<Vec<CastReport>, CudaError> {
         let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
-        for &(x, rows, cols) in xs {
+        for (i, &(x, rows, cols)) in xs.iter().enumerate() {
+            if prefetch_after == Some(i) {
+                self.prefetch_channels()?;
+            }
             let (p, slot) = self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
             self.queue_test_report(p.ty, slot.expect("a reported cast has a slot"), rows * cols, level, None);
+        }
+        if prefetch_after == Some(xs.len()) {
+            self.prefetch_channels()?;
         }
         Ok(self.download_all()?.into_iter().map(|g| g.a).collect())
     }

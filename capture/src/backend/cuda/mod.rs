@@ -633,24 +633,28 @@ impl CudaBackend {
     }
 
     fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
-        let waited = std::time::Instant::now();
+        let t0 = std::time::Instant::now();
         self.flush_channels()?;
+        // Prefetched (`gemms_done`), these are summarised while the stream finishes the step.
+        let chans = self.channel_summaries()?;
+        let t1 = std::time::Instant::now();
         self.stream.synchronize()?;
-        let copied = std::time::Instant::now();
+        let t2 = std::time::Instant::now();
         if let Some(p) = self.prof.as_mut() {
             p.collect();
-            p.add_host("reports.wait", waited.elapsed());
+            p.add_host("reports.channels", t1 - t0);
+            p.add_host("reports.wait", t2 - t1);
         }
-        let reports = self.download_reports();
+        let reports = self.download_reports(chans);
         if let Some(p) = self.prof.as_mut() {
-            p.add_host("reports.host", copied.elapsed());
+            p.add_host("reports.host", t2.elapsed());
         }
         reports
     }
 
-    /// The step's reports from its records, after the stream is synchronised (`download_all`):
-    /// copies and summarises them, and frees the step's statistics slots.
-    fn download_reports(&mut self) -> Result<Vec<GemmReport>, CudaError> {
+    /// The step's reports from its records and channel summaries, after the stream is
+    /// synchronised (`download_all`): copies them, and frees the step's statistics slots.
+    fn download_reports(&mut self, chans: Vec<Option<crate::channel_stats::ChannelStats>>) -> Result<Vec<GemmReport>, CudaError> {
         let ns = self.next_slot;
         let ng = self.next_gemm;
         let recs = if ns > 0 {
@@ -668,7 +672,6 @@ impl CudaBackend {
         } else {
             Vec::new()
         };
-        let chans = self.download_channels()?.summarize_all();
         if ng > 0 {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;

@@ -279,6 +279,10 @@ impl Backend for CudaBackend {
         self.reuses_kept_cast_impl(call, operand, x)
     }
 
+    fn gemms_done(&mut self) {
+        self.guarded("gemms_done", |me| me.prefetch_channels());
+    }
+
     fn take_reports(&mut self) -> Vec<GemmReport> {
         self.guarded("take_reports", |me| me.download_all()).unwrap_or_else(|| {
             self.forget_step();
