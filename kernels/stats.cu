@@ -82,9 +82,10 @@ extern "C" __global__ void channel_stats_partial(const float* __restrict__ x, in
 // channel_stats_reduce: for each job of a batch (the pending casts of a step, reduced together so
 // that a step launches a few of these instead of one per recorded cast), sq[c] = the sum over chunks
 // (in chunk order) of sq_part, amax[c] = their max. One thread per (job, column): the jobs' columns
-// are numbered one after another (col_start), and each thread loads CHAN_LOADS chunks at once
-// before adding them in order, so that its loads are in flight together while the sum keeps the
-// chunk order of one sequential loop. Launch: grid ceil(col_start[n] / blockDim.x), any blockDim.x.
+// are numbered one after another (col_start). Each thread takes CHAN_LOADS chunks a round, their
+// loads written ahead of the adds (ptxas keeps about four in flight), and adds them in chunk order:
+// the sum of one sequential loop. The partials come from earlier launches, so they are read through
+// the read-only path. Launch: grid ceil(col_start[n] / blockDim.x), any blockDim.x.
 #define CHAN_BATCH 32
 #define CHAN_LOADS 8
 struct ChanJob {
@@ -121,8 +122,8 @@ extern "C" __global__ void channel_stats_reduce(const ChanBatch b) {
         float pm[CHAN_LOADS];
 #pragma unroll
         for (int k = 0; k < CHAN_LOADS; k++) {
-            ps[k] = __ldcg(t.sq_part + (u64)(y + k) * t.cols + c);
-            pm[k] = __ldcg(t.amax_part + (u64)(y + k) * t.cols + c);
+            ps[k] = __ldg(t.sq_part + (u64)(y + k) * t.cols + c);
+            pm[k] = __ldg(t.amax_part + (u64)(y + k) * t.cols + c);
         }
 #pragma unroll
         for (int k = 0; k < CHAN_LOADS; k++) {
@@ -131,8 +132,8 @@ extern "C" __global__ void channel_stats_reduce(const ChanBatch b) {
         }
     }
     for (; y < t.chunks; y++) {
-        s += __ldcg(t.sq_part + (u64)y * t.cols + c);
-        m = fmaxf(m, __ldcg(t.amax_part + (u64)y * t.cols + c));
+        s += __ldg(t.sq_part + (u64)y * t.cols + c);
+        m = fmaxf(m, __ldg(t.amax_part + (u64)y * t.cols + c));
     }
     t.sq[c] = s;
     t.amax[c] = m;
