@@ -34,6 +34,34 @@ import sys
 import pyarrow.parquet as pq
 
 
+def column_diffs(x, y):
+    """Which columns of two tables differ: for floating-point columns of equal length the largest
+    relative difference |a - b| / max(|a|, |b|) over rows (NaN where only one side is NaN),
+    else just that they differ."""
+    import math
+    out = {}
+    if x.num_rows != y.num_rows or x.column_names != y.column_names:
+        return {"shape": f"{x.num_rows} x {x.column_names} vs {y.num_rows} x {y.column_names}"}
+    for c in x.column_names:
+        a, b = x.column(c), y.column(c)
+        if a.equals(b):
+            continue
+        worst = None
+        if str(a.type) in ("double", "float"):
+            worst = 0.0
+            for u, v in zip(a.to_pylist(), b.to_pylist()):
+                if u == v or (u is not None and v is not None and math.isnan(u) and math.isnan(v)):
+                    continue
+                if u is None or v is None or math.isnan(u) or math.isnan(v):
+                    worst = float("nan")
+                    break
+                worst = max(worst, abs(u - v) / max(abs(u), abs(v)))
+        if worst == 0.0:
+            continue  # equal but for NaNs in the same rows
+        out[c] = "differs" if worst is None else worst
+    return out
+
+
 def steps(run):
     parts = sorted(glob.glob(os.path.join(run, "steps", "part-*.parquet")))
     if not parts:
@@ -148,6 +176,8 @@ def main():
             x, y = load(sys.argv[2]), load(sys.argv[3])
             same = (x is None and y is None) or (x is not None and y is not None and x.equals(y))
             res[table] = {"rows": None if x is None else x.num_rows, "same": same}
+            if not same and x is not None and y is not None:
+                res[table]["differing"] = column_diffs(x, y)
             ok = ok and same and (table != "steps" or x is not None)
         print(json.dumps({"check": "tables", "tables": res, "pass": ok}))
         sys.exit(0 if ok else 1)
