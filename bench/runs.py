@@ -4,7 +4,9 @@
   runs.py parity CPU_RUN GPU_RUN [--tol 0.01]   GPU loss within tol (relative) of the CPU's at every step
   runs.py same RUN_A RUN_B                      the two loss columns are bit-identical
   runs.py tables RUN_A RUN_B                    every table (steps, stats, shadow, tensors, events) holds
-                                                the same rows, bit for bit, but for wall-clock columns
+                                                the same rows, bit for bit, but for wall-clock columns;
+                                                a table that differs names its differing columns (with
+                                                the largest relative difference of a float column)
   runs.py speed RUN [--skip 10] [--name N] [--peak-mib M]
                                                 median and mean step_ms after the first `skip` steps, and
                                                 the model TFLOP/s of the median step (dims from run.json)
