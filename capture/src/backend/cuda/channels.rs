@@ -12,7 +12,7 @@
 //!
 //! A cast writes its partials (one row of columns per chunk of rows) into an arena; the casts'
 //! reductions wait there, and one launch reduces a whole batch of them (up to `CHAN_BATCH` casts,
-//! or as many as the arena holds), so that a llama-1b step launches about sixteen reductions
+//! or as many as the arena holds), so that a llama-1b step launches about twelve reductions
 //! instead of one per recorded cast (each a 16 µs latency-bound launch of a few blocks).
 //!
 //! Determinism: each (column, chunk of rows) is summed by one thread in row order and the chunks
@@ -171,6 +171,7 @@ struct ChanBatch {
 // 32 jobs of four 8-byte addresses and two i32, then n and col_start), 1416 bytes, under the 4 KiB
 // a kernel's parameters may take.
 unsafe impl cudarc::driver::DeviceRepr for ChanBatch {}
+const _: () = assert!(std::mem::size_of::<ChanBatch>() == 1416 && std::mem::size_of::<ChanJob>() == 40);
 
 impl CudaBackend {
     /// Reserves the step's record columns of the cast in `slot` (cols channels) and arena room for
