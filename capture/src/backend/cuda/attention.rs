@@ -53,6 +53,12 @@ fn flash_names(d: usize) -> Option<[&'static str; 3]> {
     ])
 }
 
+/// The fused forward, dK/dV and dQ kernels of head size `d`, or the error of a head size without
+/// them.
+fn flash_kernels(d: usize) -> Result<[&'static str; 3], CudaError> {
+    flash_names(d).ok_or_else(|| CudaError::Unsupported(format!("no fused attention kernel for head size {d}")))
+}
+
 /// Whether the fused kernels take attention of `c` channels over `nh` heads (its head size is one
 /// of [`FLASH_HEAD_SIZES`]).
 fn has_fused_kernel(c: usize, nh: usize) -> bool {
@@ -218,7 +224,7 @@ impl CudaBackend {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
-        let [fwd, _, _] = flash_names(hs).ok_or_else(|| CudaError::Unsupported(format!("no fused attention kernel for head size {hs}")))?;
+        let [fwd, _, _] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = heads;
         let (outp, lsep) = (self.ptr(out), self.ptr(att));
@@ -294,7 +300,7 @@ impl CudaBackend {
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
         Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
-        let [_, dkdv, dq] = flash_names(hs).ok_or_else(|| CudaError::Unsupported(format!("no fused attention kernel for head size {hs}")))?;
+        let [_, dkdv, dq] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = heads;
         let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
