@@ -416,6 +416,44 @@ __device__ __forceinline__ void plain_stats(float v, Acc& a) {
     }
 }
 
+// The shared tile of cast_transposed's codes: BF16 codes as u16 (rows padded by one word), FP8
+// codes as bytes, rows of TILE + 4 so that a thread's 4 codes of a row are one aligned u32 (the
+// tile itself is declared ALIGN-byte aligned: a byte array alone is not).
+template <int FMT> struct CodeTile {
+    typedef unsigned short T;
+    static constexpr int W = TILE + 2, ALIGN = 2;
+};
+template <> struct CodeTile<FMT_E4M3> {
+    typedef u8 T;
+    static constexpr int W = TILE + 4, ALIGN = 4;
+};
+template <> struct CodeTile<FMT_E5M2> {
+    typedef u8 T;
+    static constexpr int W = TILE + 4, ALIGN = 4;
+};
+
+// Four values scaled by s and cast to FP8 (cvt.rn.satfinite, two at a time), packed into a word in
+// order (y[0] in the low byte): the codes to_fp8 gives one at a time. y[] gets the scaled values.
+template <int FMT>
+__device__ __forceinline__ u32 fp8x4(const float (&v)[4], float s, float (&y)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) y[k] = v[k] * s;
+    __nv_fp8_interpretation_t t = FMT == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    u32 lo = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_SATFINITE, t);
+    u32 hi = __nv_cvt_float2_to_fp8x2(make_float2(y[2], y[3]), __NV_SATFINITE, t);
+    return lo | (hi << 16);
+}
+
+// Whether all four FP8 codes packed in w are plain, with y their scaled values (cast_plain's test,
+// four at once): each byte's low 7 bits non-zero (adding 0x7f to a byte of 0..0x7f sets its top bit
+// unless it is 0, and never carries), and every |y| within the format's max (false for NaN).
+template <int FMT>
+__device__ __forceinline__ bool fp8x4_plain(u32 w, const float (&y)[4]) {
+    bool nonzero = ((((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) & 0x80808080u) == 0x80808080u);
+    float m = fmt_max(FMT);
+    return nonzero & (fabsf(y[0]) <= m) & (fabsf(y[1]) <= m) & (fabsf(y[2]) <= m) & (fabsf(y[3]) <= m);
+}
+
 // One thread's share of a tile of cast_transposed: its 16 values (rows r0 + ty + 16 j, columns
 // c .. c + 3) cast into the shared tile and, with out set, into out in x's layout, 4 codes at
 // once; with channels, their squares and |x| folded into sq / am per column. Elements past the
@@ -427,7 +465,7 @@ template <int FMT, int L>
 __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, int c, int rows, int cols, int tx, int ty,
                                                float s, float base, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3,
                                                float outlier_factor, bool channels, Acc& a,
-                                               unsigned short (&tile)[TILE][TILE + 2], void* __restrict__ out,
+                                               typename CodeTile<FMT>::T (&tile)[TILE][CodeTile<FMT>::W], void* __restrict__ out,
                                                double (&sq)[4], float (&am)[4]) {
     bool full4 = (cols & 3) == 0 && c + 3 < cols;
     bool plant = outlier_factor != 1.0f;
@@ -435,6 +473,35 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
     for (int j = 0; j < 4; j++) {
         int r = r0 + ty + 16 * j;
         unsigned short code[4];
+        if (FMT != FMT_BF16 && L <= 1 && !plant && full4 && r < rows) {
+            // FP8, a whole row of 4 inside the tensor: cast two at a time, tested four at once,
+            // and stored as one word to the tile and to out. A value past the format's max is not
+            // plain, so overflow_nan (which changes only such values' codes) is left to cast_one.
+            float y[4];
+            u32 w = fp8x4<FMT>(v[j], s, y);
+            if (fp8x4_plain<FMT>(w, y)) {
+                if (L >= 1) a.cnt += 4;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    plain_stats<L>(v[j][k], a);
+                    if (channels) {
+                        double dv = (double)v[j][k];
+                        sq[k] = fma(dv, dv, sq[k]);
+                        am[k] = fmaxf(am[k], fabsf(v[j][k]));
+                    }
+                }
+            } else {
+                w = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    w |= (u32)cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a) << (8 * k);
+                    if (channels) channel_add(v[j][k], sq[k], am[k]);
+                }
+            }
+            *reinterpret_cast<u32*>(&tile[ty + 16 * j][4 * tx]) = w;
+            if (out != nullptr) *reinterpret_cast<u32*>((u8*)out + (u64)r * cols + c) = w;
+            continue;
+        }
         if (L <= 1 && !plant && full4 && r < rows) {
             bool plain = true;
 #pragma unroll
@@ -503,7 +570,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 // row tiles in order).
 template <int FMT, int L, bool SRC = false>
 __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
-    __shared__ unsigned short tile[TILE][TILE + 2];
+    __shared__ __align__(CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
     // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
     // bank conflicts in the reduction below.
     __shared__ double csq[L >= 1 ? 16 : 1][TILE + 2];

@@ -1,7 +1,9 @@
 //! The CUDA backend against the CPU reference, on the GPU (skipped, visibly, without one):
 //! - FP8 casts: the GPU's bytes equal the CPU emulation's, bit for bit, for E4M3 and E5M2, over
 //!   every code point, the ties between them, saturation, subnormals, zeros, Inf and NaN, at
-//!   several scales, transposed or not; and the cast statistics agree;
+//!   several scales, transposed or not; and the cast statistics agree; the tiled casts' FP8 path
+//!   that takes four plain values at once, on every kind of value shuffled among plain ones, with
+//!   and without overflow to NaN / Inf;
 //! - per-channel statistics of operand casts (amax channel exactly, the top channels' share of Σx²
 //!   to f64 summation order) and the moments of the tiled casts, on tensors with a planted
 //!   outlier channel, ties and non-finite values;
@@ -162,6 +164,55 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
         .expect("cast");
     for (i, &v) in x.iter().enumerate() {
         assert_eq!(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]), half::bf16::from_f32(v).to_bits());
+    }
+}
+
+/// The tiled casts (transposed, the dual cast's kernel) take rows of 4 plain values (finite, not
+/// zero, not underflowing, not past the format's max) four at a time, and leave every other row of
+/// 4 to the element-wise cast. Every kind of value, shuffled so that the rare ones fall into rows
+/// of common ones, in a tensor of several tiles with partial tiles at both edges: the bytes and
+/// the counts equal the CPU's at each level, with and without overflow to NaN / Inf, and the
+/// moments and channels agree.
+#[test]
+fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
+    let Some(mut gpu) = cuda_common::gpu("tiled fp8 casts") else { return };
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        let mut x = fp8_test_values(format);
+        let mut rng = Pcg64::seed_from_u64(11);
+        for i in (1..x.len()).rev() {
+            x.swap(i, rng.random_range(0..=i));
+        }
+        let cols = 100;
+        let rows = x.len() / cols;
+        x.truncate(rows * cols);
+        assert!(rows > 3 * 64 && rows % 64 != 0, "several row tiles, the last one partial");
+        let finite: Vec<f64> = x.iter().filter(|v| v.is_finite()).map(|&v| v.abs() as f64).collect();
+        let mean_abs = finite.iter().sum::<f64>() / finite.len() as f64;
+        let xd = gpu.upload(&x);
+        for scale in [1.0f32, format.max() / 3.7, 2f32.powi(-20)] {
+            for overflow_nan in [false, true] {
+                for level in [StatsLevel::Amax, StatsLevel::Cheap] {
+                    let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 1.0 } };
+                    let fault = OperandFault { overflow_nan, ..OperandFault::NONE };
+                    let what = format!("{} scale {scale:e} overflow_nan {overflow_nan} {level:?}", format.name());
+                    let (t, rep) = gpu.cast_for_test(&xd, rows, cols, true, how, fault, level).expect("cast");
+                    let cpu = cast_operand(&x, rows, cols, how, fault, level, true).report;
+                    let want = cpu.quantized.as_ref().expect("CPU bytes");
+                    let bad = (0..rows * cols).filter(|&i| t[(i % cols) * rows + i / cols] != want[i]).count();
+                    assert_eq!(bad, 0, "{what}: transposed bytes differ from the CPU's");
+                    assert_eq!(
+                        (rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf, rep.zeros),
+                        (cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf, cpu.zeros),
+                        "{what}: counts"
+                    );
+                    if level == StatsLevel::Cheap {
+                        same_moments(&rep, &cpu, mean_abs, &what);
+                        same_channels(&rep, &cpu, &what);
+                    }
+                    println!("{what}: {rows} × {cols}, saturated {}, underflow {}, NaN {}, Inf {}, zeros {}", rep.saturated, rep.underflow, rep.nan, rep.inf, rep.zeros);
+                }
+            }
+        }
     }
 }
 
