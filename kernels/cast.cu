@@ -460,7 +460,11 @@ __device__ __forceinline__ bool fp8x4_plain(u32 w, const float (&y)[4]) {
 // tensor's edge get code 0 and no statistics; planted outliers are applied only when there are
 // some (the index arithmetic stays out of the common path). A row of 4 inside the tensor is cast
 // first and, when all 4 are plain (cast_plain: the common case), only their amax and moments are
-// folded in; otherwise cast_one counts each (zeros, underflow, saturation, NaN, Inf).
+// folded in; otherwise cast_one counts each (zeros, underflow, saturation, NaN, Inf). For FP8 the
+// row is cast two values at a time, tested four at once and stored as one word (fp8x4,
+// fp8x4_plain): the SASS of the element-wise path spent most of its instructions moving bytes,
+// and the cheap level's casts are bound by their instructions, not by memory latency
+// (bench/results/2026-12-01-cast-words).
 template <int FMT, int L>
 __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, int c, int rows, int cols, int tx, int ty,
                                                float s, float base, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3,
