@@ -416,6 +416,22 @@ __device__ __forceinline__ void plain_stats(float v, Acc& a) {
     }
 }
 
+// The statistics of a row of 4 plain values (cast_plain): their count and plain_stats, and with
+// channels each one's square and |x| folded into its column's sq / am.
+template <int L>
+__device__ __forceinline__ void plain_row(const float (&vr)[4], bool channels, Acc& a, double (&sq)[4], float (&am)[4]) {
+    if (L >= 1) a.cnt += 4;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        plain_stats<L>(vr[k], a);
+        if (channels) {
+            double dv = (double)vr[k];
+            sq[k] = fma(dv, dv, sq[k]);
+            am[k] = fmaxf(am[k], fabsf(vr[k]));
+        }
+    }
+}
+
 // The shared tile of cast_transposed's codes: BF16 codes as u16 (rows padded by one word), FP8
 // codes as bytes, rows of TILE + 4 so that a thread's 4 codes of a row are one aligned u32 (the
 // tile itself is declared ALIGN-byte aligned: a byte array alone is not).
@@ -484,16 +500,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
             float y[4];
             u32 w = fp8x4<FMT>(v[j], s, y);
             if (fp8x4_plain<FMT>(w, y)) {
-                if (L >= 1) a.cnt += 4;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    plain_stats<L>(v[j][k], a);
-                    if (channels) {
-                        double dv = (double)v[j][k];
-                        sq[k] = fma(dv, dv, sq[k]);
-                        am[k] = fmaxf(am[k], fabsf(v[j][k]));
-                    }
-                }
+                plain_row<L>(v[j], channels, a, sq, am);
             } else {
                 w = 0;
 #pragma unroll
@@ -514,16 +521,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
                 plain &= cast_plain<FMT>(v[j][k], s, code[k]);  // & (not &&): no branch per value
             }
             if (plain) {
-                if (L >= 1) a.cnt += 4;
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    plain_stats<L>(v[j][k], a);
-                    if (channels) {
-                        double dv = (double)v[j][k];
-                        sq[k] = fma(dv, dv, sq[k]);
-                        am[k] = fmaxf(am[k], fabsf(v[j][k]));
-                    }
-                }
+                plain_row<L>(v[j], channels, a, sq, am);
             } else {
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
