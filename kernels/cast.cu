@@ -363,17 +363,11 @@ __device__ __forceinline__ void src_compute(const CastSrc& s, int cols, int c0, 
     }
 }
 
-// The code of v cast as cast_one casts it (scale s; overflow_nan as there), without statistics.
-template <int FMT>
-__device__ __forceinline__ unsigned short cast_code(float v, float s, int overflow_nan) {
-    if (FMT == FMT_BF16) {
-        __nv_bfloat16 b = __float2bfloat16_rn(v);
-        return *reinterpret_cast<unsigned short*>(&b);
-    }
-    float y = v * s;
-    u8 q = to_fp8(y, FMT);
-    bool ovf = overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f);
-    return ovf ? (u8)((FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0)) : q;
+// The BF16 code of v (round to nearest even), as cast_one gives it, without statistics. (FP8 rows
+// take fp8x4.)
+__device__ __forceinline__ unsigned short bf16_code(float v) {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return *reinterpret_cast<unsigned short*>(&b);
 }
 
 // Folds one value into its column's channel partials (the thread's share of a tile): its square
@@ -385,19 +379,15 @@ __device__ __forceinline__ void channel_add(float pv, double& sq, float& am) {
     am = fmaxf(am, fin ? fabsf(pv) : -INFINITY);
 }
 
-// Whether casting v to `code` is plain: v finite and non-zero, and its code neither zero
-// (underflow), nor saturated, nor NaN / Inf. A plain value adds to no count of cast_one's, only
-// to the amax and the moments.
-template <int FMT>
-__device__ __forceinline__ bool cast_plain(float v, float s, unsigned short code) {
-    if (FMT == FMT_BF16) {
-        float r = __uint_as_float((u32)code << 16);
-        return (fabsf(r) > 0.0f) & (fabsf(r) < INFINITY);
-    }
-    return ((code & 0x7f) != 0) & (fabsf(v * s) <= fmt_max(FMT));
+// Whether a value's BF16 code is plain: neither zero (a zero or an underflow) nor Inf / NaN (an
+// overflow or a non-finite value). A plain value adds to no count of cast_one's, only to the amax
+// and the moments. (FP8 rows take fp8x4_plain.)
+__device__ __forceinline__ bool bf16_plain(unsigned short code) {
+    float r = __uint_as_float((u32)code << 16);
+    return (fabsf(r) > 0.0f) & (fabsf(r) < INFINITY);
 }
 
-// cast_one's statistics of a plain value (cast_plain): the same operations in the same order, so
+// cast_one's statistics of a plain value (bf16_plain, fp8x4_plain): the same operations in the same order, so
 // the results are bit-identical to cast_one's.
 // From the cheap level on, the amax is not folded here: stats_commit takes it from the min and
 // max (max |x| over finite values = max(-min, max), exactly), one instruction less per value; and
@@ -416,7 +406,7 @@ __device__ __forceinline__ void plain_stats(float v, Acc& a) {
     }
 }
 
-// The statistics of a row of 4 plain values (cast_plain): their count and plain_stats, and with
+// The statistics of a row of 4 plain values (bf16_plain, fp8x4_plain): their count and plain_stats, and with
 // channels each one's square and |x| folded into its column's sq / am.
 template <int L>
 __device__ __forceinline__ void plain_row(const float (&vr)[4], bool channels, Acc& a, double (&sq)[4], float (&am)[4]) {
@@ -460,9 +450,10 @@ __device__ __forceinline__ u32 fp8x4(const float (&v)[4], float s, float (&y)[4]
     return lo | (hi << 16);
 }
 
-// Whether all four FP8 codes packed in w are plain, with y their scaled values (cast_plain's test,
-// four at once): each byte's low 7 bits non-zero (adding 0x7f to a byte of 0..0x7f sets its top bit
-// unless it is 0, and never carries), and every |y| within the format's max (false for NaN).
+// Whether all four FP8 codes packed in w are plain, with y their scaled values. A plain value is
+// finite and not zero, and its code is neither zero (underflow) nor saturated: each byte's low 7
+// bits non-zero (adding 0x7f to a byte of 0..0x7f sets its top bit unless it is 0, and never
+// carries), and every |y| within the format's max (false for NaN).
 template <int FMT>
 __device__ __forceinline__ bool fp8x4_plain(u32 w, const float (&y)[4]) {
     bool nonzero = ((((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) & 0x80808080u) == 0x80808080u);
@@ -475,7 +466,7 @@ __device__ __forceinline__ bool fp8x4_plain(u32 w, const float (&y)[4]) {
 // once; with channels, their squares and |x| folded into sq / am per column. Elements past the
 // tensor's edge get code 0 and no statistics; planted outliers are applied only when there are
 // some (the index arithmetic stays out of the common path). A row of 4 inside the tensor is cast
-// first and, when all 4 are plain (cast_plain: the common case), only their amax and moments are
+// first and, when all 4 are plain (bf16_plain, fp8x4_plain: the common case), only their amax and moments are
 // folded in; otherwise cast_one counts each (zeros, underflow, saturation, NaN, Inf). For FP8 the
 // row is cast two values at a time, tested four at once and stored as one word (fp8x4,
 // fp8x4_plain): the SASS of the element-wise path spent most of its instructions moving bytes,
@@ -513,12 +504,12 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
             if (out != nullptr) *reinterpret_cast<u32*>((u8*)out + (u64)r * cols + c) = w;
             continue;
         }
-        if (L <= 1 && !plant && full4 && r < rows) {
+        if (FMT == FMT_BF16 && L <= 1 && !plant && full4 && r < rows) {
             bool plain = true;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                code[k] = cast_code<FMT>(v[j][k], s, overflow_nan);
-                plain &= cast_plain<FMT>(v[j][k], s, code[k]);  // & (not &&): no branch per value
+                code[k] = bf16_code(v[j][k]);
+                plain &= bf16_plain(code[k]);  // & (not &&): no branch per value
             }
             if (plain) {
                 plain_row<L>(v[j], channels, a, sq, am);
