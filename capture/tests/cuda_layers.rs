@@ -25,6 +25,7 @@ use fp8_capture::backend::cpu::cast::cast_operand;
 use fp8_capture::backend::{Activation, AdamW, Backend, GemmCall, GemmId, LinearDims, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use fp8_capture::fp8::{self, Fp8Format};
 use fp8scope_schemas::names::{Gemm, Module};
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use rand_pcg::Pcg64;
@@ -178,10 +179,7 @@ fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
     let Some(mut gpu) = cuda_common::gpu("tiled fp8 casts") else { return };
     for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
         let mut x = fp8_test_values(format);
-        let mut rng = Pcg64::seed_from_u64(11);
-        for i in (1..x.len()).rev() {
-            x.swap(i, rng.random_range(0..=i));
-        }
+        x.shuffle(&mut Pcg64::seed_from_u64(11));
         let cols = 100;
         let rows = x.len() / cols;
         x.truncate(rows * cols);
