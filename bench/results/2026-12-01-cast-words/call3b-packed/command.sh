@@ -1,4 +1,3 @@
-# call3a-first ran the same script on the first build of the change (its tile lacked the 4-byte alignment).
 set -u
 O=$OUT
 cd gpu-bundle
