@@ -557,10 +557,13 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 // loads along x's rows and 4 codes stored at once; the codes go through shared memory and leave
 // along out_t's rows, 4 at once. The next tile's values are loaded before this tile is cast, so
 // that a block always has its loads in flight (the kernel is bound by memory latency otherwise).
-// With ch_sq set (a recorded cast at the cheap level or above), each tile also writes its
-// per-column sum of x^2 (f64) and max |x| over finite values to ch_sq / ch_amax[row tile * cols +
-// col]: the per-channel statistics without a second read of x (channel_stats_reduce then sums the
-// row tiles in order).
+// With ch_sq set (a recorded cast at the cheap level or above), the block also sums each column's
+// x^2 (f64) and max |x| over finite values, and writes them to ch_sq / ch_amax[slot * cols + col]
+// at the end of each run of its tiles in one column tile, the slot being the row tile of the
+// run's first tile: the per-channel statistics without a second read of x (channel_stats_reduce
+// then sums the slots in order). A run is one tile unless the grid is a multiple of tiles_c: then
+// each block stays in one column tile, and writes its partials once instead of once a tile
+// (cast.rs: cast_grid picks such a grid for a recorded cast).
 template <int FMT, int L, bool SRC = false>
 __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     __shared__ __align__(CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
@@ -581,6 +584,12 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // stepping by (G / tiles_c, G % tiles_c) without a division per tile.
     int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
     int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
+    // A run: the block's consecutive tiles in one column tile (all of them when the grid is a
+    // multiple of tiles_c, so that step_c is 0; one tile otherwise). Its channel partials add up
+    // in the thread's own entries of csq / cam and leave once, at its end, into the slot of its
+    // first tile's row tile (slots: cast.rs, channel_slots). Both are derived from tr, not kept
+    // across tiles (two more registers made the BF16 dual cast spill its next tile).
+    int first_tr = blockIdx.x / tiles_c;
     float v[4][4];
     SrcRaw raw;
     if (tr < tiles_r) {
@@ -604,14 +613,17 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
         if (channels) {
+            bool run_start = step_c != 0 || tr == first_tr;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                csq[ty][4 * tx + k] = sq[k];
-                cam[ty][4 * tx + k] = am[k];
+                csq[ty][4 * tx + k] = run_start ? sq[k] : csq[ty][4 * tx + k] + sq[k];
+                cam[ty][4 * tx + k] = run_start ? am[k] : fmaxf(cam[ty][4 * tx + k], am[k]);
             }
         }
+        // The run ends with the block's last tile or where the next tile is in another column tile.
+        bool flush = channels && (nr >= tiles_r || nc != tc);
         __syncthreads();
-        if (channels) {
+        if (flush) {
             // Each column's 16 row-group partials: 4 threads of one warp take 4 each (lanes
             // l, l + 8, l + 16, l + 24), then two xor-shuffles combine them in a fixed tree.
             int lane = threadIdx.x & 31, part = lane >> 3, col = (threadIdx.x >> 5) * 8 + (lane & 7);
@@ -627,7 +639,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             cs += __shfl_xor_sync(0xffffffffu, cs, 16);
             cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 16));
             if (part == 0 && c0 + col < cols) {
-                u64 o = (u64)(r0 / TILE) * cols + c0 + col;
+                u64 o = (u64)(step_c == 0 ? first_tr : tr) * cols + c0 + col;
                 ch_sq[o] = cs;
                 ch_amax[o] = cm;
             }
@@ -680,7 +692,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
 // the slot from the amax at the end. The four elements at o0..o3 are multiplied by outlier_factor
 // first (a planted fault). Level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
 // partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32. ch_sq, ch_amax:
-// null, or (with T != 0) the per-channel partials of each 64-row tile (cast_transposed).
+// null, or (with T != 0) the per-channel partials of each run of tiles (cast_transposed).
 // Launch: CAST_THREADS threads, any grid (the work is strided over blocks).
 #define CAST_KERNEL(L, F, T)                                                                         \
     extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \

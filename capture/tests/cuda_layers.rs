@@ -275,6 +275,19 @@ fn channel_statistics_match_the_cpu_reference() {
         // 900 / (900 + 1023) of Σx² in channel 733, give or take the noise; K = 10.
         assert!(share > 0.45 && share < 0.5, "{what}: share {share}");
     }
+    // The tiled cast over other grids (16 column tiles, 32 row tiles): with 1, 7 or 100 blocks
+    // each tile's channel partials leave on their own; with a multiple of 16 each block strides
+    // down one column tile and sums its tiles' partials before they leave (16: 32 tiles a block,
+    // 48: 10 or 11, 384: 1 or 2, 512: one).
+    let cpu = cast_operand(&x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
+    for grid in [1, 7, 16, 48, 100, 384, 512] {
+        gpu.set_cast_grid(grid);
+        let (_, rep) = gpu.cast_for_test(&xd, rows, cols, true, e4, OperandFault::NONE, StatsLevel::Cheap).expect("cast");
+        let what = format!("transposed over {grid} blocks");
+        same_channels(&rep, &cpu, &what);
+        same_moments(&rep, &cpu, mean_abs, &what);
+    }
+    gpu.set_cast_grid(0);
     // At the amax level nothing is measured; one row of many channels and many rows of one.
     let (_, rep) = gpu.cast_for_test(&xd, rows, cols, false, e4, OperandFault::NONE, StatsLevel::Amax).expect("cast");
     assert_eq!(rep.channels, None);

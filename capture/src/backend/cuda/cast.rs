@@ -38,15 +38,51 @@ fn cast_blocks_per_sm(level: usize) -> usize {
 /// Blocks for a cast of `rows × cols` at statistics level `level` on `sms` SMs (`most` caps them;
 /// 0: the defaults). A straight cast takes one block per 4096 values (16 per thread), up to 8 per
 /// SM; a transposed or dual cast one per 64 × 64 tile, up to as many as are resident at once
-/// (each block strides over the tiles, loading its next tile while it casts the current one).
-fn cast_grid(rows: usize, cols: usize, transpose: bool, level: usize, sms: usize, most: usize) -> u32 {
+/// (each block strides over the tiles, loading its next tile while it casts the current one), and
+/// with `channels` (it sums the per-channel statistics) a multiple of the column tiles where that
+/// idles few blocks ([`column_aligned`]).
+fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
     let g = if transpose {
-        let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
-        tiles.min(if most > 0 { most } else { sms * cast_blocks_per_sm(level) })
+        tiled_grid(rows, cols, channels, if most > 0 { most } else { sms * cast_blocks_per_sm(level) }, most > 0)
     } else {
         (rows * cols).div_ceil(4096).min(if most > 0 { most } else { 8 * sms })
     };
     g.clamp(1, CAST_GRID_MAX) as u32
+}
+
+/// Blocks of a computed-source cast (`cast_src_*`): as [`cast_grid`]'s tiled casts, up to one
+/// block fewer per SM than the plain casts (kernels/cast.cu: CAST_SRC_MIN_BLOCKS).
+fn cast_src_grid(rows: usize, cols: usize, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
+    let resident = if most > 0 { most } else { sms * (cast_blocks_per_sm(level) - 1) };
+    tiled_grid(rows, cols, channels, resident, most > 0).clamp(1, CAST_GRID_MAX) as u32
+}
+
+/// A tiled cast's blocks: one per tile, up to `resident`; with `channels`, and unless the count
+/// was `given`, a multiple of the column tiles where that idles few blocks ([`column_aligned`]).
+fn tiled_grid(rows: usize, cols: usize, channels: bool, resident: usize, given: bool) -> usize {
+    let g = (rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE)).min(resident);
+    if channels && !given { column_aligned(g, cols.div_ceil(CAST_TILE)) } else { g }
+}
+
+/// `g` blocks rounded down to a multiple of `tiles_c` column tiles when that leaves at most 1/32 of
+/// them idle (384 of an H200's 396 at 2048, 3072, 4096 or 8192 columns), else `g`. With such a
+/// grid each block of kernels/cast.cu's `cast_transposed` strides down one column tile, and sums
+/// its per-channel partials over all its tiles, writing them once instead of once a tile; the
+/// reduction then reads `g / tiles_c` slots a column instead of one per row tile
+/// ([`channel_slots`]).
+fn column_aligned(g: usize, tiles_c: usize) -> usize {
+    let aligned = g / tiles_c * tiles_c;
+    if aligned > 0 && (g - aligned) * 32 <= g { aligned } else { g }
+}
+
+/// The channel partials' slots a column takes in a tiled cast of `rows × cols` over `grid` blocks
+/// (at most one a tile). kernels/cast.cu's `cast_transposed` writes a slot at the end of each run
+/// of a block's consecutive tiles in one column tile, into the row tile of the run's first tile:
+/// a run is a block's every tile when the grid is a multiple of the column tiles (its first row
+/// tile is then `block / tiles_c`, below `grid / tiles_c`), else one tile (every row tile).
+fn channel_slots(rows: usize, cols: usize, grid: usize) -> usize {
+    let tiles_c = cols.div_ceil(CAST_TILE);
+    if grid.is_multiple_of(tiles_c) { grid / tiles_c } else { rows.div_ceil(CAST_TILE) }
 }
 
 /// Where a cast is for: the GEMM site and the operand's role in it, whether the GEMM takes it
@@ -293,7 +329,10 @@ impl CudaBackend {
         // A computed source has only the tiled kernel (which writes each layout given).
         let kernel = if computed || (straight_keep && channels.is_some()) { CastLayout::Both } else { layout };
         let fused = match channels {
-            Some(s) if kernel != CastLayout::Straight => Some(self.channel_target(cols, rows.div_ceil(CAST_TILE), s)?),
+            Some(s) if kernel != CastLayout::Straight => {
+                let grid = self.tiled_cast_grid(rows, cols, computed, true, level);
+                Some(self.channel_target(cols, channel_slots(rows, cols, grid as usize), s)?)
+            }
             _ => None,
         };
         self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
@@ -311,6 +350,17 @@ impl CudaBackend {
         match x {
             CastInput::Buf(b) => self.ptr(b),
             CastInput::Computed { like, .. } => self.ptr(like.raw()),
+        }
+    }
+
+    /// Blocks of the tiled cast kernel (transposed, dual or computed-source) for `rows × cols`,
+    /// with `channels` when it sums the per-channel statistics.
+    fn tiled_cast_grid(&self, rows: usize, cols: usize, computed: bool, channels: bool, level: StatsLevel) -> u32 {
+        let sms = self.info.parallelism.max(1) as usize;
+        if computed {
+            cast_src_grid(rows, cols, channels, level_code(level), sms, self.cast_grid)
+        } else {
+            cast_grid(rows, cols, true, channels, level_code(level), sms, self.cast_grid)
         }
     }
 
@@ -351,7 +401,7 @@ impl CudaBackend {
                     return Err(CudaError::Unsupported("current scaling of a computed cast source (its amax pass reads a buffer)".into()));
                 }
                 ScaleSource::Current { margin } => {
-                    let grid = cast_grid(rows, cols, false, 0, sms, self.cast_grid);
+                    let grid = cast_grid(rows, cols, false, false, 0, sms, self.cast_grid);
                     #[rustfmt::skip]
                     launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
                         slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64)?;
@@ -363,10 +413,7 @@ impl CudaBackend {
             if level > StatsLevel::Cheap || fmt != fmt_code(OpType::Bf16) {
                 return Err(CudaError::Unsupported("a computed cast source is cast to BF16, with statistics at most cheap".into()));
             }
-            // One block fewer per SM than the plain casts (kernels/cast.cu: CAST_SRC_MIN_BLOCKS).
-            let tiles = rows.div_ceil(CAST_TILE) * cols.div_ceil(CAST_TILE);
-            let most = if self.cast_grid > 0 { self.cast_grid } else { sms * (cast_blocks_per_sm(level_code(level)) - 1) };
-            let grid = tiles.min(most).clamp(1, CAST_GRID_MAX) as u32;
+            let grid = self.tiled_cast_grid(rows, cols, true, channels.is_some(), level);
             let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
             #[rustfmt::skip]
             launch!(self, kernels::cast_src_kernel(level_code(level)), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
@@ -374,7 +421,7 @@ impl CudaBackend {
                 kind, hp, bp)?;
             return Ok(());
         }
-        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, level_code(level), sms, self.cast_grid);
+        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, channels.is_some(), level_code(level), sms, self.cast_grid);
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
             slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
@@ -500,5 +547,61 @@ impl CudaBackend {
         b.record(&self.stream)?;
         self.stream.synchronize()?;
         Ok(a.elapsed_ms(&b)? as f64 * 1e3 / reps.max(1) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CAST_GRID_MAX, CAST_TILE, channel_slots, column_aligned};
+
+    /// Walks every block of a tiled cast as kernels/cast.cu's `cast_transposed` does (tiles
+    /// b, b + G, b + 2G, ... in row-major order; a run of consecutive tiles in one column tile
+    /// writes its partials at its end, into the slot of its first tile's row tile) and checks that
+    /// every tile is cast once and every (column tile, slot) below `channel_slots` written once.
+    #[test]
+    fn every_channel_slot_of_a_tiled_cast_is_written_once() {
+        let shapes: [(usize, usize); 9] = [(1, 1), (64, 64), (100, 3000), (2048, 2048), (8192, 2048), (8192, 5632), (2048, 32000), (8192, 11264), (130, 70)];
+        for (rows, cols) in shapes {
+            let (tiles_r, tiles_c) = (rows.div_ceil(CAST_TILE), cols.div_ceil(CAST_TILE));
+            let n = tiles_r * tiles_c;
+            for resident in [1usize, 2, 3, 7, 132, 264, 396, 528, 1056, CAST_GRID_MAX] {
+                for g in [resident.min(n), column_aligned(resident.min(n), tiles_c)] {
+                    let slots = channel_slots(rows, cols, g);
+                    let mut written = vec![0u32; tiles_c * slots];
+                    let mut cast = vec![0u32; n];
+                    for b in 0..g {
+                        let mut t = b;
+                        let mut run_tr = None;
+                        while t < n {
+                            cast[t] += 1;
+                            let (tr, tc) = (t / tiles_c, t % tiles_c);
+                            let first = *run_tr.get_or_insert(tr);
+                            let next = t + g;
+                            if next >= n || next % tiles_c != tc {
+                                assert!(first < slots, "{rows}x{cols} over {g}: slot {first} of {slots}");
+                                written[tc * slots + first] += 1;
+                                run_tr = None;
+                            }
+                            t = next;
+                        }
+                    }
+                    assert!(cast.iter().all(|&c| c == 1), "{rows}x{cols} over {g}: a tile cast twice or never");
+                    assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
+                }
+            }
+        }
+    }
+
+    /// A grid is aligned to the column tiles only where that idles at most 1/32 of its blocks, and
+    /// then each block's partials leave once (one slot a block of a column tile).
+    #[test]
+    fn a_column_aligned_grid_idles_few_blocks() {
+        // An H200: 132 SMs, 3 blocks each at the cheap level.
+        for (cols, want) in [(2048, 384), (3072, 384), (4096, 384), (8192, 384), (5632, 396), (11264, 396), (16384, 396), (64, 396)] {
+            let g = column_aligned(396, cols / CAST_TILE);
+            assert_eq!(g, want, "{cols} columns");
+            let slots = channel_slots(8192, cols, g);
+            assert_eq!(slots, if g % (cols / CAST_TILE) == 0 { g / (cols / CAST_TILE) } else { 128 }, "{cols} columns");
+        }
     }
 }
