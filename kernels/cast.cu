@@ -137,8 +137,10 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
 // s: the cast scale; base: the dequantisation scale. With overflow_nan (`--overflow nan`), scaled
 // values at or past the rounding limit become NaN (E4M3) or ±Inf (E5M2) instead of saturating, and
 // count as NaN / Inf rather than saturated, as the CPU's cast does.
+// With sumsq false the sum of squares is left out: a tiled cast that sums the per-channel squares
+// takes it from them (cast_transposed), one f64 operation less a value.
 template <int FMT, int L>
-__device__ __forceinline__ unsigned short cast_one(float v, float s, float base, int overflow_nan, Acc& a) {
+__device__ __forceinline__ unsigned short cast_one(float v, float s, float base, int overflow_nan, Acc& a, bool sumsq = true) {
     unsigned short code;
     bool under, sat;
     float dq = 0.0f;
@@ -178,7 +180,7 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
         double dv = (double)(fin ? v : 0.0f);
         a.cnt += fin;
         a.sum += dv;
-        a.sumsq = fma(dv, dv, a.sumsq);
+        if (sumsq) a.sumsq = fma(dv, dv, a.sumsq);
         a.mn = fminf(a.mn, fin ? v : INFINITY);
         a.mx = fmaxf(a.mx, fin ? v : -INFINITY);
         a.minabs = fminf(a.minabs, nz ? av : INFINITY);
@@ -393,13 +395,13 @@ __device__ __forceinline__ bool bf16_plain(unsigned short code) {
 // max (max |x| over finite values = max(-min, max), exactly), one instruction less per value; and
 // the caller counts its plain values (4 at once).
 template <int L>
-__device__ __forceinline__ void plain_stats(float v, Acc& a) {
+__device__ __forceinline__ void plain_stats(float v, Acc& a, bool sumsq = true) {
     float av = fabsf(v);
     if (L == 0) a.amax = fmaxf(a.amax, av);
     if (L >= 1) {
         double dv = (double)v;
         a.sum += dv;
-        a.sumsq = fma(dv, dv, a.sumsq);
+        if (sumsq) a.sumsq = fma(dv, dv, a.sumsq);
         a.mn = fminf(a.mn, v);
         a.mx = fmaxf(a.mx, v);
         a.minabs = fminf(a.minabs, av);
@@ -407,13 +409,14 @@ __device__ __forceinline__ void plain_stats(float v, Acc& a) {
 }
 
 // The statistics of a row of 4 plain values (bf16_plain, fp8x4_plain): their count and plain_stats, and with
-// channels each one's square and |x| folded into its column's sq / am.
+// channels each one's square and |x| folded into its column's sq / am (and not into the sum of
+// squares, which cast_transposed then takes from sq).
 template <int L>
 __device__ __forceinline__ void plain_row(const float (&vr)[4], bool channels, Acc& a, double (&sq)[4], float (&am)[4]) {
     if (L >= 1) a.cnt += 4;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        plain_stats<L>(vr[k], a);
+        plain_stats<L>(vr[k], a, !channels);
         if (channels) {
             double dv = (double)vr[k];
             sq[k] = fma(dv, dv, sq[k]);
@@ -496,7 +499,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
                 w = 0;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    w |= (u32)cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a) << (8 * k);
+                    w |= (u32)cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a, !channels) << (8 * k);
                     if (channels) channel_add(v[j][k], sq[k], am[k]);
                 }
             }
@@ -516,7 +519,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
             } else {
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a);
+                    cast_one<FMT, L>(v[j][k], s, base, overflow_nan, a, !channels);
                     if (channels) channel_add(v[j][k], sq[k], am[k]);
                 }
             }
@@ -529,7 +532,7 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
                 if (r < rows && c + k < cols) {
                     float pv = v[j][k];
                     if (plant) pv = planted(pv, (u64)r * cols + c + k, o0, o1, o2, o3, outlier_factor);
-                    code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a);
+                    code[k] = cast_one<FMT, L>(pv, s, base, overflow_nan, a, !channels);
                     if (channels) channel_add(pv, sq[k], am[k]);
                 }
                 tile[ty + 16 * j][4 * tx + k] = code[k];
@@ -613,6 +616,9 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
         if (channels) {
+            // The tile's sum of squares, from its channel partials (cast_one and plain_row leave
+            // it out when they sum those).
+            a.sumsq += (sq[0] + sq[1]) + (sq[2] + sq[3]);
             bool run_start = step_c != 0 || tr == first_tr;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
