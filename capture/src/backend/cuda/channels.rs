@@ -10,15 +10,16 @@
 //! ([`CudaBackend::prefetch_channels`]), and the summaries are computed as soon as that copy lands:
 //! both while the optimizer runs, instead of after the step (2.8 ms a llama-1b step otherwise).
 //!
-//! A cast writes its partials (one row of columns per chunk of rows, or for the tiled casts per
-//! slot: `cast.rs`, `channel_slots`) into an arena; the casts'
+//! A cast writes its partials (one row of columns per chunk of rows; for the tiled casts, per run
+//! of a block's tiles in one column tile: `cast.rs`, `channel_slots`) into an arena; the casts'
 //! reductions wait there, and one launch reduces a whole batch of them (up to `CHAN_BATCH` casts,
 //! or as many as the arena holds), so that a llama-1b step launches about twelve reductions
 //! instead of one per recorded cast (each a 16 µs latency-bound launch of a few blocks).
 //!
 //! Determinism: each (column, chunk of rows) is summed by one thread in row order (in a tiled
-//! cast, by one block in a fixed tree) and the chunks by one thread per column in chunk order; the
-//! chunking depends only on the shape and the grid, which depends on the shape and the GPU.
+//! cast, by one block: each thread in tile order, then a fixed tree) and the chunks by one thread
+//! per column in chunk order; the chunking depends only on the shape and the grid, which depends
+//! on the shape and the GPU's SM count.
 
 use super::{CudaBackend, CudaError, cfg};
 use crate::backend::OperandFault;
