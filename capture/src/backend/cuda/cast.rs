@@ -601,7 +601,7 @@ mod tests {
             let g = column_aligned(396, cols / CAST_TILE);
             assert_eq!(g, want, "{cols} columns");
             let slots = channel_slots(8192, cols, g);
-            assert_eq!(slots, if g % (cols / CAST_TILE) == 0 { g / (cols / CAST_TILE) } else { 128 }, "{cols} columns");
+            assert_eq!(slots, if g.is_multiple_of(cols / CAST_TILE) { g / (cols / CAST_TILE) } else { 128 }, "{cols} columns");
         }
     }
 }

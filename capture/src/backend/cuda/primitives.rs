@@ -6,6 +6,7 @@
 
 use super::*;
 use super::attention::AttentionShape;
+use super::rope::RopeDir;
 use crate::backend::Activation;
 
 impl Backend for CudaBackend {
@@ -126,11 +127,11 @@ impl Backend for CudaBackend {
     }
 
     fn rope_fwd(&mut self, out: &mut DevBuf, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
-        self.spanned("rope_fwd", |me| me.rope_impl("rope_fwd", out, qkv, b, t, nh, kvh, hd, theta));
+        self.spanned("rope_fwd", |me| me.rope_impl(RopeDir::Fwd, out, qkv, b, t, nh, kvh, hd, theta));
     }
 
     fn rope_bwd(&mut self, dqkv: &mut DevBuf, dout: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32) {
-        self.spanned("rope_bwd", |me| me.rope_impl("rope_bwd", dqkv, dout, b, t, nh, kvh, hd, theta));
+        self.spanned("rope_bwd", |me| me.rope_impl(RopeDir::Bwd, dqkv, dout, b, t, nh, kvh, hd, theta));
     }
 
     fn attention_saved_len(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {

@@ -11,6 +11,25 @@ use cudarc::driver::PushKernelArg;
 /// Threads per block of both kernels.
 const THREADS: u32 = 256;
 
+/// Which way a RoPE pass rotates: forward (`rope_fwd`, the rotation) or backward (`rope_bwd`, its
+/// transpose, for the gradient). The kernels take different arguments: only the forward one may
+/// write BF16.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum RopeDir {
+    Fwd,
+    Bwd,
+}
+
+impl RopeDir {
+    /// The kernel's name in `kernels/attention.cu`.
+    fn kernel(self) -> &'static str {
+        match self {
+            RopeDir::Fwd => "rope_fwd",
+            RopeDir::Bwd => "rope_bwd",
+        }
+    }
+}
+
 impl CudaBackend {
     /// The device copy of the RoPE table for (t, hd, theta): uploaded on the first call with
     /// these dimensions, kept until one with others. Returns its device pointer.
@@ -26,13 +45,13 @@ impl CudaBackend {
         }
     }
 
-    /// `kernel` (`rope_fwd` or `rope_bwd`) from `src` (f32 or BF16 storage) into `dst`, both
+    /// RoPE `dir` (`rope_fwd` or `rope_bwd`) from `src` (f32 or BF16 storage) into `dst`, both
     /// (B, T, (NH + 2·KVH)·HD). `rope_fwd` may write a BF16 `dst` (rounding each value, for a reader
     /// that rounds it so: the attention, unfused, in `rope_attention_fwd_impl`); `rope_bwd` writes f32.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rope_impl(
         &mut self,
-        kernel: &'static str,
+        dir: RopeDir,
         dst: &mut DevBuf,
         src: &DevBuf,
         b: usize,
@@ -42,6 +61,7 @@ impl CudaBackend {
         hd: usize,
         theta: f32,
     ) -> Result<(), CudaError> {
+        let kernel = dir.kernel();
         if hd == 0 || hd % 2 != 0 || nh == 0 || kvh == 0 {
             return Err(CudaError::Unsupported(format!("{kernel} with HD = {hd}, NH = {nh}, KVH = {kvh} (HD must be even, the head counts positive)")));
         }
@@ -56,12 +76,15 @@ impl CudaBackend {
         let tab = self.rope_table_ptr(t, hd, theta)?;
         let grid = grid_for(rows * hd / 2, THREADS);
         let (s, s16, rows, ti, nhi, kvhi, hdi) = (self.ptr(src.raw()), src.is_bf16() as i32, rows as u64, t as i32, nh as i32, kvh as i32, hd as i32);
-        if kernel == "rope_fwd" {
-            let (d, d16) = (self.ptr(dst.raw()), dst.is_bf16() as i32);
-            launch!(self, kernel, grid, d, d16, s, s16, tab, rows, ti, nhi, kvhi, hdi)
-        } else {
-            let d = self.ptr(&**dst);
-            launch!(self, kernel, grid, d, s, s16, tab, rows, ti, nhi, kvhi, hdi)
+        match dir {
+            RopeDir::Fwd => {
+                let (d, d16) = (self.ptr(dst.raw()), dst.is_bf16() as i32);
+                launch!(self, kernel, grid, d, d16, s, s16, tab, rows, ti, nhi, kvhi, hdi)
+            }
+            RopeDir::Bwd => {
+                let d = self.ptr(&**dst);
+                launch!(self, kernel, grid, d, s, s16, tab, rows, ti, nhi, kvhi, hdi)
+            }
         }
     }
 }

@@ -18,6 +18,7 @@
 //! (`set_fused_attention`) must not change between the two.
 
 use super::attention::{AttentionShape, split_grid};
+use super::rope::RopeDir;
 use super::{CudaBackend, CudaError, DevBuf};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -53,7 +54,7 @@ impl CudaBackend {
         let AttentionShape { b, t, c, nh, kvh, .. } = shape;
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         if !self.rope_saves_heads(saved, &shape) {
-            self.rope_impl("rope_fwd", saved, qkv, b, t, nh, kvh, hs, theta)?;
+            self.rope_impl(RopeDir::Fwd, saved, qkv, b, t, nh, kvh, hs, theta)?;
             return self.attention_fwd_impl(out, att, saved, shape);
         }
         let w = (nh + 2 * kvh) * hs;
@@ -89,7 +90,7 @@ impl CudaBackend {
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         if !self.rope_saves_heads(saved, &shape) {
             self.attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape)?;
-            return self.rope_impl("rope_bwd", dqkv, dqkv_rot, b, t, nh, kvh, hs, theta);
+            return self.rope_impl(RopeDir::Bwd, dqkv, dqkv_rot, b, t, nh, kvh, hs, theta);
         }
         let heads = self.saved_heads(saved, &shape, hs)?;
         let tab = self.rope_table_ptr(t, hs, theta)?;
