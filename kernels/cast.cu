@@ -590,8 +590,10 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // A run: the block's consecutive tiles in one column tile (all of them when the grid is a
     // multiple of tiles_c, so that step_c is 0; one tile otherwise). Its channel partials add up
     // in the thread's own entries of csq / cam and leave once, at its end, into the slot of its
-    // first tile's row tile (slots: cast.rs, channel_slots). Both are derived from tr, not kept
-    // across tiles (two more registers made the BF16 dual cast spill its next tile).
+    // first tile's row tile (slots: cast.rs, channel_slots). Whether a tile starts a run, and the
+    // run's slot, are derived each tile from tr and the block's first row tile (first_tr, the
+    // starting tr): a run-start flag and slot carried from tile to tile took two more registers
+    // and made the BF16 dual cast spill its next tile.
     int first_tr = blockIdx.x / tiles_c;
     float v[4][4];
     SrcRaw raw;

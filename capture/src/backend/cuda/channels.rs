@@ -13,7 +13,7 @@
 //! A cast writes its partials (one row of columns per chunk of rows; for the tiled casts, per run
 //! of a block's tiles in one column tile: `cast.rs`, `channel_slots`) into an arena; the casts'
 //! reductions wait there, and one launch reduces a whole batch of them (up to `CHAN_BATCH` casts,
-//! or as many as the arena holds), so that a llama-1b step launches about twelve reductions
+//! or as many as the arena holds), so that a llama-1b step launches about ten reductions
 //! instead of one per recorded cast (each a 16 µs latency-bound launch of a few blocks).
 //!
 //! Determinism: each (column, chunk of rows) is summed by one thread in row order (in a tiled
