@@ -292,71 +292,87 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
 // saved inputs of the layer that would otherwise have written x first; the element math is
 // activations.cuh's, so the values, and the codes, are those of the unfused pair of kernels. h and
 // b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
-// 4 values, 8-byte aligned (capture/src/backend/cuda/cast.rs checks both).
+// 4 values, 8-byte aligned (capture/src/backend/cuda/cast.rs checks both). The kind is a template
+// parameter of the kernels (cast_src{K}_*), so each is compiled with its own inputs only.
 #define SRC_SWIGLU 1   // x (rows, F) = swiglu(h), h = fc1's output (rows, 2F)
 #define SRC_DSWIGLU 2  // x (rows, 2F) = [d(gate) | d(up)] from h (rows, 2F) and b = dout (rows, F)
 #define SRC_GELU 3     // x = gelu(h), h (rows, cols)
 #define SRC_DGELU 4    // x = gelu'(h) * b, h and b (rows, cols)
+// SRC_DSWIGLU by pairs of tiles, for F a multiple of TILE: the tile at gate columns c0.. and the
+// one at up columns F + c0.. come from one read of gate, up and dout and one evaluation of the
+// backward (SRC_DSWIGLU reads and evaluates them once for each half).
+#define SRC_DSWIGLU_PAIRS 5
 struct CastSrc {
-    int kind;
     const unsigned short* h;
     const unsigned short* b;
 };
 
+// The inputs (BF16) kind K reads for each value: gate and up (SwiGLU), h (GELU), and dout for
+// the backwards.
+template <int K> struct SrcInputs {
+    static constexpr int N = K == 0 || K == SRC_GELU ? 1 : K == SRC_SWIGLU || K == SRC_DGELU ? 2 : 3;
+};
+
 // A thread's raw inputs for its 4 x 4 values of a tile (load_tile's rows and columns): per row, 4
-// BF16 values of each of up to three inputs (SRC_SWIGLU: gate, up; SRC_DSWIGLU: gate, up, dout;
-// SRC_GELU: h; SRC_DGELU: h, dout), packed two to a word. The next tile's are loaded while this
-// one is cast, as load_tile's values are; the element math runs at the cast (src_compute).
-struct SrcRaw {
-    uint2 in[4][3];
+// BF16 values of each input, packed two to a word. The next tile's are loaded while this one is
+// cast, as load_tile's values are; the element math runs at the cast (src_compute).
+template <int K> struct SrcRaw {
+    uint2 in[4][SrcInputs<K>::N];
 };
 
 __device__ __forceinline__ uint2 ld_bf16x4(const unsigned short* p, u64 i) {
     return __ldg(reinterpret_cast<const uint2*>(p + i));
 }
 
-// Loads the raw inputs of the tile at (r0, c0) (zeros past the edges, which compute to 0).
-__device__ __forceinline__ void src_load_raw(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, SrcRaw& raw) {
+// Loads the raw inputs of the tile at (r0, c0) (zeros past the edges, which compute to 0). For
+// SRC_DSWIGLU_PAIRS, c0 is a gate column and the tile's pair is read with it.
+template <int K>
+__device__ __forceinline__ void src_load_raw(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, SrcRaw<K>& raw) {
     int c = c0 + 4 * tx;
-    int f = s.kind == SRC_DSWIGLU ? cols / 2 : cols;  // SwiGLU: the width of a half of h
-    bool up = s.kind == SRC_DSWIGLU && c >= f;        // the d(up) half: no up value needed
+    bool swiglu_bwd = K == SRC_DSWIGLU || K == SRC_DSWIGLU_PAIRS;
+    int f = swiglu_bwd ? cols / 2 : cols;  // SwiGLU: the width of a half of h
+    bool up = K == SRC_DSWIGLU && c >= f;  // the d(up) half: no up value needed
     int j = up ? c - f : c;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         int r = r0 + ty + 16 * q;
-        uint2 z = make_uint2(0u, 0u);
-        raw.in[q][0] = raw.in[q][1] = raw.in[q][2] = z;
+#pragma unroll
+        for (int i = 0; i < SrcInputs<K>::N; i++) raw.in[q][i] = make_uint2(0u, 0u);
         if (r >= rows || c >= cols) continue;
-        if (s.kind == SRC_SWIGLU || s.kind == SRC_DSWIGLU) {
+        if (K == SRC_SWIGLU || swiglu_bwd) {
             u64 hb = (u64)r * 2 * f;
             raw.in[q][0] = ld_bf16x4(s.h, hb + j);
             if (!up) raw.in[q][1] = ld_bf16x4(s.h, hb + f + j);
-            if (s.kind == SRC_DSWIGLU) raw.in[q][2] = ld_bf16x4(s.b, (u64)r * f + j);
+            if (swiglu_bwd) raw.in[q][2] = ld_bf16x4(s.b, (u64)r * f + j);
         } else {
             raw.in[q][0] = ld_bf16x4(s.h, (u64)r * cols + c);
-            if (s.kind == SRC_DGELU) raw.in[q][2] = ld_bf16x4(s.b, (u64)r * cols + c);
+            if (K == SRC_DGELU) raw.in[q][1] = ld_bf16x4(s.b, (u64)r * cols + c);
         }
     }
 }
 
-// The values of the thread's 4 x 4 share of the tile at column c0 from its raw inputs.
-__device__ __forceinline__ void src_compute(const CastSrc& s, int cols, int c0, int tx, const SrcRaw& raw, float (&v)[4][4]) {
-    bool up = s.kind == SRC_DSWIGLU && c0 + 4 * tx >= cols / 2;
+// The values of the thread's 4 x 4 share of the tile at column c0 from its raw inputs; for
+// SRC_DSWIGLU_PAIRS, v gets the gate tile's (d(gate)) and w its pair's (d(up)).
+template <int K>
+__device__ __forceinline__ void src_compute(int cols, int c0, int tx, const SrcRaw<K>& raw, float (&v)[4][4], float (&w)[4][4]) {
+    bool up = K == SRC_DSWIGLU && c0 + 4 * tx >= cols / 2;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         float a[4], u[4], d[4];
         unpack_bf16x4(raw.in[q][0], a);
-        unpack_bf16x4(raw.in[q][1], u);
-        unpack_bf16x4(raw.in[q][2], d);
+        if (K == SRC_SWIGLU || SrcInputs<K>::N == 3) unpack_bf16x4(raw.in[q][1], u);
+        if (K == SRC_DGELU) unpack_bf16x4(raw.in[q][1], d);
+        if (SrcInputs<K>::N == 3) unpack_bf16x4(raw.in[q][2], d);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            if (s.kind == SRC_SWIGLU) {
+            if (K == SRC_SWIGLU) {
                 v[q][k] = swiglu_one(a[k], u[k]);
-            } else if (s.kind == SRC_DSWIGLU) {
+            } else if (K == SRC_DSWIGLU || K == SRC_DSWIGLU_PAIRS) {
                 float dg, du;
                 dswiglu_one(a[k], u[k], d[k], dg, du);
-                v[q][k] = up ? du : dg;
-            } else if (s.kind == SRC_GELU) {
+                v[q][k] = K == SRC_DSWIGLU && up ? du : dg;
+                if (K == SRC_DSWIGLU_PAIRS) w[q][k] = du;
+            } else if (K == SRC_GELU) {
                 v[q][k] = gelu_one(a[k]);
             } else {
                 v[q][k] = dgelu_one(a[k], d[k]);
@@ -567,19 +583,29 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 // then sums the slots in order). A run is one tile unless the grid is a multiple of tiles_c: then
 // each block stays in one column tile, and writes its partials once instead of once a tile
 // (cast.rs: cast_grid picks such a grid for a recorded cast).
-template <int FMT, int L, bool SRC = false>
+// SRC (a CastSrc kind, 0 for none) computes the values from src instead of reading x. With
+// SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half (cols / 2 wide, a multiple
+// of TILE), and cast each one and then its pair in the up half, F columns on, from one read;
+// every run is then one tile (the slot its row tile).
+template <int FMT, int L, int SRC = 0>
 __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
+    constexpr bool PAIRS = SRC == SRC_DSWIGLU_PAIRS;
     __shared__ __align__(CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
     // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
     // bank conflicts in the reduction below.
     __shared__ double csq[L >= 1 ? 16 : 1][TILE + 2];
     __shared__ float cam[L >= 1 ? 16 : 1][TILE + 2];
+    // SRC_DSWIGLU_PAIRS: each thread's 16 values of the pair tile, kept while the gate tile is cast.
+    __shared__ float pair_vals[PAIRS ? 16 : 1][PAIRS ? CAST_THREADS : 1];
     float s, base;
     cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
     Acc a;
     acc_init(a);
     int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    int tiles_r = (rows + TILE - 1) / TILE, tiles_c = (cols + TILE - 1) / TILE;
+    int tiles_r = (rows + TILE - 1) / TILE;
+    // The column tiles the blocks stride over (those of the gate half for SRC_DSWIGLU_PAIRS).
+    int pair_off = PAIRS ? cols / 2 : 0;
+    int tiles_c = ((PAIRS ? pair_off : cols) + TILE - 1) / TILE;
     bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
     // Channel statistics exist from the cheap level on; the amax level compiles them out.
     bool channels = L >= 1 && ch_sq != nullptr;
@@ -588,40 +614,32 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
     int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
     // A run: the block's consecutive tiles in one column tile (all of them when the grid is a
-    // multiple of tiles_c, so that step_c is 0; one tile otherwise). Its channel partials add up
-    // in the thread's own entries of csq / cam and leave once, at its end, into the slot of its
-    // first tile's row tile (slots: cast.rs, channel_slots). Whether a tile starts a run, and the
-    // run's slot, are derived each tile from tr and the block's first row tile (first_tr, the
-    // starting tr): a run-start flag and slot carried from tile to tile took two more registers
-    // and made the BF16 dual cast spill its next tile.
+    // multiple of tiles_c, so that step_c is 0; one tile otherwise, and always with pairs). Its
+    // channel partials add up in the thread's own entries of csq / cam and leave once, at its
+    // end, into the slot of its first tile's row tile (slots: cast.rs, channel_slots). Whether a
+    // tile starts a run, and the run's slot, are derived each tile from tr and the block's first
+    // row tile (first_tr, the starting tr): a run-start flag and slot carried from tile to tile
+    // took two more registers and made the BF16 dual cast spill its next tile.
+    bool one_tile_runs = PAIRS || step_c != 0;
     int first_tr = blockIdx.x / tiles_c;
     float v[4][4];
-    SrcRaw raw;
+    SrcRaw<SRC> raw;
     if (tr < tiles_r) {
-        if (SRC) src_load_raw(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
+        if (SRC) src_load_raw<SRC>(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
         else load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
     }
-    while (tr < tiles_r) {
-        int r0 = tr * TILE, c0 = tc * TILE;
+    // Casts the thread's values vv of the tile at (r0, c0), writes out, out_t and the channel
+    // partials; nr / nc: the block's next tile (the end of a run).
+    auto cast_one_tile = [&](const float (&vv)[4][4], int r0, int c0, int nr, int nc) {
         int c = c0 + 4 * tx;
-        int nr = tr + step_r, nc = tc + step_c;
-        if (nc >= tiles_c) { nc -= tiles_c; nr++; }
-        float nv[4][4];
-        SrcRaw nraw;
-        if (nr < tiles_r) {
-            if (SRC) src_load_raw(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
-            else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
-        }
-        // A computed source's values, from the raw inputs loaded an iteration ago.
-        if (SRC) src_compute(src, cols, c0, tx, raw, v);
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-        cast_tile_part<FMT, L>(v, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
+        cast_tile_part<FMT, L>(vv, r0, c, rows, cols, tx, ty, s, base, overflow_nan, o0, o1, o2, o3, outlier_factor, channels, a, tile, out, sq, am);
         if (channels) {
             // The tile's sum of squares, from its channel partials (cast_one and plain_row leave
             // it out when they sum those).
             a.sumsq += (sq[0] + sq[1]) + (sq[2] + sq[3]);
-            bool run_start = step_c != 0 || tr == first_tr;
+            bool run_start = one_tile_runs || tr == first_tr;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 csq[ty][4 * tx + k] = run_start ? sq[k] : csq[ty][4 * tx + k] + sq[k];
@@ -629,7 +647,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         // The run ends with the block's last tile or where the next tile is in another column tile.
-        bool flush = channels && (nr >= tiles_r || nc != tc);
+        bool flush = channels && (one_tile_runs || nr >= tiles_r || nc != tc);
         __syncthreads();
         if (flush) {
             // Each column's 16 row-group partials: 4 threads of one warp take 4 each (lanes
@@ -647,7 +665,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             cs += __shfl_xor_sync(0xffffffffu, cs, 16);
             cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 16));
             if (part == 0 && c0 + col < cols) {
-                u64 o = (u64)(step_c == 0 ? first_tr : tr) * cols + c0 + col;
+                u64 o = (u64)(one_tile_runs ? tr : first_tr) * cols + c0 + col;
                 ch_sq[o] = cs;
                 ch_amax[o] = cm;
             }
@@ -658,8 +676,8 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             for (int j = 0; j < 4; j++) {
                 int oc = c0 + ty + 16 * j;
                 if (oc >= cols) continue;
-                int tc = ty + 16 * j;
-                unsigned short k0 = tile[4 * tx][tc], k1 = tile[4 * tx + 1][tc], k2 = tile[4 * tx + 2][tc], k3 = tile[4 * tx + 3][tc];
+                int tcol = ty + 16 * j;
+                unsigned short k0 = tile[4 * tx][tcol], k1 = tile[4 * tx + 1][tcol], k2 = tile[4 * tx + 2][tcol], k3 = tile[4 * tx + 3][tcol];
                 u64 o = (u64)oc * rows + orow;
                 if (vec_t && orow + 3 < rows) {
                     if (FMT == FMT_BF16) *reinterpret_cast<uint2*>((unsigned short*)out_t + o) = make_uint2((u32)k0 | ((u32)k1 << 16), (u32)k2 | ((u32)k3 << 16));
@@ -675,6 +693,37 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         __syncthreads();
+    };
+    while (tr < tiles_r) {
+        int r0 = tr * TILE, c0 = tc * TILE;
+        int nr = tr + step_r, nc = tc + step_c;
+        if (nc >= tiles_c) { nc -= tiles_c; nr++; }
+        float nv[4][4];
+        SrcRaw<SRC> nraw;
+        if (nr < tiles_r) {
+            if (SRC) src_load_raw<SRC>(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
+            else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
+        }
+        if (SRC) {
+            // A computed source's values, from the raw inputs loaded an iteration ago; a pair
+            // tile's wait in shared memory, each thread's own.
+            float w[4][4];
+            src_compute<SRC>(cols, c0, tx, raw, v, w);
+            if (PAIRS) {
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) pair_vals[4 * j + k][threadIdx.x] = w[j][k];
+            }
+        }
+        cast_one_tile(v, r0, c0, nr, nc);
+        if (PAIRS) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[j][k] = pair_vals[4 * j + k][threadIdx.x];
+            cast_one_tile(v, r0, c0 + pair_off, nr, nc);
+        }
         if (SRC) {
             raw = nraw;
         } else {
@@ -689,6 +738,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
 }
 
+#ifndef CAST_SRC_UNIT
 // The operand casts, one kernel per (statistics level L, format F, layout T), named
 // cast_fwd_l{L}_f{F}_t{T} with F as FMT_* numbers it: T = 0 writes out = cast(x) (x's layout),
 // T = 1 out_t = cast(x)^T, T = 2 both (the dual cast: one read for a GEMM's operand and its
@@ -717,22 +767,33 @@ CAST_KERNELS_L(0)
 CAST_KERNELS_L(1)
 CAST_KERNELS_L(2)
 
-// Blocks per SM the computed-source casts are register-capped for: one fewer than the plain casts
-// (their raw inputs of the next tile take more registers than its values).
-#define CAST_SRC_MIN_BLOCKS(L) (CAST_MIN_BLOCKS(L) - 1)
-// The casts of a computed source (CastSrc; x unused), statistics level L 0 or 1, format F: the
-// tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
-// cast_src_l{L}_f{F}; the CAST_PARAMS, then the source's kind, h and b (BF16).
-#define CAST_SRC_KERNEL(L, F)                                                                              \
-    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_SRC_MIN_BLOCKS(L)) cast_src_l##L##_f##F( \
-        CAST_PARAMS, int src_kind, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b) { \
-        cast_transposed<F, L, true>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter, \
-                                    margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,       \
-                                    CastSrc{src_kind, src_h, src_b});                                                \
+#endif  // CAST_SRC_UNIT
+
+#ifdef CAST_SRC_UNIT
+// The casts of a computed source (CastSrc kind K; x unused), statistics level L 0 or 1, format F:
+// the tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
+// cast_src{K}_l{L}_f{F}; the CAST_PARAMS, then h and b (BF16). They are a module of their own
+// (kernels.rs: Family::CastSrc compiles this file with CAST_SRC_UNIT defined), compiled beside the
+// plain casts. Registers are capped for CAST_SRC_MIN_BLOCKS(K, L) blocks per SM: as many as the
+// plain casts, or one fewer for the kinds of three inputs a value, whose next tile's raw inputs
+// take more registers than its values (capped as the plain casts, they spill). cast.rs:
+// cast_src_blocks_per_sm mirrors it.
+#define CAST_SRC_MIN_BLOCKS(K, L) (SrcInputs<K>::N == 3 ? CAST_MIN_BLOCKS(L) - 1 : CAST_MIN_BLOCKS(L))
+#define CAST_SRC_KERNEL(K, L, F)                                                                             \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_SRC_MIN_BLOCKS(K, L)) cast_src##K##_l##L##_f##F( \
+        CAST_PARAMS, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b) {        \
+        cast_transposed<F, L, K>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter,  \
+                                 margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,         \
+                                 CastSrc{src_h, src_b});                                                             \
     }
-// BF16 only: the backend computes FP8 operands unfused (capture/src/backend/cuda/activation_gemm.rs).
-CAST_SRC_KERNEL(0, 0)
-CAST_SRC_KERNEL(1, 0)
+#define CAST_SRC_KERNELS_L(K, L) CAST_SRC_KERNEL(K, L, 0) CAST_SRC_KERNEL(K, L, 1) CAST_SRC_KERNEL(K, L, 2)
+#define CAST_SRC_KERNELS(K) CAST_SRC_KERNELS_L(K, 0) CAST_SRC_KERNELS_L(K, 1)
+CAST_SRC_KERNELS(1)
+CAST_SRC_KERNELS(2)
+CAST_SRC_KERNELS(3)
+CAST_SRC_KERNELS(4)
+CAST_SRC_KERNELS(5)
+#else
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.
@@ -877,3 +938,4 @@ extern "C" __global__ void round_bf16_fwd(float* __restrict__ x, u64 n) {
         x[i] = round_bf16(x[i]);
     }
 }
+#endif  // CAST_SRC_UNIT

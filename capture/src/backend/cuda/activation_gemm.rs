@@ -5,29 +5,33 @@
 //! the cast reads it back; fused, the cast kernel of a computed source (`kernels/cast.cu`:
 //! `cast_src_*`) computes each value with the same element math (`kernels/activations.cuh`) as it
 //! loads it, so the codes and statistics are bit-identical and the f32 tensor is neither written
-//! nor read. Only for BF16 operands (see `computes_operand`). The cast is kept for the site's
+//! nor read. For BF16 operands and FP8 ones of a given scale (see `computes_operand`). The cast is kept for the site's
 //! wgrad under the unwritten buffer's address (`cast.rs`: `CastInput::Computed`), so the wgrad
 //! takes it as it takes any kept cast.
 
 use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU, computable};
 use crate::backend::operands::operand_shapes;
 use super::{CudaBackend, DevBuf};
-use crate::backend::{Activation, Backend, GemmCall, OperandCast, StatsLevel};
+use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
 
 impl CudaBackend {
-    /// Whether `call`'s operand a is computed as it is cast: a BF16 operand (see below), not beside
-    /// a BF16 shadow GEMM (which casts the operand again, from the buffer), statistics at most
-    /// cheap (the levels the computed-source kernels are compiled for), BF16 inputs and rows of a
-    /// multiple of 4 values ([`computable`]), and no error kept.
+    /// Whether `call`'s operand a is computed as it is cast: a BF16 operand or an FP8 one of a given
+    /// scale (current scaling's amax pass reads a buffer), not beside a BF16 shadow GEMM (which
+    /// casts the operand again, from the buffer), statistics at most cheap (the levels the
+    /// computed-source kernels are compiled for), BF16 inputs and rows of a multiple of 4 values
+    /// ([`computable`]), and no error kept.
     ///
-    /// FP8 operands keep the unfused pair: measured at llama-1b on an H200 (bench/BENCHMARKS.md,
-    /// "fourth pass"), the computed source's tiled cast writing both FP8 layouts took 8.4 ms a step
-    /// more than the plain dual casts, more than the 6.5 ms of SwiGLU kernels it saves, while for
-    /// BF16 operands (one layout written) the fused step is faster.
+    /// For an FP8 operand the computed source's tiled cast writes both layouts, as the plain dual
+    /// cast does, from the BF16 inputs instead of the f32 tensor the activation kernel would have
+    /// written.
     fn computes_operand(&self, call: &GemmCall, kind: i32, h: &DevBuf, b: Option<&DevBuf>) -> bool {
         let cols = operand_shapes(call.id.gemm, call.dims)[0].1;
-        let bf16 = call.cast_a == OperandCast::Bf16;
-        self.error.is_none() && bf16 && !call.shadow && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
+        let castable = match call.cast_a {
+            OperandCast::Bf16 => true,
+            OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. }),
+            OperandCast::Fp8Block { .. } => false,
+        };
+        self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
     }
 
     /// See [`Backend::gemm_of_activation`].

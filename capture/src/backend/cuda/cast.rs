@@ -50,11 +50,24 @@ fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: u
     g.clamp(1, CAST_GRID_MAX) as u32
 }
 
-/// Blocks of a computed-source cast (`cast_src_*`): as [`cast_grid`]'s tiled casts, up to one
-/// block fewer per SM than the plain casts (kernels/cast.cu: CAST_SRC_MIN_BLOCKS).
-fn cast_src_grid(rows: usize, cols: usize, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
-    let resident = if most > 0 { most } else { sms * (cast_blocks_per_sm(level) - 1) };
-    tiled_grid(rows, cols, channels, resident, most > 0).clamp(1, CAST_GRID_MAX) as u32
+/// Blocks of a computed-source cast of launch kind `kind` (`cast_src{K}_*`, [`launch_kind`]) at
+/// statistics level `level` on one SM (kernels/cast.cu: CAST_SRC_MIN_BLOCKS): as many as the
+/// plain casts, one fewer for the kinds of three inputs a value.
+fn cast_src_blocks_per_sm(kind: i32, level: usize) -> usize {
+    cast_blocks_per_sm(level) - usize::from(src_inputs(kind) == 3)
+}
+
+/// Blocks of a computed-source cast of launch kind `kind`: as [`cast_grid`]'s tiled casts. With
+/// SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half, each a run of its own
+/// (never column-aligned: [`channel_slots`]).
+fn cast_src_grid(rows: usize, cols: usize, kind: i32, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
+    let resident = if most > 0 { most } else { sms * cast_src_blocks_per_sm(kind, level) };
+    let g = if kind == SRC_DSWIGLU_PAIRS {
+        tiled_grid(rows, cols / 2, false, resident, true)
+    } else {
+        tiled_grid(rows, cols, channels, resident, most > 0)
+    };
+    g.clamp(1, CAST_GRID_MAX) as u32
 }
 
 /// A tiled cast's blocks: one per tile, up to `resident`; with `channels`, and unless the count
@@ -79,10 +92,11 @@ fn column_aligned(g: usize, tiles_c: usize) -> usize {
 /// (at most one a tile). kernels/cast.cu's `cast_transposed` writes a slot at the end of each run
 /// of a block's consecutive tiles in one column tile, into the row tile of the run's first tile:
 /// a run is a block's every tile when the grid is a multiple of the column tiles (its first row
-/// tile is then `block / tiles_c`, below `grid / tiles_c`), else one tile (every row tile).
-fn channel_slots(rows: usize, cols: usize, grid: usize) -> usize {
+/// tile is then `block / tiles_c`, below `grid / tiles_c`), else one tile (every row tile), as
+/// always for a computed source of launch kind SRC_DSWIGLU_PAIRS (`src`).
+fn channel_slots(rows: usize, cols: usize, grid: usize, src: Option<i32>) -> usize {
     let tiles_c = cols.div_ceil(CAST_TILE);
-    if grid.is_multiple_of(tiles_c) { grid / tiles_c } else { rows.div_ceil(CAST_TILE) }
+    if grid.is_multiple_of(tiles_c) && src != Some(SRC_DSWIGLU_PAIRS) { grid / tiles_c } else { rows.div_ceil(CAST_TILE) }
 }
 
 /// Where a cast is for: the GEMM site and the operand's role in it, whether the GEMM takes it
@@ -112,6 +126,24 @@ pub(super) const SRC_SWIGLU: i32 = 1;
 pub(super) const SRC_DSWIGLU: i32 = 2;
 pub(super) const SRC_GELU: i32 = 3;
 pub(super) const SRC_DGELU: i32 = 4;
+/// SRC_DSWIGLU cast by pairs of tiles, a gate tile and its up tile from one read of the inputs
+/// (kernels/cast.cu: SRC_DSWIGLU_PAIRS): the launch kind of SRC_DSWIGLU when each half of the
+/// operand is a whole number of tiles ([`launch_kind`]).
+const SRC_DSWIGLU_PAIRS: i32 = 5;
+
+/// The kernel kind a computed source of `kind` casting `cols` columns launches as.
+fn launch_kind(kind: i32, cols: usize) -> i32 {
+    if kind == SRC_DSWIGLU && cols.is_multiple_of(2 * CAST_TILE) { SRC_DSWIGLU_PAIRS } else { kind }
+}
+
+/// The inputs a value of launch kind `kind` reads (kernels/cast.cu: SrcInputs).
+fn src_inputs(kind: i32) -> usize {
+    match kind {
+        SRC_GELU => 1,
+        SRC_SWIGLU | SRC_DGELU => 2,
+        _ => 3,
+    }
+}
 
 /// Whether the cast kernels of a computed source take `kind` for an operand of `cols` columns from
 /// `h` and `b`: BF16 inputs (the kernels load 4 BF16 values at once) and rows (of each half, for
@@ -123,6 +155,26 @@ pub(super) fn computable(kind: i32, cols: usize, h: &DevBuf, b: Option<&DevBuf>)
 }
 
 impl CastInput<'_> {
+    /// The profiler's name for a cast of this input: `gemm.cast`, or for a computed source
+    /// `gemm.cast_<kind>` (so that a profile shows what each computed cast costs).
+    pub(super) fn span_name(&self) -> &'static str {
+        match *self {
+            CastInput::Buf(_) => "gemm.cast",
+            CastInput::Computed { kind: SRC_SWIGLU, .. } => "gemm.cast_swiglu",
+            CastInput::Computed { kind: SRC_DSWIGLU, .. } => "gemm.cast_dswiglu",
+            CastInput::Computed { kind: SRC_GELU, .. } => "gemm.cast_gelu",
+            CastInput::Computed { .. } => "gemm.cast_dgelu",
+        }
+    }
+
+    /// For a computed source cast as `cols` columns, its kernel's kind ([`launch_kind`]).
+    fn launch_kind(&self, cols: usize) -> Option<i32> {
+        match *self {
+            CastInput::Computed { kind, .. } => Some(launch_kind(kind, cols)),
+            CastInput::Buf(_) => None,
+        }
+    }
+
     /// The computed source's inputs checked against the cast's rows × cols.
     fn check(&self, rows: usize, cols: usize) -> Result<(), CudaError> {
         let CastInput::Computed { kind, h, b, .. } = *self else { return Ok(()) };
@@ -325,13 +377,13 @@ impl CudaBackend {
         // kept BF16 cast that records them takes the tiled kernel, writing its own layout only
         // (the dual kernel without a transpose): the same statistics, from one read.
         let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
-        let computed = matches!(x, CastInput::Computed { .. });
+        let src = x.launch_kind(cols);
         // A computed source has only the tiled kernel (which writes each layout given).
-        let kernel = if computed || (straight_keep && channels.is_some()) { CastLayout::Both } else { layout };
+        let kernel = if src.is_some() || (straight_keep && channels.is_some()) { CastLayout::Both } else { layout };
         let fused = match channels {
             Some(s) if kernel != CastLayout::Straight => {
-                let grid = self.tiled_cast_grid(rows, cols, computed, true, level);
-                Some(self.channel_target(cols, channel_slots(rows, cols, grid as usize), s)?)
+                let grid = self.tiled_cast_grid(rows, cols, src, true, level);
+                Some(self.channel_target(cols, channel_slots(rows, cols, grid as usize, src), s)?)
             }
             _ => None,
         };
@@ -353,12 +405,12 @@ impl CudaBackend {
         }
     }
 
-    /// Blocks of the tiled cast kernel (transposed, dual or computed-source) for `rows × cols`,
-    /// with `channels` when it sums the per-channel statistics.
-    fn tiled_cast_grid(&self, rows: usize, cols: usize, computed: bool, channels: bool, level: StatsLevel) -> u32 {
+    /// Blocks of the tiled cast kernel (transposed, dual, or computed-source of launch kind `src`)
+    /// for `rows × cols`, with `channels` when it sums the per-channel statistics.
+    fn tiled_cast_grid(&self, rows: usize, cols: usize, src: Option<i32>, channels: bool, level: StatsLevel) -> u32 {
         let sms = self.info.parallelism.max(1) as usize;
-        if computed {
-            cast_src_grid(rows, cols, channels, level_code(level), sms, self.cast_grid)
+        if let Some(kind) = src {
+            cast_src_grid(rows, cols, kind, channels, level_code(level), sms, self.cast_grid)
         } else {
             cast_grid(rows, cols, true, channels, level_code(level), sms, self.cast_grid)
         }
@@ -410,15 +462,16 @@ impl CudaBackend {
             }
         }
         if let CastInput::Computed { kind, h, b, .. } = x {
-            if level > StatsLevel::Cheap || fmt != fmt_code(OpType::Bf16) {
-                return Err(CudaError::Unsupported("a computed cast source is cast to BF16, with statistics at most cheap".into()));
+            if level > StatsLevel::Cheap {
+                return Err(CudaError::Unsupported("a computed cast source is cast with statistics at most cheap".into()));
             }
-            let grid = self.tiled_cast_grid(rows, cols, true, channels.is_some(), level);
+            let kind = launch_kind(kind, cols);
+            let grid = self.tiled_cast_grid(rows, cols, Some(kind), channels.is_some(), level);
             let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
             #[rustfmt::skip]
-            launch!(self, kernels::cast_src_kernel(level_code(level)), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
+            launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
-                kind, hp, bp)?;
+                hp, bp)?;
             return Ok(());
         }
         let grid = cast_grid(rows, cols, layout != CastLayout::Straight, channels.is_some(), level_code(level), sms, self.cast_grid);
@@ -552,7 +605,7 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{CAST_GRID_MAX, CAST_TILE, channel_slots, column_aligned};
+    use super::{CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind};
 
     /// Walks every block of a tiled cast as kernels/cast.cu's `cast_transposed` does (tiles
     /// b, b + G, b + 2G, ... in row-major order; a run of consecutive tiles in one column tile
@@ -566,7 +619,7 @@ mod tests {
             let n = tiles_r * tiles_c;
             for resident in [1usize, 2, 3, 7, 132, 264, 396, 528, 1056, CAST_GRID_MAX] {
                 for g in [resident.min(n), column_aligned(resident.min(n), tiles_c)] {
-                    let slots = channel_slots(rows, cols, g);
+                    let slots = channel_slots(rows, cols, g, None);
                     let mut written = vec![0u32; tiles_c * slots];
                     let mut cast = vec![0u32; n];
                     for b in 0..g {
@@ -592,6 +645,35 @@ mod tests {
         }
     }
 
+    /// The pairs kernel of SwiGLU's backward (kernels/cast.cu: SRC_DSWIGLU_PAIRS) strides over the
+    /// gate half's tiles and casts each with its pair in the up half, one run a tile: every tile
+    /// of the operand is cast once, and every (column tile, row tile) slot written once.
+    #[test]
+    fn every_channel_slot_of_a_paired_cast_is_written_once() {
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 8192), SRC_DSWIGLU_PAIRS);
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 80), SRC_DSWIGLU, "halves not a whole number of tiles");
+        for (rows, cols) in [(64usize, 128usize), (130, 256), (8192, 16384), (2048, 11264)] {
+            let (tiles_r, tiles_c) = (rows.div_ceil(CAST_TILE), cols.div_ceil(CAST_TILE));
+            let half = tiles_c / 2;
+            for (sms, most) in [(132, 0), (1, 0), (132, 7), (132, 1)] {
+                let g = cast_src_grid(rows, cols, SRC_DSWIGLU_PAIRS, true, 1, sms, most) as usize;
+                let slots = channel_slots(rows, cols, g, Some(SRC_DSWIGLU_PAIRS));
+                assert_eq!(slots, tiles_r);
+                let mut written = vec![0u32; tiles_c * slots];
+                for b in 0..g {
+                    let mut t = b;
+                    while t < tiles_r * half {
+                        let (tr, tc) = (t / half, t % half);
+                        written[tc * slots + tr] += 1;
+                        written[(tc + half) * slots + tr] += 1;
+                        t += g;
+                    }
+                }
+                assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
+            }
+        }
+    }
+
     /// A grid is aligned to the column tiles only where that idles at most 1/32 of its blocks, and
     /// then each block's partials leave once (one slot a block of a column tile).
     #[test]
@@ -600,7 +682,7 @@ mod tests {
         for (cols, want) in [(2048, 384), (3072, 384), (4096, 384), (8192, 384), (5632, 396), (11264, 396), (16384, 396), (64, 396)] {
             let g = column_aligned(396, cols / CAST_TILE);
             assert_eq!(g, want, "{cols} columns");
-            let slots = channel_slots(8192, cols, g);
+            let slots = channel_slots(8192, cols, g, None);
             assert_eq!(slots, if g.is_multiple_of(cols / CAST_TILE) { g / (cols / CAST_TILE) } else { 128 }, "{cols} columns");
         }
     }

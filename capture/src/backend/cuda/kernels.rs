@@ -3,7 +3,9 @@
 //!
 //! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` (and
 //! `#include "activations.cuh"`) is replaced by that file's text before compilation, so no header
-//! search is needed for our own code. NVRTC still
+//! search is needed for our own code. `cast.cu` is two: its plain casts ([`Family::Cast`]) and,
+//! with `CAST_SRC_UNIT` defined, its computed-source casts ([`Family::CastSrc`]), compiled side by
+//! side at start-up. NVRTC still
 //! needs CUDA's headers (`cuda_fp8.h`, `cuda_bf16.h`): see [`include_dirs`].
 
 use super::CudaError;
@@ -18,11 +20,10 @@ const ACTIVATIONS: &str = include_str!("../../../../kernels/activations.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 34] = [
+const CAST_KERNELS: [&str; 32] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
-    "cast_src_l0_f0", "cast_src_l1_f0",
     "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd",
 ];
 
@@ -40,16 +41,29 @@ pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str
     CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
 }
 
-/// The BF16 cast kernel of a computed source (`cast.cu`: CastSrc) at statistics level `level` (0
-/// or 1: the levels it is compiled for).
-pub fn cast_src_kernel(level: usize) -> &'static str {
-    CAST_KERNELS[27 + level.min(1)]
+/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 5,
+/// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
+#[rustfmt::skip]
+const CAST_SRC_KERNELS: [&str; 30] = [
+    "cast_src1_l0_f0", "cast_src1_l0_f1", "cast_src1_l0_f2", "cast_src1_l1_f0", "cast_src1_l1_f1", "cast_src1_l1_f2",
+    "cast_src2_l0_f0", "cast_src2_l0_f1", "cast_src2_l0_f2", "cast_src2_l1_f0", "cast_src2_l1_f1", "cast_src2_l1_f2",
+    "cast_src3_l0_f0", "cast_src3_l0_f1", "cast_src3_l0_f2", "cast_src3_l1_f0", "cast_src3_l1_f1", "cast_src3_l1_f2",
+    "cast_src4_l0_f0", "cast_src4_l0_f1", "cast_src4_l0_f2", "cast_src4_l1_f0", "cast_src4_l1_f1", "cast_src4_l1_f2",
+    "cast_src5_l0_f0", "cast_src5_l0_f1", "cast_src5_l0_f2", "cast_src5_l1_f0", "cast_src5_l1_f1", "cast_src5_l1_f2",
+];
+
+/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 5) at statistics
+/// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
+/// [`cast_kernel`]'s).
+pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
+    CAST_SRC_KERNELS[(kind.clamp(1, 5) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
 }
 
-/// A kernel family: one `.cu` file, one module.
+/// A kernel family: one NVRTC program (a `.cu` file, or for `CastSrc` a part of one), one module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
     Cast,
+    CastSrc,
     Stats,
     Embedding,
     Residual,
@@ -64,8 +78,9 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 13] = [
         Family::Cast,
+        Family::CastSrc,
         Family::Stats,
         Family::Embedding,
         Family::Residual,
@@ -81,7 +96,7 @@ impl Family {
 
     pub fn file(self) -> &'static str {
         match self {
-            Family::Cast => "cast.cu",
+            Family::Cast | Family::CastSrc => "cast.cu",
             Family::Stats => "stats.cu",
             Family::Embedding => "embedding.cu",
             Family::Residual => "residual.cu",
@@ -98,7 +113,7 @@ impl Family {
 
     pub fn source(self) -> &'static str {
         match self {
-            Family::Cast => include_str!("../../../../kernels/cast.cu"),
+            Family::Cast | Family::CastSrc => include_str!("../../../../kernels/cast.cu"),
             Family::Stats => include_str!("../../../../kernels/stats.cu"),
             Family::Embedding => include_str!("../../../../kernels/embedding.cu"),
             Family::Residual => include_str!("../../../../kernels/residual.cu"),
@@ -117,6 +132,7 @@ impl Family {
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
             Family::Cast => &CAST_KERNELS,
+            Family::CastSrc => &CAST_SRC_KERNELS,
             Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
@@ -142,9 +158,10 @@ impl Family {
     }
 
     /// The full translation unit NVRTC compiles: the family's file with `common.cuh` and
-    /// `activations.cuh` pasted in.
+    /// `activations.cuh` pasted in (and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
     pub fn translation_unit(self) -> String {
-        self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS)
+        let unit = if self == Family::CastSrc { "#define CAST_SRC_UNIT\n" } else { "" };
+        unit.to_string() + &self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS)
     }
 }
 

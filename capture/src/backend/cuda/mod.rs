@@ -484,7 +484,7 @@ impl CudaBackend {
         let site = (call.id.layer, call.id.module);
         let use_a = cast::CastUse { site, role: role_a, transposed: ta, share };
         let use_b = cast::CastUse { site, role: role_b, transposed: tb, share };
-        let (pa, slot_a) = self.span("gemm.cast", |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
+        let (pa, slot_a) = self.span(a.span_name(), |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
         let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
         if out.len() < n_out {
