@@ -315,7 +315,8 @@ template <int K> struct SrcInputs {
 
 // A thread's raw inputs for its 4 x 4 values of a tile (load_tile's rows and columns): per row, 4
 // BF16 values of each input, packed two to a word. The next tile's are loaded while this one is
-// cast, as load_tile's values are; the element math runs at the cast (src_compute).
+// cast, as load_tile's values are, for the kinds of one or two inputs (cast_transposed: AHEAD);
+// the element math runs at the cast (src_compute).
 template <int K> struct SrcRaw {
     uint2 in[4][SrcInputs<K>::N];
 };
@@ -622,9 +623,16 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // took two more registers and made the BF16 dual cast spill its next tile.
     bool one_tile_runs = PAIRS || step_c != 0;
     int first_tr = blockIdx.x / tiles_c;
+    // Whether a tile's inputs are loaded a tile ahead, while the one before is cast: x's, and the
+    // raw inputs of the computed sources of one or two inputs a value. Those of three (SwiGLU's
+    // backward) are loaded at their tile: their casts are bound by their instructions (the element
+    // math), and holding the next tile's 12 words a thread cost a resident block an SM. Loaded at
+    // its tile, the paired cast runs 3 blocks an SM at the cheap level instead of 2, and a
+    // llama-1b step's 16 take 6.04 ms instead of 6.51 (bench/results/2026-12-02-paired-cast-occupancy).
+    constexpr bool AHEAD = SrcInputs<SRC>::N < 3;
     float v[4][4];
     SrcRaw<SRC> raw;
-    if (tr < tiles_r) {
+    if (AHEAD && tr < tiles_r) {
         if (SRC) src_load_raw<SRC>(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
         else load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
     }
@@ -700,13 +708,14 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         if (nc >= tiles_c) { nc -= tiles_c; nr++; }
         float nv[4][4];
         SrcRaw<SRC> nraw;
-        if (nr < tiles_r) {
+        if (AHEAD && nr < tiles_r) {
             if (SRC) src_load_raw<SRC>(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
             else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
         }
         if (SRC) {
-            // A computed source's values, from the raw inputs loaded an iteration ago; a pair
-            // tile's wait in shared memory, each thread's own.
+            // A computed source's values, from its raw inputs (loaded an iteration ago, or now);
+            // a pair tile's wait in shared memory, each thread's own.
+            if (!AHEAD) src_load_raw<SRC>(src, rows, cols, r0, c0, tx, ty, raw);
             float w[4][4];
             src_compute<SRC>(cols, c0, tx, raw, v, w);
             if (PAIRS) {
@@ -725,7 +734,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             cast_one_tile(v, r0, c0 + pair_off, nr, nc);
         }
         if (SRC) {
-            raw = nraw;
+            if (AHEAD) raw = nraw;
         } else {
 #pragma unroll
             for (int j = 0; j < 4; j++)
@@ -774,13 +783,11 @@ CAST_KERNELS_L(2)
 // the tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
 // cast_src{K}_l{L}_f{F}; the CAST_PARAMS, then h and b (BF16). They are a module of their own
 // (kernels.rs: Family::CastSrc compiles this file with CAST_SRC_UNIT defined), compiled beside the
-// plain casts. Registers are capped for CAST_SRC_MIN_BLOCKS(K, L) blocks per SM: as many as the
-// plain casts, or one fewer for the kinds of three inputs a value, whose next tile's raw inputs
-// take more registers than its values (capped as the plain casts, they spill). cast.rs:
-// cast_src_blocks_per_sm mirrors it.
-#define CAST_SRC_MIN_BLOCKS(K, L) (SrcInputs<K>::N == 3 ? CAST_MIN_BLOCKS(L) - 1 : CAST_MIN_BLOCKS(L))
+// plain casts. Registers are capped for as many blocks per SM as the plain casts' (CAST_MIN_BLOCKS):
+// the kinds of three inputs a value fit them because they do not hold the next tile's inputs
+// (cast_transposed: AHEAD).
 #define CAST_SRC_KERNEL(K, L, F)                                                                             \
-    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_SRC_MIN_BLOCKS(K, L)) cast_src##K##_l##L##_f##F( \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_src##K##_l##L##_f##F( \
         CAST_PARAMS, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b) {        \
         cast_transposed<F, L, K>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter,  \
                                  margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,         \

@@ -50,18 +50,12 @@ fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: u
     g.clamp(1, CAST_GRID_MAX) as u32
 }
 
-/// Blocks of a computed-source cast of launch kind `kind` (`cast_src{K}_*`, [`launch_kind`]) at
-/// statistics level `level` on one SM (kernels/cast.cu: CAST_SRC_MIN_BLOCKS): as many as the
-/// plain casts, one fewer for the kinds of three inputs a value.
-fn cast_src_blocks_per_sm(kind: i32, level: usize) -> usize {
-    cast_blocks_per_sm(level) - usize::from(src_inputs(kind) == 3)
-}
-
-/// Blocks of a computed-source cast of launch kind `kind`: as [`cast_grid`]'s tiled casts. With
+/// Blocks of a computed-source cast of launch kind `kind`: as [`cast_grid`]'s tiled casts, as many
+/// resident on an SM as the plain casts' (kernels/cast.cu caps their registers alike). With
 /// SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half, each a run of its own
 /// (never column-aligned: [`channel_slots`]).
 fn cast_src_grid(rows: usize, cols: usize, kind: i32, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
-    let resident = if most > 0 { most } else { sms * cast_src_blocks_per_sm(kind, level) };
+    let resident = if most > 0 { most } else { sms * cast_blocks_per_sm(level) };
     let g = if kind == SRC_DSWIGLU_PAIRS {
         tiled_grid(rows, cols / 2, false, resident, true)
     } else {
@@ -134,15 +128,6 @@ const SRC_DSWIGLU_PAIRS: i32 = 5;
 /// The kernel kind a computed source of `kind` casting `cols` columns launches as.
 fn launch_kind(kind: i32, cols: usize) -> i32 {
     if kind == SRC_DSWIGLU && cols.is_multiple_of(2 * CAST_TILE) { SRC_DSWIGLU_PAIRS } else { kind }
-}
-
-/// The inputs a value of launch kind `kind` reads (kernels/cast.cu: SrcInputs).
-fn src_inputs(kind: i32) -> usize {
-    match kind {
-        SRC_GELU => 1,
-        SRC_SWIGLU | SRC_DGELU => 2,
-        _ => 3,
-    }
 }
 
 /// Whether the cast kernels of a computed source take `kind` for an operand of `cols` columns from
