@@ -4,17 +4,23 @@
 # KERNELS, one launch after the first SKIP is profiled with the sections that say what bounds it
 # (speed of light, occupancy, warp stall reasons, pipe utilisation, instruction mix, memory).
 # Usage: bench/ncu_kernels.sh BIN_DIR OUT_DIR [PRESET] [RECIPE] [KERNELS_REGEX] [SKIP]
-#   defaults: llama-1b delayed '^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$' 2
+#   defaults: llama-1b delayed '^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$' 40; STEPS (environment, 4)
+#   training steps. SKIP counts launches of each configuration: 40 reaches the third step of a
+#   kernel launched once a layer at llama-1b (16 layers), away from the first step: the paired
+#   SwiGLU-backward cast profiled there took 557 µs against the step profiler's mean of 401 over 8
+#   steps (bench/results/2026-12-02-paired-cast-occupancy; whether the first step or ncu's cache
+#   flush between passes made the difference is not measured). A configuration launched SKIP times
+#   or fewer in the run is not profiled: lower SKIP for it.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}
-KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-2}
+KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-40}; STEPS=${STEPS:-4}
 command -v ncu > /dev/null || { echo "ncu_kernels.sh: ncu is not on the PATH" >&2; exit 2; }
 mkdir -p "$OUT"
 ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mode per-launch-config \
   --launch-skip "$SKIP" --launch-count 1 \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis \
-  "$BIN/fp8-capture" train --quiet --device cuda --preset "$PRESET" --recipe "$RECIPE" --steps 2 \
+  "$BIN/fp8-capture" train --quiet --device cuda --preset "$PRESET" --recipe "$RECIPE" --steps "$STEPS" \
   --out "$OUT/run" > "$OUT/ncu-$PRESET-$RECIPE.txt" 2>&1
 rc=$?
 echo "ncu exit $rc; report: $OUT/ncu-$PRESET-$RECIPE.txt"

@@ -10,13 +10,17 @@
 #           without statistics / bf16 without statistics);  llama: the llama-1b rows only
 #           (torch_llama.py compile_fused, ours bf16 / delayed / delayed without statistics / bf16
 #           without statistics / the dump cost). Each fits in 10 minutes.
-# SPEED_TIMEOUT (seconds, default 300) bounds each process; one that fails or runs past it leaves an
-# error row and the script goes on.
+# The statistics cost (delayed with statistics against without) is measured STATS_ROUNDS more times
+# (default 2), interleaved, and judged over every pair (speed_summary.py). SPEED_TIMEOUT (seconds,
+# default 300) bounds each process; one that fails or runs past it leaves an error row and the
+# script goes on.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; MODE=${3:-}
 case "$MODE" in ""|quick|nolong|b32|llama) ;; *) echo "unknown mode '$MODE' (quick, nolong, b32, llama)" >&2; exit 2;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 TO=${SPEED_TIMEOUT:-300}
+ROUNDS=${STATS_ROUNDS:-2}
+[[ "$ROUNDS" =~ ^[0-9]+$ ]] || { echo "STATS_ROUNDS must be a whole number, not '$ROUNDS'" >&2; exit 2; }
 mkdir -p "$OUT/runs"
 RES="$OUT/speed.jsonl"; : > "$RES"
 # The seed preset's dims (capture/src/config.rs), for torch_tiny.py's TFLOP/s; our runs read theirs
@@ -53,70 +57,16 @@ peer() {  # name script args... (a peer that prints a RESULT line; runs.py peer 
   summary > /dev/null
 }
 torch_peer() { PEER_BATCH=$2 peer "torch_$1_b$2" torch_tiny.py --variant "$1" --batch "$2" --warmup 10 --steps 30; }
-summary() {
-python3 - "$RES" "$OUT/benchmarks_rows.md" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by = {r["run"]: r for r in rows}
-def val(n, k): return by.get(n, {}).get(k)
-def f(x, nd=2): return "" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
-out = ["| run | ms/step (median) | ms/step (mean) | tokens/step | model TFLOP/s | peak GPU MiB | note |",
-       "| --- | --- | --- | --- | --- | --- | --- |"]
-for r in rows:
-    note = r.get("error", "")
-    if "peer_model_tflops" in r:
-        note = f"peer prints {r['peer_model_tflops']} TFLOP/s, {r.get('peer_params_M')} M params"
-    out.append(f"| {r['run']} | {f(r.get('median_ms', 'n/a'))} | {f(r.get('mean_ms'))} | {r.get('tokens', '')} | "
-               f"{f(r.get('model_tflops'), 1)} | {r.get('peak_mib', '')} | {note} |")
-def ratio(a, b, k="median_ms"):
-    x, y = val(a, k), val(b, k)
-    return x / y if x and y else None
-def line(text, r, op, target):
-    if r is None:
-        return f"- {text}: n/a (target {op} {target})"
-    ok = r <= target if op == "<=" else r >= target
-    return f"- {text}: {r:.3f} (target {op} {target}: {'met' if ok else 'missed'})"
-def has(*names): return any(n in by for n in names)
-out.append("")
-if has("seed-bf16", "torch_compile_fused_b4", "seed-delayed", "seed-delayed-nostats"):
-    out.append(line("seed b4, bf16 vs torch.compile: ours/theirs ms", ratio("seed-bf16", "torch_compile_fused_b4"), "<=", 0.5))
-    out.append(line("seed b4, FP8 delayed speed-up over our bf16 (bf16/delayed ms)", ratio("seed-bf16", "seed-delayed"), ">=", 1.05))
-    out.append(line("seed b4, statistics every step vs none (delayed/delayed-nostats ms)", ratio("seed-delayed", "seed-delayed-nostats"), "<=", 1.03))
-if has("seed-delayed-dump", "seed-delayed-nodump"):
-    out.append(line("seed b4, dump of one layer every 50 steps, mean ms over 200 steps (dump/nodump)",
-                    ratio("seed-delayed-dump", "seed-delayed-nodump", "mean_ms"), "<=", 1.05))
-if has("torch_compile_fused_b32", "seed-bf16-b32", "seed-delayed-b32", "seed-delayed-nostats-b32"):
-    out.append(line("seed b32, bf16 vs torch.compile: ours/theirs ms", ratio("seed-bf16-b32", "torch_compile_fused_b32"), "<=", 1.0))
-    out.append(line("seed b32, FP8 delayed speed-up over our bf16 (bf16/delayed ms)", ratio("seed-bf16-b32", "seed-delayed-b32"), ">=", 1.3))
-    out.append(line("seed b32, statistics every step vs none (delayed/delayed-nostats ms)", ratio("seed-delayed-b32", "seed-delayed-nostats-b32"), "<=", 1.03))
-if has("seed-bf16-nostats-b32"):
-    out.append(line("seed b32, bf16 without statistics (what the peer records) vs torch.compile: ours/theirs ms",
-                    ratio("seed-bf16-nostats-b32", "torch_compile_fused_b32"), "<=", 1.0))
-    out.append(line("seed b32, FP8 delayed speed-up over our bf16, both without statistics", ratio("seed-bf16-nostats-b32", "seed-delayed-nostats-b32"), ">=", 1.3))
-    out.append(line("seed b32, peak memory ours (delayed) / torch", ratio("seed-delayed-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
-    out.append(line("seed b32, peak memory ours (bf16) / torch", ratio("seed-bf16-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
-P = "torch_llama_1b_compile_fused"
-if has(P, "llama-1b-bf16", "llama-1b-delayed", "llama-1b-delayed-nostats", "llama-1b-delayed-dump10", "llama-1b-delayed-nodump"):
-    out.append(line("llama-1b, bf16 vs torch.compile (HF Llama): ours/theirs ms", ratio("llama-1b-bf16", P), "<=", 0.9))
-    out.append(line("llama-1b, FP8 delayed speed-up over our bf16 (bf16/delayed ms)", ratio("llama-1b-bf16", "llama-1b-delayed"), ">=", 1.3))
-    out.append(line("llama-1b, statistics every step vs none (delayed/delayed-nostats ms)", ratio("llama-1b-delayed", "llama-1b-delayed-nostats"), "<=", 1.03))
-if has("llama-1b-bf16-nostats"):
-    out.append(line("llama-1b, bf16 without statistics (what the peer records) vs torch.compile: ours/theirs ms",
-                    ratio("llama-1b-bf16-nostats", P), "<=", 0.9))
-    out.append(line("llama-1b, FP8 delayed speed-up over our bf16, both without statistics", ratio("llama-1b-bf16-nostats", "llama-1b-delayed-nostats"), ">=", 1.3))
-    out.append(line("llama-1b, dump of layers.5.fc1 every 10 steps vs none, mean ms over steps 5-30 (dump/nodump; "
-                    "5x denser than every 50, so an upper bound for it)",
-                    ratio("llama-1b-delayed-dump10", "llama-1b-delayed-nodump", "mean_ms"), "<=", 1.05))
-    out.append(line("llama-1b, peak memory ours (delayed) / torch", ratio("llama-1b-delayed", P, "peak_mib"), "<=", 1.2))
-    out.append(line("llama-1b, peak memory ours (bf16) / torch", ratio("llama-1b-bf16", P, "peak_mib"), "<=", 1.2))
-out.append("")
-out.append("Model TFLOP/s: 6 x (parameters - V*C) x B*T + 12 x L x B x T^2 x C per step (torch_llama.py's convention: "
-           "every weight matrix but the embedding, lm_head included; attention over the full T x T square, not halved for "
-           "the causal mask) over the median step (the peers: their ms_step).")
-text = "\n".join(out)
-print(text)
-open(sys.argv[2], "w").write(text + "\n")
-PY
+summary() { python3 "$HERE/speed_summary.py" "$RES" "$OUT/benchmarks_rows.md"; }
+# The statistics cost moves by a few percent from one pair of runs to the next: STATS_ROUNDS more
+# pairs of the delayed run with and without statistics, interleaved (NAME-rK); speed_summary.py
+# gives the range over every pair, and "unsettled" when it straddles the target.
+stats_rounds() {  # with_name without_name preset steps skip args...
+  local with=$1 without=$2 preset=$3 steps=$4 skip=$5; shift 5
+  for i in $(seq 1 "$ROUNDS"); do
+    cap "$with-r$i" "$preset" "$steps" "$skip" "$@"
+    cap "$without-r$i" "$preset" "$steps" "$skip" "$@" --stats-every 0
+  done
 }
 seed_b32() {
   torch_peer compile_fused 32
@@ -124,6 +74,7 @@ seed_b32() {
   cap seed-delayed-b32 seed 30 10 --recipe delayed --batch 32
   cap seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32 --stats-every 0
   cap seed-bf16-nostats-b32 seed 30 10 --recipe bf16 --batch 32 --stats-every 0
+  stats_rounds seed-delayed-b32 seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32
 }
 llama_1b() {
   peer torch_llama_1b_compile_fused torch_llama.py --preset llama-1b --variant compile_fused --warmup 5 --steps 10
@@ -131,6 +82,7 @@ llama_1b() {
   cap llama-1b-delayed llama-1b 12 4 --recipe delayed
   cap llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed --stats-every 0
   cap llama-1b-bf16-nostats llama-1b 12 4 --recipe bf16 --stats-every 0
+  stats_rounds llama-1b-delayed llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed
   # The dump cost: every 10 steps over 30 (dumps at 1, 10, 20, 30) against the same 30 steps without.
   cap llama-1b-delayed-dump10 llama-1b 30 4 --recipe delayed --dump-every 10 --dump-layers 'layers\.5\.fc1'
   cap llama-1b-delayed-nodump llama-1b 30 4 --recipe delayed
@@ -145,6 +97,7 @@ case "$MODE" in
     cap seed-bf16 seed $S 10 --recipe bf16
     cap seed-delayed seed $S 10 --recipe delayed
     cap seed-delayed-nostats seed $S 10 --recipe delayed --stats-every 0
+    stats_rounds seed-delayed seed-delayed-nostats seed $S 10 --recipe delayed
     if [ "$MODE" != quick ]; then
       cap seed-delayed-dump seed 200 0 --recipe delayed --dump-every 50 --dump-layers 'layers\.5\.fc1'
       cap seed-delayed-nodump seed 200 0 --recipe delayed
