@@ -8,9 +8,12 @@
 // saved inputs of the layer that would have written it (CastSrc: the activation function of fc1's
 // output, or its backward), with that layer's element math (activations.cuh).
 //
-// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles, field-major)
-// and the last block to finish reduces them in a fixed order (no floating-point atomics); the same
-// last block turns an amax into a current scale when asked.
+// Statistics are deterministic: each block writes its partials (STAT_FIELDS doubles, field-major),
+// and one block reduces them in a fixed order (no floating-point atomics, reduce_partials). For the
+// amax pass of current scaling, whose scale the cast after it reads, that block is the cast's last
+// block to finish, and it turns the amax into the scale. Every other cast leaves its partials in
+// the step's arena, and cast_stats_reduce reduces a batch of casts' in one launch, in the same
+// order, so that no cast waits on its last block (capture/src/backend/cuda/stat_batch.rs).
 //
 // Scale slots: slot[0] = the cast scale s (x is multiplied by it), slot[SLOT_BASE] = the true scale
 // (s without a planted mis-scale: dequantisation uses it, as a stale scale would be used),
@@ -89,17 +92,35 @@ __device__ __forceinline__ void block_reduce_stats(double v[STAT_FIELDS], double
     __syncthreads();
 }
 
-// Writes one block's statistics, field-major: partials[field * gridDim.x + blockIdx.x]. Then the
-// last block to arrive reduces all gridDim.x partials in a fixed order into record[STAT_FIELDS]
-// (if not null); with scale_mode 1 it also writes the current scale slot[0] =
-// scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0].
-// *counter must be 0 before the launch and is 0 again after it.
+// One block reduces the partials of G blocks (field-major: partials[field * G + block]) into
+// res[STAT_FIELDS], in a fixed order: each thread folds blocks threadIdx.x, + blockDim.x, ...,
+// then block_reduce_stats. Fields level L skips keep their identity value. stats_commit's last
+// block and cast_stats_reduce both call it with CAST_THREADS threads: the same bits either way.
+template <int L>
+__device__ __forceinline__ void reduce_partials(const double* partials, u64 G, double* sh, double* res) {
+    double v[STAT_FIELDS];
+#pragma unroll
+    for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_ident(f);
+    for (u64 b = threadIdx.x; b < G; b += blockDim.x) {
+#pragma unroll
+        for (int f = 0; f < STAT_FIELDS; f++) if (stat_needed(f, L)) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
+    }
+    block_reduce_stats<L>(v, sh, res);
+}
+
+// Writes one block's statistics, field-major: partials[field * gridDim.x + blockIdx.x] (nothing
+// when partials is null: a cast nobody records). With counter null that is all: the partials wait
+// for cast_stats_reduce. Otherwise the last block to arrive reduces all gridDim.x partials into
+// record[STAT_FIELDS] (if not null); with scale_mode 1 it also writes the current scale slot[0] =
+// scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0]. *counter must be 0
+// before the launch and is 0 again after it.
 template <int L>
 __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ record, u32* __restrict__ counter,
                              int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
     __shared__ double sh[STAT_FIELDS * 32];
     __shared__ double res[STAT_FIELDS];
     __shared__ bool last;
+    if (partials == nullptr) return;
     u64 G = gridDim.x;
     // From the cheap level on, plain values reach the amax through the min and max (plain_stats).
     if (L >= 1) a.amax = fmaxf(a.amax, fmaxf(-a.mn, a.mx));
@@ -108,19 +129,14 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
                              a.d2, a.dot, a.a2, a.b2, (double)a.np};
     block_reduce_stats<L>(v, sh, res);
     if (threadIdx.x < STAT_FIELDS && stat_needed(threadIdx.x, L)) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
+    if (counter == nullptr) return;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-#pragma unroll
-    for (int f = 0; f < STAT_FIELDS; f++) v[f] = stat_ident(f);
-    for (u64 b = threadIdx.x; b < G; b += blockDim.x) {
-#pragma unroll
-        for (int f = 0; f < STAT_FIELDS; f++) if (stat_needed(f, L)) v[f] = stat_comb(f, v[f], __ldcg(partials + f * G + b));
-    }
-    block_reduce_stats<L>(v, sh, res);
+    reduce_partials<L>(partials, G, sh, res);
     if (threadIdx.x < STAT_FIELDS && record != nullptr) record[threadIdx.x] = res[threadIdx.x];
     if (threadIdx.x == 0) {
         if (scale_mode == 1) {
@@ -937,6 +953,42 @@ extern "C" __global__ void gemm_epilogue(void* out, const void* d, int d_bf16, u
         bad = __reduce_add_sync(0xffffffffu, bad);
         if ((threadIdx.x & 31) == 0 && bad) atomicAdd(nonfinite, (u64)bad);
     }
+}
+
+// A batch of casts' statistics reductions (capture/src/backend/cuda/stat_batch.rs: StatJob,
+// StatBatch, the same layout): cast j's `blocks` partials (field-major) at parts, reduced at its
+// statistics level into record[STAT_FIELDS].
+#define STAT_BATCH 64
+struct StatJob {
+    const double* parts;
+    double* record;
+    int blocks, level;
+};
+struct StatBatch {
+    StatJob job[STAT_BATCH];
+    int n;
+};
+
+template <int L>
+__device__ void reduce_job(const StatJob& t) {
+    __shared__ double sh[STAT_FIELDS * 32];
+    __shared__ double res[STAT_FIELDS];
+    reduce_partials<L>(t.parts, (u64)t.blocks, sh, res);
+    if (threadIdx.x < STAT_FIELDS) t.record[threadIdx.x] = res[threadIdx.x];
+}
+
+// Block j reduces job j (launch: b.n blocks of CAST_THREADS, the cast kernels' block size, which
+// fixes the order of the sums). The job is picked by constant indices, so that the batch stays in
+// the parameter bank.
+extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_stats_reduce(const StatBatch b) {
+    StatJob t = b.job[0];
+#pragma unroll
+    for (int k = 1; k < STAT_BATCH; k++) {
+        if (k == (int)blockIdx.x) t = b.job[k];
+    }
+    if (t.level == 0) reduce_job<0>(t);
+    else if (t.level == 1) reduce_job<1>(t);
+    else reduce_job<2>(t);
 }
 
 // x[i] = round_bf16(x[i]) in place.

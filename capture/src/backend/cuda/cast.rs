@@ -425,7 +425,6 @@ impl CudaBackend {
                 o[j] = i as u64;
             }
         }
-        let (parts, counter) = (self.ptr(&self.partials), self.ptr(&self.cast_counter));
         let xp = match x {
             CastInput::Buf(b) => self.ptr(b),
             CastInput::Computed { .. } => 0,
@@ -438,6 +437,8 @@ impl CudaBackend {
                     return Err(CudaError::Unsupported("current scaling of a computed cast source (its amax pass reads a buffer)".into()));
                 }
                 ScaleSource::Current { margin } => {
+                    // Its last block reduces the amax and writes the scale the cast below reads.
+                    let (parts, counter) = (self.ptr(&self.partials), self.ptr(&self.cast_counter));
                     let grid = cast_grid(rows, cols, false, false, 0, sms, self.cast_grid);
                     #[rustfmt::skip]
                     launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
@@ -452,6 +453,7 @@ impl CudaBackend {
             }
             let kind = launch_kind(kind, cols);
             let grid = self.tiled_cast_grid(rows, cols, Some(kind), channels.is_some(), level);
+            let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
             let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
             #[rustfmt::skip]
             launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
@@ -460,10 +462,19 @@ impl CudaBackend {
             return Ok(());
         }
         let grid = cast_grid(rows, cols, layout != CastLayout::Straight, channels.is_some(), level_code(level), sms, self.cast_grid);
+        let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
             slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
         Ok(())
+    }
+
+    /// The partials and counter arguments of a cast kernel whose statistics wait for the batched
+    /// reduction ([`super::stat_batch`]): arena room when the cast is recorded (at `rec_ptr`),
+    /// none (0) when it is not; no counter, so that no block of the cast reduces them.
+    fn deferred_stats(&mut self, grid: u32, level: StatsLevel, record: Option<usize>, rec_ptr: u64) -> Result<(u64, u64), CudaError> {
+        let parts = if record.is_some() { self.stat_target(grid as usize, level_code(level), rec_ptr)? } else { 0 };
+        Ok((parts, 0))
     }
 
     /// Ends the kept casts' life: the step's slots are about to be reused.

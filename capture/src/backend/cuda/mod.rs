@@ -199,6 +199,8 @@ pub struct CudaBackend {
     kept: cast::KeptCasts,
     /// Per-channel statistics of the step's recorded casts ([`channels`]).
     chan: channels::ChannelRecords,
+    /// The recorded casts' statistics partials, waiting for their batched reduction ([`stat_batch`]).
+    stat: stat_batch::StatArena,
     pending: Vec<PendingGemm>,
     /// GEMM shapes cuBLASLt runs only with BF16 output.
     bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
@@ -248,6 +250,7 @@ macro_rules! launch {
 mod attention;
 mod cast;
 mod channels;
+mod stat_batch;
 
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
     if buf.len() < n {
@@ -299,6 +302,7 @@ impl CudaBackend {
             cast_grid: 0,
             kept: Default::default(),
             chan: channels::ChannelRecords::new(s)?,
+            stat: stat_batch::StatArena::new(s)?,
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
             scales: s.alloc_zeros(MAX_SLOTS * SLOT_FLOATS)?,
             cast_counter: s.alloc_zeros(1)?,
@@ -388,6 +392,7 @@ impl CudaBackend {
         self.next_slot = 0;
         self.next_gemm = 0;
         self.chan.reset();
+        self.stat.reset();
         self.expire_kept_casts();
     }
 
@@ -634,6 +639,7 @@ impl CudaBackend {
 
     fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         let t0 = std::time::Instant::now();
+        self.flush_stats()?;
         self.flush_channels()?;
         // Prefetched (`gemms_done`), these are summarised while the stream finishes the step.
         let chans = self.channel_summaries()?;
