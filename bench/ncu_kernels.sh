@@ -7,10 +7,10 @@
 #   defaults: llama-1b delayed '^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$' 40; STEPS (environment, 4)
 #   training steps. SKIP counts launches of each configuration: 40 reaches the third step of a
 #   kernel launched once a layer at llama-1b (16 layers), away from the first step: the paired
-#   SwiGLU-backward cast profiled there took 557 µs against the step profiler's mean of 401 over 8
-#   steps (bench/results/2026-12-02-paired-cast-occupancy; whether the first step or ncu's cache
-#   flush between passes made the difference is not measured). A configuration launched SKIP times
-#   or fewer in the run is not profiled: lower SKIP for it.
+#   SwiGLU-backward cast profiled there took 557 µs and 366.6 M warp instructions, and 348.8 µs
+#   and 219.1 M at the 41st launch (bench/results/2026-12-02-paired-cast-occupancy, then
+#   2026-12-02-batched-stats): the first steps' values take the casts' slow path. A configuration
+#   launched SKIP times or fewer in the run is not profiled: lower SKIP for it.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}
 KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-40}; STEPS=${STEPS:-4}
