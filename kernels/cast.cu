@@ -767,14 +767,15 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
 // The operand casts, one kernel per (statistics level L, format F, layout T), named
 // cast_fwd_l{L}_f{F}_t{T} with F as FMT_* numbers it: T = 0 writes out = cast(x) (x's layout),
 // T = 1 out_t = cast(x)^T, T = 2 both (the dual cast: one read for a GEMM's operand and its
-// transpose for the next). Statistics are reduced into record[STAT_FIELDS].
+// transpose for the next). Statistics are reduced into record[STAT_FIELDS] (stats_commit).
 // x: (rows, cols) f32, 16-byte aligned. out: (rows, cols), out_t: (cols, rows), of BF16 (2 bytes)
 // or FP8 (1 byte), 8-byte aligned; out may be null with T = 0 (statistics only). Scale:
 // scale_mode 0 casts with scale_arg * mult, dequantises with scale_arg, and writes the slot;
 // scale_mode 1 reads the slot; scale_mode 2 (the amax pass of current scaling, out null) computes
 // the slot from the amax at the end. The four elements at o0..o3 are multiplied by outlier_factor
 // first (a planted fault). Level: 0 counts and amax, 1 plus moments, 2 plus quantisation error.
-// partials: STAT_FIELDS * gridDim.x doubles of scratch; counter: a zeroed u32. ch_sq, ch_amax:
+// partials: STAT_FIELDS * gridDim.x doubles (null: no statistics leave the kernel); counter: a
+// zeroed u32, or null to leave the partials to cast_stats_reduce (record unused then). ch_sq, ch_amax:
 // null, or (with T != 0) the per-channel partials of each run of tiles (cast_transposed).
 // Launch: CAST_THREADS threads, any grid (the work is strided over blocks).
 #define CAST_KERNEL(L, F, T)                                                                         \
