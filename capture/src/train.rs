@@ -3,6 +3,10 @@
 //! stops the run after that step is recorded in full (status `diverged`); an error of the device
 //! backend stops it before that step records anything (status `crashed`, the error returned), the
 //! steps before it closed into their tables first, so that nothing recorded is lost.
+//!
+//! The host works while the device runs: once a step's forward and backward are queued, the last
+//! step's rows go to the writer and the next step's batch is made and uploaded, so that between
+//! two steps the device waits only for the reports and the scales the next step needs.
 
 use crate::backend::{Backend, GemmId, OperandFault, StatsLevel};
 use crate::config::is_fp8;
@@ -128,6 +132,83 @@ fn check_backend<B: Backend>(be: &mut B) -> anyhow::Result<()> {
     }
 }
 
+/// The batches of a run, made on the host and uploaded to the backend.
+struct Batches<'a> {
+    data: &'a Data,
+    scenario: Option<&'a crate::scenario::Scenario>,
+    seq: usize,
+    vocab: u32,
+}
+
+/// A step's batch on the backend: its inputs and targets, and how many targets count.
+struct Staged<T> {
+    inputs: T,
+    targets: T,
+    supervised: usize,
+}
+
+impl Batches<'_> {
+    /// Step `step`'s batch (the scenario's tokens planted), uploaded. A batch depends on the seed
+    /// and the step alone, so it may be made ahead of its step.
+    fn stage<B: Backend>(&self, be: &mut B, step: u32) -> Staged<B::Tokens> {
+        let mut batch = self.data.batch(step);
+        if let Some(s) = self.scenario {
+            s.apply(step, self.seq, self.vocab, &mut batch);
+        }
+        let supervised = batch.targets.iter().filter(|&&t| t != crate::layers::IGNORE_TARGET).count();
+        Staged { inputs: be.upload_tokens(&batch.inputs), targets: be.upload_tokens(&batch.targets), supervised }
+    }
+}
+
+/// What a finished step measured, before it becomes rows.
+struct Finished {
+    step: u32,
+    loss: f64,
+    grad_norm: f64,
+    lr: f64,
+    tokens: u64,
+    step_ms: f64,
+    stats: StatsLevel,
+    reports: Vec<crate::backend::GemmReport>,
+    dumps: Vec<crate::model::DumpCapture>,
+}
+
+/// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
+/// closes the tables' parts when `flush_every` says so.
+fn record(writer: &mut Writer, f: Finished, flush_every: u32) -> anyhow::Result<()> {
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps } = f;
+    let mut rows_out = StepRows {
+        step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports) }),
+        ..Default::default()
+    };
+    if stats >= StatsLevel::Cheap {
+        for r in &reports {
+            rows_out.stats.extend(rows::stat_row(step, r, &r.a));
+            rows_out.stats.extend(rows::stat_row(step, r, &r.b));
+        }
+    }
+    rows_out.events = rows::nonfinite_events(step, &reports);
+    rows_out.shadow = rows::shadow_rows(step, &reports);
+    rows_out.tensors = rows::tensor_rows(step, dumps, &reports);
+    if !loss.is_finite() {
+        rows_out.events.push(EventRow {
+            step,
+            kind: "nonfinite_loss".into(),
+            layer: None,
+            module: None,
+            gemm: None,
+            role: None,
+            value: Some(loss),
+            message: format!("loss is {loss} at step {step}; training stopped"),
+        });
+    }
+    writer.rows(rows_out)?;
+    if flush_every > 0 && step % flush_every == 0 {
+        writer.flush(step)?;
+    }
+    Ok(())
+}
+
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
@@ -162,19 +243,29 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     // A backend error in a step: it ends the loop, the tables are closed, then it is returned.
     let mut failure: Option<anyhow::Error> = None;
     let tokens = dims.n as u64;
+    let batches = Batches { data: &data, scenario: scenario.as_ref(), seq: dims.t, vocab: m.vocab };
+    // The device never waits for the host between steps for what the step does not need: the
+    // next step's batch is made and uploaded, and the last step's rows are built and handed to
+    // the writer, while the device runs a step (after its forward and backward are queued).
+    let mut staged: Option<Staged<B::Tokens>> = None;
+    let mut finished: Option<Finished> = None;
     let started = Instant::now();
     for step in 1..=cfg.train.steps {
         let t0 = Instant::now();
-        let mut batch = data.batch(step);
-        if let Some(s) = &scenario {
-            s.apply(step, dims.t, m.vocab, &mut batch);
-        }
-        let inputs = be.upload_tokens(&batch.inputs);
-        let targets = be.upload_tokens(&batch.targets);
+        let batch = match staged.take() {
+            Some(b) => b,
+            None => batches.stage(be, step),
+        };
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
-        let supervised = batch.targets.iter().filter(|&&t| t != crate::layers::IGNORE_TARGET).count();
-        let out = model.forward_backward(be, &inputs, &targets, supervised, &plan);
+        let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan);
         be.gemms_done();
+        if let Some(f) = finished.take() {
+            record(&mut writer, f, cfg.record.flush_every)?;
+        }
+        if step < cfg.train.steps {
+            staged = Some(batches.stage(be, step + 1));
+        }
+        let loss = model.step_loss(be, batch.supervised);
         let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
         let grad_norm = grad_sumsq.sqrt();
         let clip = cfg.train.grad_clip;
@@ -189,7 +280,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
             t: step,
             grad_scale,
         };
-        let finite = out.loss.is_finite();
+        let finite = loss.is_finite();
         if finite {
             let s = &mut model.state;
             for i in 0..s.params.len() {
@@ -206,55 +297,33 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         }
         scaling.observe(&reports);
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
-
-        let mut rows_out = StepRows {
-            step: Some(StepRow { step, loss: out.loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports) }),
-            ..Default::default()
-        };
-        if plan.stats >= StatsLevel::Cheap {
-            for r in &reports {
-                rows_out.stats.extend(rows::stat_row(step, r, &r.a));
-                rows_out.stats.extend(rows::stat_row(step, r, &r.b));
-            }
-        }
-        rows_out.events = rows::nonfinite_events(step, &reports);
-        rows_out.shadow = rows::shadow_rows(step, &reports);
-        rows_out.tensors = rows::tensor_rows(step, out.dumps, &reports);
-        if !finite {
-            rows_out.events.push(EventRow {
-                step,
-                kind: "nonfinite_loss".into(),
-                layer: None,
-                module: None,
-                gemm: None,
-                role: None,
-                value: Some(out.loss),
-                message: format!("loss is {} at step {step}; training stopped", out.loss),
-            });
-        }
-        writer.rows(rows_out)?;
-        losses.push(out.loss);
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps };
+        losses.push(loss);
         let tok_s = tokens as f64 * step as f64 / started.elapsed().as_secs_f64();
-        pb.set_message(format!("loss {:.4}  {:.0} tok/s", out.loss, tok_s));
+        pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
         pb.inc(1);
         if !quiet && (step % 50 == 0 || !finite) {
-            pb.suspend(|| println!("step {step:>4}  loss={:.4}", out.loss));
+            pb.suspend(|| println!("step {step:>4}  loss={loss:.4}"));
         }
         if !finite {
+            record(&mut writer, f, cfg.record.flush_every)?;
             status = RunStatus::Diverged;
             error = Some(format!("non-finite loss at step {step}"));
             writer.flush(step)?;
             break;
         }
         if crate::interrupt::requested() {
+            record(&mut writer, f, cfg.record.flush_every)?;
             status = RunStatus::Crashed;
             error = Some(format!("interrupted by a signal after step {step}"));
             pb.suspend(|| eprintln!("interrupted: stopping after step {step} (again to quit at once)"));
             break;
         }
-        if cfg.record.flush_every > 0 && step % cfg.record.flush_every == 0 {
-            writer.flush(step)?;
-        }
+        finished = Some(f);
+    }
+    // The last step's rows (or, after a failure, those of the step before it).
+    if let Some(f) = finished.take() {
+        record(&mut writer, f, cfg.record.flush_every)?;
     }
     pb.finish_and_clear();
     let done = losses.len() as u32;

@@ -202,12 +202,6 @@ pub fn dump_window(rows: usize, cols: usize, max_elems: usize, strided: bool) ->
     }
 }
 
-/// The result of a forward + backward pass.
-pub struct StepOutput {
-    pub loss: f64,
-    pub dumps: Vec<DumpCapture>,
-}
-
 pub struct Model<B: Backend> {
     pub dims: Dims,
     pub state: State<B::Buf>,
@@ -410,10 +404,13 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// Forward and backward over one batch; gradients end in `state.grads` (zeroed first).
-    /// `supervised` is the number of targets that are not [`crate::layers::IGNORE_TARGET`]: the
-    /// loss is the mean over them (0, with zero gradients, when there are none).
-    pub fn forward_backward(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> StepOutput {
+    /// Queues the forward and backward over one batch; gradients end in `state.grads` (zeroed
+    /// first), and the per-token losses in `state.losses` ([`Self::step_loss`] reads them). Returns
+    /// the tensors dumped on the way. `supervised` is the number of targets that are not
+    /// [`crate::layers::IGNORE_TARGET`]: the loss is the mean over them (0, with zero gradients,
+    /// when there are none). Nothing here waits for the device unless a dump is taken, so the
+    /// caller may do host work while the step runs before it reads the loss.
+    pub fn launch_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> Vec<DumpCapture> {
         // Only the gradients that accumulate start from zero (see `assigned_by_gemm`).
         let assigned = assigned_by_gemm(&self.dims);
         for (g, assigned) in self.state.grads.iter_mut().zip(assigned) {
@@ -426,11 +423,14 @@ impl<B: Backend> Model<B> {
             Arch::Gpt => self.gpt_step(be, inputs, targets, supervised, plan, &mut dumps),
             Arch::Llama => self.llama_step(be, inputs, targets, supervised, plan, &mut dumps),
         }
-        // Read only now: a download waits for the device, and the backward is queued behind it.
-        let d = self.dims;
-        let losses = be.download(&self.state.losses, 0, d.n, 1);
-        let loss = losses.iter().map(|&x| x as f64).sum::<f64>() / supervised.max(1) as f64;
-        StepOutput { loss, dumps }
+        dumps
+    }
+
+    /// The mean loss of the step [`Self::launch_step`] queued, over its `supervised` targets: a
+    /// download, which waits for the device to finish the backward queued before it.
+    pub fn step_loss(&mut self, be: &mut B, supervised: usize) -> f64 {
+        let losses = be.download(&self.state.losses, 0, self.dims.n, 1);
+        losses.iter().map(|&x| x as f64).sum::<f64>() / supervised.max(1) as f64
     }
 
     /// The lm_head and the loss, forward and backward, from the final norm's output `lnf`:
