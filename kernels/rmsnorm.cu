@@ -1,9 +1,13 @@
 // RMSNorm over the last dimension C (Llama): out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), f32.
 // Forward: out (N, C), and rstd (N) saved for backward.
-// Backward: dinp (+=), dw (+=). dinp is one warp per row; dw is reduced over rows deterministically:
-// rmsnorm_bwd_partial writes per-chunk column sums, rmsnorm_bwd_reduce adds the chunks in order.
+// Backward: dinp (+=) and dw (+=), deterministically: rmsnorm_bwd takes a chunk of RMS_CHUNK rows
+// per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
+// adds the chunks in order. One pass over dout and x for both gradients (they used to take two
+// kernels, each reading both: 141 µs a call at llama-1b's 8192 x 2048).
 // Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs, the CPU reference). dout holds f32
 // values, or BF16 values with dout_bf16 (a dgrad GEMM's output, BF16 by construction, may be stored so).
+// The products are written with explicit roundings (__fmul_rn, __fmaf_rn), the ones the compiler
+// chose for the two-kernel form, so that the gradients are those bits whatever the schedule.
 #include "common.cuh"
 
 // Launch: one warp per row (blockDim.x a multiple of 32).
@@ -23,38 +27,48 @@ extern "C" __global__ void rmsnorm_fwd(float* __restrict__ out, float* __restric
     if (lane == 0) rstd[row] = r;
 }
 
-// dinp[row] += (w*dout - norm * mean(w*dout*norm)) * rstd, norm = x * rstd. Launch: one warp per row.
-extern "C" __global__ void rmsnorm_bwd(float* __restrict__ dinp, const void* __restrict__ dout, int dout_bf16,
-                                       const float* __restrict__ inp, const float* __restrict__ w,
-                                       const float* __restrict__ rstd, int n, int c) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x & 31;
-    if (row >= n) return;
-    const float* x = inp + (u64)row * c;
-    u64 g0 = (u64)row * c;
-    float r = rstd[row];
-    float a = 0.0f;
-    for (int i = lane; i < c; i += 32) a += (w[i] * load_value(dout, g0 + i, dout_bf16)) * (x[i] * r);
-    a = warp_sum(a) * (1.0f / c);
-    float* d = dinp + (u64)row * c;
-    for (int i = lane; i < c; i += 32) d[i] += (w[i] * load_value(dout, g0 + i, dout_bf16) - (x[i] * r) * a) * r;
-}
+// Rows per block of rmsnorm_bwd, a warp each (capture/src/backend/cuda/rmsnorm.rs: RMS_CHUNK).
+#define RMS_CHUNK 32
 
-// partial[chunk][col] = sum over the chunk's rows (in order) of dout * norm.
-// Launch: grid (ceil(C / blockDim.x), n_chunks), rows_per_chunk rows each.
-extern "C" __global__ void rmsnorm_bwd_partial(float* __restrict__ partial, const void* __restrict__ dout, int dout_bf16,
-                                               const float* __restrict__ inp, const float* __restrict__ rstd,
-                                               int n, int c, int rows_per_chunk) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    int chunk = blockIdx.y;
-    if (col >= c) return;
-    float dw = 0.0f;
-    int r1 = min(n, (chunk + 1) * rows_per_chunk);
-    for (int row = chunk * rows_per_chunk; row < r1; row++) {
-        u64 i = (u64)row * c + col;
-        dw += load_value(dout, i, dout_bf16) * (inp[i] * rstd[row]);
+// dinp[row] += (w*dout - norm * mean(w*dout*norm)) * rstd, norm = x * rstd, and partial[chunk][col] =
+// the sum over the chunk's rows, in order, of dout * norm. Block b takes rows RMS_CHUNK b ..
+// + RMS_CHUNK - 1 (RMS_CHUNK warps, 32 RMS_CHUNK threads). First each warp reduces its row's
+// mean(w*dout*norm) (lane l adds columns l, l + 32, ... in order, then a butterfly); then each
+// thread takes columns t, t + blockDim.x, ... down the chunk's rows, in order, writing dinp and
+// summing its columns' dw, while the chunk's rows are still in the caches.
+extern "C" __global__ void __launch_bounds__(32 * RMS_CHUNK, 2)
+    rmsnorm_bwd(float* __restrict__ dinp, float* __restrict__ partial, const void* __restrict__ dout, int dout_bf16,
+                const float* __restrict__ inp, const float* __restrict__ w, const float* __restrict__ rstd, int n, int c) {
+    __shared__ float mean_s[RMS_CHUNK], rstd_s[RMS_CHUNK];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = blockIdx.x * RMS_CHUNK;
+    int rows = min(RMS_CHUNK, n - row0);
+    if (warp < rows) {
+        int row = row0 + warp;
+        const float* x = inp + (u64)row * c;
+        u64 g0 = (u64)row * c;
+        float r = rstd[row];
+        float a = 0.0f;
+        for (int i = lane; i < c; i += 32) a = __fmaf_rn(__fmul_rn(r, x[i]), __fmul_rn(w[i], load_value(dout, g0 + i, dout_bf16)), a);
+        a = __fmul_rn(warp_sum(a), 1.0f / c);
+        if (lane == 0) {
+            mean_s[warp] = a;
+            rstd_s[warp] = r;
+        }
     }
-    partial[(u64)chunk * c + col] = dw;
+    __syncthreads();
+    for (int col = threadIdx.x; col < c; col += blockDim.x) {
+        float wc = w[col], dw = 0.0f;
+        for (int k = 0; k < rows; k++) {
+            u64 i = (u64)(row0 + k) * c + col;
+            float g = load_value(dout, i, dout_bf16);
+            float xr = __fmul_rn(rstd_s[k], inp[i]);
+            float u = __fmaf_rn(wc, g, -__fmul_rn(mean_s[k], xr));
+            dinp[i] = __fmaf_rn(rstd_s[k], u, dinp[i]);
+            dw = __fmaf_rn(xr, g, dw);
+        }
+        partial[(u64)blockIdx.x * c + col] = dw;
+    }
 }
 
 // dw[col] += sum over chunks (in order) of partial[chunk][col]. Launch: ceil(C / blockDim.x) blocks.

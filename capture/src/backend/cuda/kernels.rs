@@ -128,6 +128,14 @@ impl Family {
         }
     }
 
+    /// The value of `#define NAME VALUE` in this family's file: for tests that hold the host's
+    /// mirror of a kernel constant to the kernel's.
+    #[cfg(test)]
+    pub fn define(self, name: &str) -> usize {
+        let line = self.source().lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("kernels/{} defines no {name}", self.file()));
+        line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("kernels/{}: {line}", self.file()))
+    }
+
     /// The kernels (entry points) the backend loads from this family.
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
@@ -138,7 +146,7 @@ impl Family {
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
             Family::LayerNorm => &["layernorm_fwd", "layernorm_bwd", "layernorm_bwd_partial", "layernorm_bwd_reduce"],
-            Family::RmsNorm => &["rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_partial", "rmsnorm_bwd_reduce"],
+            Family::RmsNorm => &["rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_reduce"],
             Family::SwiGlu => &["swiglu_fwd", "swiglu_bwd"],
             Family::Attention => &[
                 "attention_split_fwd",

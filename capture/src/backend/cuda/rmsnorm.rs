@@ -1,16 +1,17 @@
 //! RMSNorm on the GPU: the launchers of `kernels/rmsnorm.cu` (the CPU reference is
-//! `layers/rmsnorm.rs`). The forward and the `dinp` backward take one warp per row; the weight
-//! gradient is reduced over rows in two fixed-order passes (per-chunk column sums, then the chunks
-//! in order), so reruns are bit-identical.
+//! `layers/rmsnorm.rs`). The forward takes one warp per row. The backward takes a chunk of rows per
+//! block, which writes their `dinp` and the chunk's column sums of the weight gradient from one
+//! read of `dout` and `x`; the chunks are then added in order, so reruns are bit-identical.
 
 use super::{CudaBackend, CudaError, DevBuf, cfg, grow};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-/// Rows per block of the one-warp-per-row kernels (256 threads).
+/// Rows per block of the forward, a warp each (256 threads).
 const ROWS_PER_BLOCK: usize = 8;
-/// Rows each block of `rmsnorm_bwd_partial` sums (a column per thread).
-const ROWS_PER_CHUNK: usize = 32;
-/// Columns per block of the weight-gradient kernels.
+/// Rows per block of the backward, a warp each (kernels/rmsnorm.cu: RMS_CHUNK): the chunk whose
+/// column sums of the weight gradient the block writes.
+const RMS_CHUNK: usize = 32;
+/// Columns per block of the chunks' reduction.
 const COLS_PER_BLOCK: u32 = 128;
 
 /// Rows of a (rows, c) buffer, or an error naming the layer when `c` does not divide its length.
@@ -57,7 +58,7 @@ impl CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        let chunks = n.div_ceil(ROWS_PER_CHUNK);
+        let chunks = n.div_ceil(RMS_CHUNK);
         // Shared with LayerNorm's backward: the stream runs one kernel after the other.
         grow(&self.stream, &mut self.ln_partial, chunks * c)?;
         let (di, dwp, g, x, wp, r, part) = (
@@ -69,23 +70,21 @@ impl CudaBackend {
             self.ptr(rstd),
             self.ptr(&self.ln_partial),
         );
-        let blocks = n.div_ceil(ROWS_PER_BLOCK) as u32;
         let g16 = dout.is_bf16() as i32;
-        launch!(self, "rmsnorm_bwd", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), di, g, g16, x, wp, r, n as i32, c as i32)?;
+        #[rustfmt::skip]
+        launch!(self, "rmsnorm_bwd", cfg((chunks as u32, 1, 1), 32 * RMS_CHUNK as u32), di, part, g, g16, x, wp, r, n as i32, c as i32)?;
         let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
-        launch!(
-            self,
-            "rmsnorm_bwd_partial",
-            cfg((col_blocks, chunks as u32, 1), COLS_PER_BLOCK),
-            part,
-            g,
-            g16,
-            x,
-            r,
-            n as i32,
-            c as i32,
-            ROWS_PER_CHUNK as i32
-        )?;
         launch!(self, "rmsnorm_bwd_reduce", cfg((col_blocks, 1, 1), COLS_PER_BLOCK), dwp, part, c as i32, chunks as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::Family;
+
+    /// The backward's grid and the chunks its reduction adds follow the kernel's chunk of rows.
+    #[test]
+    fn the_chunk_of_rows_matches_the_kernel() {
+        assert_eq!(Family::RmsNorm.define("RMS_CHUNK"), super::RMS_CHUNK);
     }
 }
