@@ -344,6 +344,78 @@ mod tests {
     use clap::Parser;
     use fp8scope_schemas::layout::Table;
 
+    /// Trains `tiny` on the CPU with `extra` flags into a fresh run directory; returns the directory
+    /// (kept alive by the guard) and the run's result.
+    fn run_tiny(extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, anyhow::Result<Outcome>) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("run");
+        let mut argv: Vec<String> = ["fp8-capture", "train", "--preset", "tiny", "--recipe", "delayed"].iter().map(|s| s.to_string()).collect();
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv.extend(["--out".to_string(), out.display().to_string()]);
+        let Command::Train(t) = Cli::try_parse_from(argv).expect("flags parse").command else { panic!("not train") };
+        let cfg = t.validate("cpu").expect("valid flags").config;
+        std::fs::create_dir_all(&out).expect("run dir");
+        let r = train(&mut CpuBackend::new(), &cfg, RunDir::new(&out), "t".into(), true);
+        (dir, out, r)
+    }
+
+    /// The steps table's step column, part by part in the order the parts were written.
+    fn steps_by_part(out: &std::path::Path) -> Vec<Vec<u32>> {
+        let rd = RunDir::new(out);
+        let mut parts = rd.parts(Table::Steps).expect("steps parts");
+        parts.sort();
+        parts
+            .iter()
+            .map(|p| {
+                let batches = fp8scope_schemas::parts::read_part(p, Table::Steps).expect("steps part");
+                batches
+                    .iter()
+                    .flat_map(|b| {
+                        let c = b.column_by_name("step").expect("step column");
+                        let c = c.as_any().downcast_ref::<arrow::array::Int64Array>().expect("i64 steps");
+                        c.values().iter().map(|&v| v as u32).collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A step's rows reach the writer while the next step runs: every step is still recorded once,
+    /// in order, and each flushed part closes at its step (parts of 4, 4 and 1 over 9 steps with
+    /// `--flush-every 4`), with every step's statistics.
+    #[test]
+    fn each_step_is_recorded_once_and_flushed_at_its_step() {
+        let (_dir, out, r) = run_tiny(&["--steps", "9", "--flush-every", "4"]);
+        r.expect("run");
+        assert_eq!(steps_by_part(&out), vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9]]);
+        let m = Manifest::read(&out).expect("manifest");
+        assert_eq!((m.status, m.steps_completed), (RunStatus::Completed, 9));
+        // Every step's statistics rows, as many for each step (the same casts every step).
+        let stats = fp8scope_schemas::parts::read_table(&RunDir::new(&out), Table::Stats).expect("stats table");
+        let mut per_step = std::collections::BTreeMap::new();
+        for b in &stats {
+            let c = b.column_by_name("step").expect("step column");
+            for &st in c.as_any().downcast_ref::<arrow::array::Int64Array>().expect("i64 steps").values() {
+                *per_step.entry(st as u32).or_insert(0usize) += 1;
+            }
+        }
+        assert_eq!(per_step.keys().copied().collect::<Vec<_>>(), (1..=9).collect::<Vec<u32>>());
+        let first = per_step[&1];
+        assert!(first > 0 && per_step.values().all(|&n| n == first), "statistics rows per step: {per_step:?}");
+        assert_eq!(m.rows.stats, 9 * first as u64);
+    }
+
+    /// A NaN that reaches the loss at step 5: the steps before it, recorded while their next step
+    /// ran, and step 5 itself are in the table, and nothing after.
+    #[test]
+    fn a_diverged_step_is_recorded_with_every_step_before_it() {
+        let (_dir, out, r) = run_tiny(&["--steps", "9", "--flush-every", "100", "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=5"]);
+        r.expect("a diverged run is not an error");
+        assert_eq!(steps_by_part(&out).concat(), vec![1, 2, 3, 4, 5]);
+        let m = Manifest::read(&out).expect("manifest");
+        assert_eq!((m.status, m.steps_completed), (RunStatus::Diverged, 5));
+    }
+
     /// A backend that fails in step 4 of 8: the run ends `crashed` with the backend's error, and
     /// steps 1-3 are in the steps table although no flush was due (the error path closes the
     /// tables instead of dropping the writer's buffered rows).
