@@ -249,6 +249,8 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     // the writer, while the device runs a step (after its forward and backward are queued).
     let mut staged: Option<Staged<B::Tokens>> = None;
     let mut finished: Option<Finished> = None;
+    // Host ms of each step's recording, printed with FP8SCOPE_PROFILE (the CUDA backend's profile).
+    let mut record_ms: Vec<f64> = Vec::new();
     let started = Instant::now();
     for step in 1..=cfg.train.steps {
         let t0 = Instant::now();
@@ -260,7 +262,9 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan);
         be.gemms_done();
         if let Some(f) = finished.take() {
+            let t = Instant::now();
             record(&mut writer, f, cfg.record.flush_every)?;
+            record_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         if step < cfg.train.steps {
             staged = Some(batches.stage(be, step + 1));
@@ -326,6 +330,14 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         record(&mut writer, f, cfg.record.flush_every)?;
     }
     pb.finish_and_clear();
+    if std::env::var_os("FP8SCOPE_PROFILE").is_some_and(|v| v != "0") && !record_ms.is_empty() {
+        record_ms.sort_by(f64::total_cmp);
+        eprintln!(
+            "== training loop: a step's rows took {:.3} ms to build and hand to the writer (host, median of {} steps; overlapped with the next step)",
+            record_ms[record_ms.len() / 2],
+            record_ms.len()
+        );
+    }
     let done = losses.len() as u32;
     let tail = &losses[losses.len().saturating_sub(20)..];
     let final_loss = (!tail.is_empty() && tail.iter().all(|l| l.is_finite())).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
