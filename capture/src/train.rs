@@ -356,9 +356,9 @@ mod tests {
     use clap::Parser;
     use fp8scope_schemas::layout::Table;
 
-    /// Trains `tiny` on the CPU with `extra` flags into a fresh run directory; returns the directory
-    /// (kept alive by the guard) and the run's result.
-    fn run_tiny(extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, anyhow::Result<Outcome>) {
+    /// Trains `tiny` with delayed scaling on `be` with `extra` flags into a fresh run directory;
+    /// returns the directory (kept alive by the guard), the run's path and the run's result.
+    fn run_tiny(be: &mut CpuBackend, extra: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, anyhow::Result<Outcome>) {
         let dir = tempfile::tempdir().expect("temp dir");
         let out = dir.path().join("run");
         let mut argv: Vec<String> = ["fp8-capture", "train", "--preset", "tiny", "--recipe", "delayed"].iter().map(|s| s.to_string()).collect();
@@ -367,29 +367,21 @@ mod tests {
         let Command::Train(t) = Cli::try_parse_from(argv).expect("flags parse").command else { panic!("not train") };
         let cfg = t.validate("cpu").expect("valid flags").config;
         std::fs::create_dir_all(&out).expect("run dir");
-        let r = train(&mut CpuBackend::new(), &cfg, RunDir::new(&out), "t".into(), true);
+        let r = train(be, &cfg, RunDir::new(&out), "t".into(), true);
         (dir, out, r)
+    }
+
+    /// The `step` column of a batch of any table.
+    fn step_column(b: &arrow::record_batch::RecordBatch) -> Vec<u32> {
+        let c = b.column_by_name("step").expect("step column");
+        c.as_any().downcast_ref::<arrow::array::Int64Array>().expect("i64 steps").values().iter().map(|&v| v as u32).collect()
     }
 
     /// The steps table's step column, part by part in the order the parts were written.
     fn steps_by_part(out: &std::path::Path) -> Vec<Vec<u32>> {
-        let rd = RunDir::new(out);
-        let mut parts = rd.parts(Table::Steps).expect("steps parts");
+        let mut parts = RunDir::new(out).parts(Table::Steps).expect("steps parts");
         parts.sort();
-        parts
-            .iter()
-            .map(|p| {
-                let batches = fp8scope_schemas::parts::read_part(p, Table::Steps).expect("steps part");
-                batches
-                    .iter()
-                    .flat_map(|b| {
-                        let c = b.column_by_name("step").expect("step column");
-                        let c = c.as_any().downcast_ref::<arrow::array::Int64Array>().expect("i64 steps");
-                        c.values().iter().map(|&v| v as u32).collect::<Vec<_>>()
-                    })
-                    .collect()
-            })
-            .collect()
+        parts.iter().map(|p| fp8scope_schemas::parts::read_part(p, Table::Steps).expect("steps part").iter().flat_map(step_column).collect()).collect()
     }
 
     /// A step's rows reach the writer while the next step runs: every step is still recorded once,
@@ -397,7 +389,7 @@ mod tests {
     /// `--flush-every 4`), with every step's statistics.
     #[test]
     fn each_step_is_recorded_once_and_flushed_at_its_step() {
-        let (_dir, out, r) = run_tiny(&["--steps", "9", "--flush-every", "4"]);
+        let (_dir, out, r) = run_tiny(&mut CpuBackend::new(), &["--steps", "9", "--flush-every", "4"]);
         r.expect("run");
         assert_eq!(steps_by_part(&out), vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9]]);
         let m = Manifest::read(&out).expect("manifest");
@@ -405,11 +397,8 @@ mod tests {
         // Every step's statistics rows, as many for each step (the same casts every step).
         let stats = fp8scope_schemas::parts::read_table(&RunDir::new(&out), Table::Stats).expect("stats table");
         let mut per_step = std::collections::BTreeMap::new();
-        for b in &stats {
-            let c = b.column_by_name("step").expect("step column");
-            for &st in c.as_any().downcast_ref::<arrow::array::Int64Array>().expect("i64 steps").values() {
-                *per_step.entry(st as u32).or_insert(0usize) += 1;
-            }
+        for st in stats.iter().flat_map(step_column) {
+            *per_step.entry(st).or_insert(0usize) += 1;
         }
         assert_eq!(per_step.keys().copied().collect::<Vec<_>>(), (1..=9).collect::<Vec<u32>>());
         let first = per_step[&1];
@@ -421,7 +410,7 @@ mod tests {
     /// ran, and step 5 itself are in the table, and nothing after.
     #[test]
     fn a_diverged_step_is_recorded_with_every_step_before_it() {
-        let (_dir, out, r) = run_tiny(&["--steps", "9", "--flush-every", "100", "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=5"]);
+        let (_dir, out, r) = run_tiny(&mut CpuBackend::new(), &["--steps", "9", "--flush-every", "100", "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=5"]);
         r.expect("a diverged run is not an error");
         assert_eq!(steps_by_part(&out).concat(), vec![1, 2, 3, 4, 5]);
         let m = Manifest::read(&out).expect("manifest");
@@ -433,17 +422,10 @@ mod tests {
     /// tables instead of dropping the writer's buffered rows).
     #[test]
     fn a_backend_error_keeps_every_step_recorded_before_it() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let out = dir.path().join("run");
-        let args = ["fp8-capture", "train", "--preset", "tiny", "--recipe", "delayed", "--steps", "8", "--flush-every", "100", "--out"];
-        let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        argv.push(out.display().to_string());
-        let Command::Train(t) = Cli::try_parse_from(argv).expect("flags parse").command else { panic!("not train") };
-        let cfg = t.validate("cpu").expect("valid flags").config;
-        std::fs::create_dir_all(&out).expect("run dir");
         let mut be = CpuBackend::new();
         be.fail_after_steps = Some(4);
-        let Err(err) = train(&mut be, &cfg, RunDir::new(&out), "t".into(), true) else { panic!("the planted failure did not stop the run") };
+        let (_dir, out, r) = run_tiny(&mut be, &["--steps", "8", "--flush-every", "100"]);
+        let Err(err) = r else { panic!("the planted failure did not stop the run") };
         assert_eq!(format!("{err:#}"), "CPU backend: planted failure in step 4");
         let m = Manifest::read(&out).expect("manifest");
         assert_eq!((m.status, m.steps_completed), (RunStatus::Crashed, 3));
