@@ -56,7 +56,7 @@ def main():
     lib = ctypes.CDLL(sorted(glob.glob(os.path.join(d, "lib", "libnvrtc.so*")))[0])
     src = open(args[0]).read()
     # The translation unit the backend compiles (capture/src/backend/cuda/kernels.rs).
-    for h in ("common.cuh", "activations.cuh"):
+    for h in ("common.cuh", "activations.cuh", "norms.cuh"):
         src = src.replace(f'#include "{h}"', open(os.path.join(KERNELS, h)).read())
     src = "".join(f"#define {m}\n" for m in defines) + src
     inc = os.environ.get("CUDA_INCLUDE", os.path.join(d, "include"))

@@ -27,6 +27,7 @@
 //  15 sum x^2, 16 pairs counted for the error.
 #include "common.cuh"
 #include "activations.cuh"
+#include "norms.cuh"
 
 #define STAT_FIELDS 17
 #define SLOT_BASE 1
@@ -306,8 +307,8 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
 
 // Values a cast computes as it reads them (the cast_src_* kernels) instead of reading x, from the
 // saved inputs of the layer that would otherwise have written x first; the element math is
-// activations.cuh's, so the values, and the codes, are those of the unfused pair of kernels. h and
-// b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
+// activations.cuh's (and norms.cuh's), so the values, and the codes, are those of the unfused pair
+// of kernels. For the activation kinds (1 to 5), h and b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
 // 4 values, 8-byte aligned (capture/src/backend/cuda/cast.rs checks both). The kind is a template
 // parameter of the kernels (cast_src{K}_*), so each is compiled with its own inputs only.
 #define SRC_SWIGLU 1   // x (rows, F) = swiglu(h), h = fc1's output (rows, 2F)
@@ -318,10 +319,52 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
 // one at up columns F + c0.. come from one read of gate, up and dout and one evaluation of the
 // backward (SRC_DSWIGLU reads and evaluates them once for each half).
 #define SRC_DSWIGLU_PAIRS 5
+// A normalization's output, computed from its input x (the kernel's x, f32) with norms.cuh's math:
+// each row's saved statistics (rstd, and the mean for LayerNorm) and each column's gain (and bias),
+// f32. The normalization's own kernel then writes only the row statistics (rmsnorm.cu,
+// layernorm.cu with out null), and the normalized tensor is neither written nor read.
+#define SRC_RMSNORM 6    // x (rows, cols) = rmsnorm(x): rstd, gain
+#define SRC_LAYERNORM 7  // x (rows, cols) = layernorm(x): mean, rstd, gain, shift (the bias)
 struct CastSrc {
     const unsigned short* h;
     const unsigned short* b;
+    const float* gain;
+    const float* shift;
+    const float* rstd;
+    const float* mean;
 };
+
+// Whether kind K normalizes x as it is read (its values are x's, loaded as a plain cast's).
+template <int K> struct SrcNorm {
+    static constexpr bool V = K == SRC_RMSNORM || K == SRC_LAYERNORM;
+};
+
+// The normalized values of the thread's 4 x 4 share of the tile at (r0, c0), in place of x's: its
+// rows' statistics (rstd, and mean) and its columns' gain (and shift) are loaded here, at the cast,
+// not a tile ahead with x's values (holding them spilled registers in the cheap level's casts).
+// They are a few words a tile, shared by the block's threads (and a run's tiles share the columns'),
+// so they come from the caches. Past the edges they are zero (those values are not cast).
+template <int K>
+__device__ __forceinline__ void norm_apply(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, float (&v)[4][4]) {
+    int c = c0 + 4 * tx;
+    float rs[4], mu[4], g[4], sh[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = r0 + ty + 16 * j;
+        rs[j] = r < rows ? __ldg(s.rstd + r) : 0.0f;
+        mu[j] = K == SRC_LAYERNORM && r < rows ? __ldg(s.mean + r) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        g[k] = c + k < cols ? __ldg(s.gain + c + k) : 0.0f;
+        sh[k] = K == SRC_LAYERNORM && c + k < cols ? __ldg(s.shift + c + k) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[j][k] = K == SRC_RMSNORM ? rmsnorm_one(v[j][k], rs[j], g[k]) : layernorm_one(v[j][k], mu[j], rs[j], g[k], sh[k]);
+}
 
 // The inputs (BF16) kind K reads for each value: gate and up (SwiGLU), h (GELU), and dout for
 // the backwards.
@@ -645,11 +688,15 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // math), and holding the next tile's 12 words a thread cost a resident block an SM. Loaded at
     // its tile, the paired cast runs 3 blocks an SM at the cheap level instead of 2, and a
     // llama-1b step's 16 take 6.04 ms instead of 6.51 (bench/results/2026-12-02-paired-cast-occupancy).
-    constexpr bool AHEAD = SrcInputs<SRC>::N < 3;
+    // A normalization kind loads x as a plain cast does (ahead), and normalizes it at the cast
+    // (norm_apply).
+    constexpr bool NORM = SrcNorm<SRC>::V;
+    constexpr bool RAW = SRC != 0 && !NORM;  // values computed from raw BF16 inputs (SrcRaw)
+    constexpr bool AHEAD = NORM || SrcInputs<SRC>::N < 3;
     float v[4][4];
     SrcRaw<SRC> raw;
     if (AHEAD && tr < tiles_r) {
-        if (SRC) src_load_raw<SRC>(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
+        if (RAW) src_load_raw<SRC>(src, rows, cols, tr * TILE, tc * TILE, tx, ty, raw);
         else load_tile(x, rows, cols, tr * TILE, tc * TILE, tx, ty, vec_in, v);
     }
     // Casts the thread's values vv of the tile at (r0, c0), writes out, out_t and the channel
@@ -722,13 +769,15 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         int r0 = tr * TILE, c0 = tc * TILE;
         int nr = tr + step_r, nc = tc + step_c;
         if (nc >= tiles_c) { nc -= tiles_c; nr++; }
+        // A normalization's values before the next tile's loads are in flight (fewer registers live).
+        if (NORM) norm_apply<SRC>(src, rows, cols, r0, c0, tx, ty, v);
         float nv[4][4];
         SrcRaw<SRC> nraw;
         if (AHEAD && nr < tiles_r) {
-            if (SRC) src_load_raw<SRC>(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
+            if (RAW) src_load_raw<SRC>(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
             else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
         }
-        if (SRC) {
+        if (RAW) {
             // A computed source's values, from its raw inputs (loaded an iteration ago, or now);
             // a pair tile's wait in shared memory, each thread's own.
             if (!AHEAD) src_load_raw<SRC>(src, rows, cols, r0, c0, tx, ty, raw);
@@ -749,7 +798,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
                 for (int k = 0; k < 4; k++) v[j][k] = pair_vals[4 * j + k][threadIdx.x];
             cast_one_tile(v, r0, c0 + pair_off, nr, nc);
         }
-        if (SRC) {
+        if (RAW) {
             if (AHEAD) raw = nraw;
         } else {
 #pragma unroll
@@ -796,19 +845,22 @@ CAST_KERNELS_L(2)
 #endif  // CAST_SRC_UNIT
 
 #ifdef CAST_SRC_UNIT
-// The casts of a computed source (CastSrc kind K; x unused), statistics level L 0 or 1, format F:
-// the tiled kernel with out (x's layout) and out_t (its transpose) each written when not null.
-// cast_src{K}_l{L}_f{F}; the CAST_PARAMS, then h and b (BF16). They are a module of their own
+// The casts of a computed source (CastSrc kind K; x unused but by the normalization kinds, whose
+// input it is), statistics level L 0 or 1, format F: the tiled kernel with out (x's layout) and
+// out_t (its transpose) each written when not null. cast_src{K}_l{L}_f{F}; the CAST_PARAMS, then
+// h and b (BF16) and gain, shift, rstd and mean (f32), each null where the kind reads none. They are a module of their own
 // (kernels.rs: Family::CastSrc compiles this file with CAST_SRC_UNIT defined), compiled beside the
 // plain casts. Registers are capped for as many blocks per SM as the plain casts' (CAST_MIN_BLOCKS):
 // the kinds of three inputs a value fit them because they do not hold the next tile's inputs
 // (cast_transposed: AHEAD).
 #define CAST_SRC_KERNEL(K, L, F)                                                                             \
     extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_src##K##_l##L##_f##F( \
-        CAST_PARAMS, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b) {        \
+        CAST_PARAMS, const unsigned short* __restrict__ src_h, const unsigned short* __restrict__ src_b,          \
+        const float* __restrict__ src_gain, const float* __restrict__ src_shift, const float* __restrict__ src_rstd, \
+        const float* __restrict__ src_mean) {                                                                    \
         cast_transposed<F, L, K>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter,  \
                                  margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,         \
-                                 CastSrc{src_h, src_b});                                                             \
+                                 CastSrc{src_h, src_b, src_gain, src_shift, src_rstd, src_mean});                    \
     }
 #define CAST_SRC_KERNELS_L(K, L) CAST_SRC_KERNEL(K, L, 0) CAST_SRC_KERNEL(K, L, 1) CAST_SRC_KERNEL(K, L, 2)
 #define CAST_SRC_KERNELS(K) CAST_SRC_KERNELS_L(K, 0) CAST_SRC_KERNELS_L(K, 1)
@@ -817,6 +869,8 @@ CAST_SRC_KERNELS(2)
 CAST_SRC_KERNELS(3)
 CAST_SRC_KERNELS(4)
 CAST_SRC_KERNELS(5)
+CAST_SRC_KERNELS(6)
+CAST_SRC_KERNELS(7)
 #else
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so

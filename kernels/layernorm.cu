@@ -1,9 +1,11 @@
 // LayerNorm over the last dimension C, eps 1e-5, f32.
-// Forward: out (N, C), and mean (N), rstd (N) saved for backward.
+// Forward: out (N, C), and mean (N), rstd (N) saved for backward; with out null, mean and rstd only
+// (a cast that computes out as it reads x follows: cast.cu, SRC_LAYERNORM).
 // Backward: dinp (+=), dw (+=), db (+=). dinp is one warp per row; dw and db are reduced over rows
 // deterministically: layernorm_bwd_partial writes per-chunk column sums, layernorm_bwd_reduce adds
 // the chunks in order.
 #include "common.cuh"
+#include "norms.cuh"
 
 #define LN_EPS 1e-5f
 
@@ -17,13 +19,39 @@ extern "C" __global__ void layernorm_fwd(float* __restrict__ out, float* __restr
     const float* x = inp + (u64)row * c;
     float s = 0.0f;
     for (int i = lane; i < c; i += 32) s += x[i];
-    float m = warp_sum(s) / c;
+    float m = layernorm_mean(warp_sum(s), c);
     float v = 0.0f;
-    for (int i = lane; i < c; i += 32) { float d = x[i] - m; v += d * d; }
-    float var = warp_sum(v) / c;
-    float r = 1.0f / sqrtf(var + LN_EPS);
-    float* o = out + (u64)row * c;
-    for (int i = lane; i < c; i += 32) o[i] = (x[i] - m) * r * w[i] + b[i];
+    for (int i = lane; i < c; i += 32) v = ln_sq_add(v, x[i], m);
+    float r = layernorm_rstd(warp_sum(v), c, LN_EPS);
+    if (out != nullptr) {
+        float* o = out + (u64)row * c;
+        for (int i = lane; i < c; i += 32) o[i] = layernorm_one(x[i], m, r, w[i], b[i]);
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = r; }
+}
+
+// out = a + b (the residual add, b f32 or BF16 as in residual.cu) and mean, rstd of out, one warp
+// per row: residual_fwd's add and layernorm_fwd's statistics, the same operations in the same
+// order, the variance pass reading back the row the warp just wrote (from the caches), for a cast
+// that computes the normalized out as it reads it (cast.cu: SRC_LAYERNORM).
+extern "C" __global__ void layernorm_add_stats(float* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                               const float* __restrict__ a, const void* __restrict__ b, int b_bf16,
+                                               int n, int c) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    u64 base = (u64)row * c;
+    float* x = out + base;
+    float s = 0.0f;
+    for (int i = lane; i < c; i += 32) {
+        float y = a[base + i] + load_value(b, base + i, b_bf16);
+        x[i] = y;
+        s += y;
+    }
+    float m = layernorm_mean(warp_sum(s), c);
+    float v = 0.0f;
+    for (int i = lane; i < c; i += 32) v = ln_sq_add(v, x[i], m);
+    float r = layernorm_rstd(warp_sum(v), c, LN_EPS);
     if (lane == 0) { mean[row] = m; rstd[row] = r; }
 }
 

@@ -5,6 +5,11 @@
 // A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's ignore_index) marks an unsupervised position:
 // its loss and its gradient row are 0 (as on the CPU).
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
+// Two kernels, one body (crossentropy_row): crossentropy_fwd reads the row from memory in each of
+// its three passes (max, sum, gradient); crossentropy_smem_fwd first copies it into shared memory
+// (dynamic, V floats: one block an SM at V = 32000) and runs the passes there, one read of the
+// logits instead of three (capture/src/backend/cuda/loss.rs picks it where the row fits). The
+// threads take the same elements in the same order in both: the same losses and dlogits, bit for bit.
 #include "common.cuh"
 
 #define LOSS_THREADS 512
@@ -25,9 +30,11 @@ __device__ float block_reduce_f(float v, bool is_max, float* sh) {
     return sh[0];
 }
 
-extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
-    float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
+template <bool SMEM>
+__device__ __forceinline__ void crossentropy_row(float* __restrict__ losses, float* logits, const u32* __restrict__ targets,
+                                                 int v, float dloss) {
     __shared__ float sh[32];
+    extern __shared__ float4 row_sh[];
     u64 row = blockIdx.x;
     u32 tg = targets[row];
     float* x = logits + row * v;
@@ -38,12 +45,26 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     }
     // Read before the barriers below: the row is overwritten with its gradient after them.
     float xt = x[tg];
+    // The passes below read r: the row in memory, or its copy in shared memory.
+    const float* r = x;
+    if (SMEM) {
+        float* rs = reinterpret_cast<float*>(row_sh);
+        if ((v & 3) == 0) {  // rows of whole float4s, 16-byte aligned
+            const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll 4
+            for (int i = threadIdx.x; i < v / 4; i += blockDim.x) row_sh[i] = x4[i];
+        } else {
+            for (int i = threadIdx.x; i < v; i += blockDim.x) rs[i] = x[i];
+        }
+        __syncthreads();
+        r = rs;
+    }
     float m = -INFINITY;
-    for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, x[i]);
+    for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, r[i]);
     m = block_reduce_f(m, true, sh);
     __shared__ double shd[32];
     double sd = 0.0;
-    for (int i = threadIdx.x; i < v; i += blockDim.x) sd += (double)expf(x[i] - m);
+    for (int i = threadIdx.x; i < v; i += blockDim.x) sd += (double)expf(r[i] - m);
     sd = block_sum_d(sd, shd);
     __shared__ double total;
     if (threadIdx.x == 0) total = sd;
@@ -51,8 +72,19 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
     double s = total;
     float inv = (float)(1.0 / s);
     for (int i = threadIdx.x; i < v; i += blockDim.x) {
-        float p = expf(x[i] - m) * inv;
+        float p = expf(r[i] - m) * inv;
         x[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
     }
     if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(xt - m));
+}
+
+extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_fwd(
+    float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
+    crossentropy_row<false>(losses, logits, targets, v, dloss);
+}
+
+// Launch: dynamic shared memory of v floats.
+extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_smem_fwd(
+    float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
+    crossentropy_row<true>(losses, logits, targets, v, dloss);
 }

@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension C (Llama): out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), f32.
-// Forward: out (N, C), and rstd (N) saved for backward.
+// Forward: out (N, C), and rstd (N) saved for backward; with out null, rstd only (a cast that
+// computes out as it reads x follows: cast.cu, SRC_RMSNORM).
 // Backward: dinp (+=) and dw (+=), deterministically: rmsnorm_bwd takes a chunk of RMS_CHUNK rows
 // per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
 // adds the chunks in order. One pass over dout and x for both gradients (they used to take two
@@ -9,6 +10,7 @@
 // The products are written with explicit roundings (__fmul_rn, __fmaf_rn), the ones the compiler
 // chose for the two-kernel form, so that the gradients are those bits whatever the schedule.
 #include "common.cuh"
+#include "norms.cuh"
 
 // Launch: one warp per row (blockDim.x a multiple of 32).
 extern "C" __global__ void rmsnorm_fwd(float* __restrict__ out, float* __restrict__ rstd,
@@ -19,11 +21,33 @@ extern "C" __global__ void rmsnorm_fwd(float* __restrict__ out, float* __restric
     if (row >= n) return;
     const float* x = inp + (u64)row * c;
     float s = 0.0f;
-    for (int i = lane; i < c; i += 32) s += x[i] * x[i];
-    float ms = warp_sum(s) * (1.0f / c);
-    float r = 1.0f / sqrtf(ms + eps);
-    float* o = out + (u64)row * c;
-    for (int i = lane; i < c; i += 32) o[i] = x[i] * r * w[i];
+    for (int i = lane; i < c; i += 32) s = rms_sq_add(s, x[i]);
+    float r = rmsnorm_rstd(warp_sum(s), c, eps);
+    if (out != nullptr) {
+        float* o = out + (u64)row * c;
+        for (int i = lane; i < c; i += 32) o[i] = rmsnorm_one(x[i], r, w[i]);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+// out = a + b (the residual add, b f32 or BF16 as in residual.cu) and rstd of out, one warp per
+// row: residual_fwd's add and rmsnorm_fwd's statistics, the same operations in the same order, in
+// one pass (the statistics without a second read of out), for a cast that computes the normalized
+// out as it reads it (cast.cu: SRC_RMSNORM).
+extern "C" __global__ void rmsnorm_add_stats(float* __restrict__ out, float* __restrict__ rstd,
+                                             const float* __restrict__ a, const void* __restrict__ b, int b_bf16,
+                                             int n, int c, float eps) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    u64 base = (u64)row * c;
+    float s = 0.0f;
+    for (int i = lane; i < c; i += 32) {
+        float x = a[base + i] + load_value(b, base + i, b_bf16);
+        out[base + i] = x;
+        s = rms_sq_add(s, x);
+    }
+    float r = rmsnorm_rstd(warp_sum(s), c, eps);
     if (lane == 0) rstd[row] = r;
 }
 

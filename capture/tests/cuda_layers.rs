@@ -11,10 +11,11 @@
 //!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
 //!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
 //! - determinism: the same body run twice on the GPU gives bit-identical outputs;
+//! - the cross-entropy with the row in shared memory is the rereading kernel's, bit for bit;
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
 //!   the fprop bit for bit);
-//! - GEMM operands computed in the cast (the activation function and its backward) are
-//!   bit-identical to the unfused pair of kernels, outputs and reports;
+//! - GEMM operands computed in the cast (the activation function and its backward, RMSNorm and
+//!   LayerNorm) are bit-identical to the unfused pair of kernels, outputs and reports;
 //! - errors: a failing primitive keeps its error for `Backend::take_error` instead of panicking,
 //!   and the backend skips the device work of the primitives after it.
 
@@ -1172,6 +1173,137 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
         }
     }
     assert_eq!(checked, 13 * 12);
+}
+
+/// qkv's and fc1's fprop with the normalization computed in the cast (`gemm_of_norm`: the norm's
+/// kernel writes only its row statistics, the cast reads x and normalizes it) against the unfused
+/// pair (the norm's kernel writes ln, the cast reads it): for RMSNorm and LayerNorm (with the
+/// GEMM's bias), BF16 and FP8 operands, on a shape of partial tiles, the saved row statistics, the
+/// fprop's output, the wgrad that takes the kept cast of the unwritten ln, and every report (f64
+/// sums included: the tiles are cast in the same order) are bit-identical. Current scaling takes
+/// the unfused pair both times (its amax pass reads a buffer). With the residual add before the
+/// norm (x = a + b, b a BF16 GEMM output), the fused side takes the statistics that
+/// `add_with_norm_stats` computed in the add's pass (`ready`); the unfused side adds, then runs
+/// the norm: x itself and everything above are bit-identical too.
+#[test]
+fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
+    use fp8_capture::backend::{NormFwd, NormStats};
+    let Some(mut gpu) = cuda_common::gpu("normalizations computed in the cast") else { return };
+    // Rows and columns of partial 64 x 64 tiles, multiples of 16 for cuBLASLt's FP8 GEMMs.
+    let (n, c, m) = (144usize, 208usize, 96usize);
+    let mut rng = Pcg64::seed_from_u64(43);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut draw = |len: usize, s: f32, mu: f32| -> Vec<f32> { (0..len).map(|_| mu + normal.sample(&mut rng) * s).collect() };
+    let (x0, gain, shift) = (gpu.upload(&draw(n * c, 2.0, 0.5)), gpu.upload(&draw(c, 0.3, 1.0)), gpu.upload(&draw(c, 0.1, 0.0)));
+    let branch = draw(n * c, 1.0, 0.0);
+    let branch = bf16_buffer(&mut gpu, &branch, n, c);
+    let (w, bias, dy) = (gpu.upload(&draw(m * c, 0.05, 0.0)), gpu.upload(&draw(m, 0.1, 0.0)), gpu.upload(&draw(n * m, 0.01, 0.0)));
+    let given = |format, scale| OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
+    let casts = [
+        ("bf16", OperandCast::Bf16, OperandCast::Bf16),
+        ("e4m3", given(Fp8Format::E4M3, 16.0), given(Fp8Format::E4M3, 1024.0)),
+        ("hybrid", given(Fp8Format::E4M3, 8.0), given(Fp8Format::E5M2, 4096.0)),
+        ("current", OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } }, OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } }),
+    ];
+    let mut checked = 0;
+    for (layer, after_add) in [(false, false), (true, false), (false, true), (true, true)] {
+        for (cast_name, act_cast, grad_cast) in casts {
+            let label = format!("{}{} {cast_name}", if layer { "layernorm" } else { "rmsnorm" }, if after_add { " after the residual add" } else { "" });
+            let computable = cast_name != "current";
+            let dims = LinearDims { n, k: c, m };
+            let call = |gemm, cast_a, cast_b| GemmCall {
+                id: GemmId { layer: 1, module: Module::Fc1, gemm },
+                dims,
+                cast_a,
+                cast_b,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                stats: StatsLevel::Cheap,
+                keep_quantized: [true; 2],
+                shadow: false,
+            };
+            let (fprop, wgrad) = (call(Gemm::Fprop, act_cast, act_cast), call(Gemm::Wgrad, grad_cast, act_cast));
+            let mut run = |fused: bool| -> Vec<(String, String)> {
+                let (mut ln, mut mean, mut rstd) = (gpu.zeros(n * c), gpu.zeros(n), gpu.zeros(n));
+                let (mut y, mut dw, mut sum) = (gpu.zeros(n * m), gpu.zeros(m * c), gpu.zeros(n * c));
+                let b = layer.then_some(&bias);
+                let mut ready = false;
+                if after_add && fused {
+                    let stats = if layer { NormStats::Layer { mean: &mut mean, rstd: &mut rstd, c } } else { NormStats::Rms { rstd: &mut rstd, c, eps: 1e-5 } };
+                    ready = gpu.add_with_norm_stats(&mut sum, &x0, &branch, stats);
+                    assert!(ready, "{label}: the CUDA backend computes the statistics in the add");
+                } else if after_add {
+                    gpu.add(&mut sum, &x0, &branch);
+                }
+                let x = if after_add { &sum } else { &x0 };
+                let norm = if layer {
+                    NormFwd::Layer { inp: x, w: &gain, b: &shift, mean: &mut mean, rstd: &mut rstd, c, ready }
+                } else {
+                    NormFwd::Rms { inp: x, w: &gain, rstd: &mut rstd, c, eps: 1e-5, ready }
+                };
+                if fused {
+                    let written = gpu.gemm_of_norm(&fprop, &mut y, &mut ln, norm, &w, b);
+                    assert_eq!(written, !computable, "{label}: whether ln was written");
+                } else {
+                    gpu.norm_fwd(&mut ln, norm);
+                    gpu.gemm(&fprop, &mut y, &ln, &w, b, None);
+                }
+                assert!(gpu.reuses_kept_cast(&wgrad, 1, &ln), "{label}: the wgrad does not take the kept cast of ln");
+                gpu.gemm(&wgrad, &mut dw, &dy, &ln, None, None);
+                let mut out: Vec<(String, String)> = [("x", x), ("mean", &mean), ("rstd", &rstd), ("fprop", &y), ("wgrad", &dw)]
+                    .into_iter()
+                    .map(|(name, buf)| {
+                        let len = gpu.len(buf);
+                        let bits: Vec<u32> = gpu.download(buf, 0, len, 1).iter().map(|v| v.to_bits()).collect();
+                        (name.to_string(), format!("{bits:?}"))
+                    })
+                    .collect();
+                for r in gpu.take_reports() {
+                    out.push((format!("report {:?}", r.id), format!("{r:?}")));
+                }
+                assert_eq!(gpu.take_error(), None, "{label}");
+                out
+            };
+            let (want, got) = (run(false), run(true));
+            assert_eq!(want.len(), got.len(), "{label}: reports");
+            for ((name, w), (_, g)) in want.iter().zip(&got) {
+                assert!(w == g, "{label}: {name} differs between the unfused pair and the normalization computed in the cast");
+                checked += 1;
+            }
+            println!("{label}: {} outputs and reports bit-identical{}", want.len(), if computable { "" } else { " (the unfused pair both times)" });
+        }
+    }
+    assert_eq!(checked, 4 * 4 * 7);
+}
+
+/// The cross-entropy with the row held in shared memory (`crossentropy_smem_fwd`, one read of the
+/// logits) against the kernel that reads them three times (`crossentropy_fwd`): losses and dlogits
+/// bit-identical, at a vocabulary of whole float4 rows, a ragged one and llama's 32000, with
+/// ignored targets among the rows and logits of a wide range.
+#[test]
+fn the_cross_entropy_in_shared_memory_is_bit_identical_to_the_one_that_rereads() {
+    let Some(mut gpu) = cuda_common::gpu("cross-entropy in shared memory") else { return };
+    let mut rng = Pcg64::seed_from_u64(47);
+    let normal = Normal::new(0.0f32, 3.0).expect("normal");
+    for (n, v) in [(37usize, 1000usize), (29, 4001), (16, 32000)] {
+        let logits: Vec<f32> = (0..n * v).map(|_| normal.sample(&mut rng)).collect();
+        let targets: Vec<u32> = (0..n).map(|i| if i % 5 == 3 { u32::MAX } else { rng.random_range(0..v as u32) }).collect();
+        let tg = gpu.upload_tokens(&targets);
+        let mut run = |smem: bool| -> (Vec<u32>, Vec<u32>) {
+            assert_eq!(gpu.set_loss_rows_in_shared_memory(smem), smem, "an H100 or H200 lets a block take a row of {v} logits");
+            let (mut losses, mut x) = (gpu.zeros(n), gpu.upload(&logits));
+            gpu.crossentropy(&mut losses, &mut x, &tg, v, 0.25);
+            assert_eq!(gpu.take_error(), None);
+            let bits = |g: &mut fp8_capture::backend::cuda::CudaBackend, b: &fp8_capture::backend::cuda::DevBuf| g.download(b, 0, g.len(b), 1).iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            (bits(&mut gpu, &losses), bits(&mut gpu, &x))
+        };
+        let (want, got) = (run(false), run(true));
+        assert!(want.0 == got.0, "V {v}: losses differ");
+        assert!(want.1 == got.1, "V {v}: dlogits differ");
+        println!("V {v}: {n} losses and dlogits bit-identical");
+    }
+    gpu.set_loss_rows_in_shared_memory(true);
 }
 
 /// A report without its f64 sums (moments' mean and std, channels' share of Σx²): compared bit for

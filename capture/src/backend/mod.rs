@@ -208,7 +208,6 @@ pub struct GemmReport {
     pub output_nonfinite: u64,
 }
 
-/// AdamW hyper-parameters for one update.
 /// The activation function between a block's fc1 and fc2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -218,6 +217,24 @@ pub enum Activation {
     Swiglu { f: usize },
 }
 
+/// A normalization's forward in front of a GEMM ([`Backend::gemm_of_norm`]): its input (N, C),
+/// its gain (and LayerNorm's bias) per column, and the row statistics it saves for its backward,
+/// which hold the input's already when `ready` ([`Backend::add_with_norm_stats`] said so).
+pub enum NormFwd<'a, B> {
+    /// Llama's RMSNorm ([`Backend::rmsnorm_fwd`]).
+    Rms { inp: &'a B, w: &'a B, rstd: &'a mut B, c: usize, eps: f32, ready: bool },
+    /// GPT's LayerNorm ([`Backend::layernorm_fwd`]).
+    Layer { inp: &'a B, w: &'a B, b: &'a B, mean: &'a mut B, rstd: &'a mut B, c: usize, ready: bool },
+}
+
+/// The row statistics of the normalization after a residual add ([`Backend::add_with_norm_stats`]):
+/// RMSNorm's rstd, or LayerNorm's mean and rstd, of rows of `c` values.
+pub enum NormStats<'a, B> {
+    Rms { rstd: &'a mut B, c: usize, eps: f32 },
+    Layer { mean: &'a mut B, rstd: &'a mut B, c: usize },
+}
+
+/// AdamW hyper-parameters for one update.
 #[derive(Clone, Copy, Debug)]
 pub struct AdamW {
     pub lr: f32,
@@ -401,6 +418,36 @@ pub trait Backend {
         self.activation_bwd(dh, h, dact, kind);
         self.gemm(call, out, dh, w, None, None);
         true
+    }
+
+    /// A GEMM `call` whose operand a is the output `ln` of the normalization `norm` (qkv's and
+    /// fc1's fprop); as [`Backend::gemm_of_activation`], returns whether `ln` was written: a
+    /// backend may instead compute the normalization as it casts the operand, writing only its
+    /// row statistics, and key the kept cast by `ln` (see [`Backend::reuses_kept_cast`]).
+    /// Default: [`Backend::norm_fwd`], then `gemm`.
+    fn gemm_of_norm(&mut self, call: &GemmCall, out: &mut Self::Buf, ln: &mut Self::Buf, norm: NormFwd<'_, Self::Buf>, w: &Self::Buf, bias: Option<&Self::Buf>) -> bool {
+        self.norm_fwd(ln, norm);
+        self.gemm(call, out, ln, w, bias, None);
+        true
+    }
+
+    /// Runs `norm` into `out` ([`Backend::rmsnorm_fwd`] or [`Backend::layernorm_fwd`]; statistics
+    /// that are `ready` are computed again, to the same bits).
+    fn norm_fwd(&mut self, out: &mut Self::Buf, norm: NormFwd<'_, Self::Buf>) {
+        match norm {
+            NormFwd::Rms { inp, w, rstd, c, eps, .. } => self.rmsnorm_fwd(out, rstd, inp, w, c, eps),
+            NormFwd::Layer { inp, w, b, mean, rstd, c, .. } => self.layernorm_fwd(out, mean, rstd, inp, w, b, c),
+        }
+    }
+
+    /// out = a + b ([`Backend::add`]), the residual add in front of a normalization whose row
+    /// statistics `stats` names. A backend may compute them of out in the same pass, bit for bit
+    /// as the normalization would, and then returns true: the normalization may take them as
+    /// `ready` ([`NormFwd`]) instead of reading out again. Default: `add`, false.
+    fn add_with_norm_stats(&mut self, out: &mut Self::Buf, a: &Self::Buf, b: &Self::Buf, stats: NormStats<'_, Self::Buf>) -> bool {
+        let _ = stats;
+        self.add(out, a, b);
+        false
     }
 
     /// A hint that the step's GEMMs are all queued (the optimizer comes next): a device backend

@@ -2,7 +2,7 @@
 //! every linear layer. Forward then backward, in the order the recorded tables assume.
 
 use super::{two_mut, DumpCapture, Layout, Model, StepPlan};
-use crate::backend::{Activation, Backend, GemmCall};
+use crate::backend::{Activation, Backend, GemmCall, NormFwd, NormStats};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
@@ -15,29 +15,40 @@ impl<B: Backend> Model<B> {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
         }
+        // Whether the residual add before a layer's first norm computed its statistics (none before
+        // the first).
+        let mut ln1_ready = false;
         for l in 0..d.l {
             let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
             let s = &mut self.state;
             let (before, after) = s.res.split_at_mut(l + 1);
             let (res_in, res_out) = (&before[l], &mut after[0]);
-            let a = &mut s.layers[l];
+            let (this, next) = s.layers.split_at_mut(l + 1);
+            let a = &mut this[l];
             let p = &s.params;
             let linear = |m: Module| lay.linear(l, m);
             let (n1w, n1b) = lay.norm(l, true);
             let (n2w, n2b) = lay.norm(l, false);
-            be.layernorm_fwd(&mut s.ln, &mut a.ln1_mean, &mut a.ln1_rstd, res_in, &p[n1w], &p[bias(n1b)], d.c);
+            let norm = NormFwd::Layer { inp: res_in, w: &p[n1w], b: &p[bias(n1b)], mean: &mut a.ln1_mean, rstd: &mut a.ln1_rstd, c: d.c, ready: ln1_ready };
             let (w, bi) = linear(Module::Qkv);
-            Self::linear(be, &calls[0], plan, dumps, &mut a.qkv, &s.ln, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear_of_norm(be, &calls[0], plan, dumps, &mut a.qkv, &mut s.ln, norm, &p[w], Some(&p[bias(bi)]));
             be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
             let (w, bi) = linear(Module::Proj);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
-            be.add(&mut a.res2, res_in, &s.proj);
-            be.layernorm_fwd(&mut s.ln, &mut a.ln2_mean, &mut a.ln2_rstd, &a.res2, &p[n2w], &p[bias(n2b)], d.c);
+            let ready = be.add_with_norm_stats(&mut a.res2, res_in, &s.proj, NormStats::Layer { mean: &mut a.ln2_mean, rstd: &mut a.ln2_rstd, c: d.c });
+            let norm = NormFwd::Layer { inp: &a.res2, w: &p[n2w], b: &p[bias(n2b)], mean: &mut a.ln2_mean, rstd: &mut a.ln2_rstd, c: d.c, ready };
             let (w, bi) = linear(Module::Fc1);
-            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear_of_norm(be, &calls[2], plan, dumps, &mut a.fc1, &mut s.ln, norm, &p[w], Some(&p[bias(bi)]));
             let (w, bi) = linear(Module::Fc2);
             Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Gelu, &p[w], Some(&p[bias(bi)]));
-            be.add(res_out, &a.res2, &s.fc2);
+            // The next layer's first norm, or the final norm (which computes its own: it writes lnf).
+            ln1_ready = match next.first_mut() {
+                Some(n) => be.add_with_norm_stats(res_out, &a.res2, &s.fc2, NormStats::Layer { mean: &mut n.ln1_mean, rstd: &mut n.ln1_rstd, c: d.c }),
+                None => {
+                    be.add(res_out, &a.res2, &s.fc2);
+                    false
+                }
+            };
         }
         let (fw, fb) = lay.final_norm();
         {

@@ -3,7 +3,7 @@
 //! of its own or tied to the embedding. Forward then backward.
 
 use super::{DumpCapture, Layout, Model, StepPlan};
-use crate::backend::{Activation, Backend, GemmCall};
+use crate::backend::{Activation, Backend, GemmCall, NormFwd, NormStats};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
@@ -15,23 +15,33 @@ impl<B: Backend> Model<B> {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
         }
+        // Whether the residual add before a layer's first norm computed its rstd (none before the first).
+        let mut ln1_ready = false;
         for l in 0..d.l {
             let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
             let s = &mut self.state;
             let (before, after) = s.res.split_at_mut(l + 1);
             let (res_in, res_out) = (&before[l], &mut after[0]);
-            let a = &mut s.layers[l];
+            let (this, next) = s.layers.split_at_mut(l + 1);
+            let a = &mut this[l];
             let p = &s.params;
             let w = |m: Module| &p[lay.linear(l, m).0];
-            be.rmsnorm_fwd(&mut s.ln, &mut a.ln1_rstd, res_in, &p[lay.norm(l, true).0], d.c, d.eps);
-            Self::linear(be, &calls[0], plan, dumps, &mut s.qkv_pre, &s.ln, w(Module::Qkv), None, None);
+            let norm = NormFwd::Rms { inp: res_in, w: &p[lay.norm(l, true).0], rstd: &mut a.ln1_rstd, c: d.c, eps: d.eps, ready: ln1_ready };
+            Self::linear_of_norm(be, &calls[0], plan, dumps, &mut s.qkv_pre, &mut s.ln, norm, w(Module::Qkv), None);
             be.rope_attention_fwd(&mut a.atty, &mut a.att, &mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta, d.causal);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, w(Module::Proj), None, None);
-            be.add(&mut a.res2, res_in, &s.proj);
-            be.rmsnorm_fwd(&mut s.ln, &mut a.ln2_rstd, &a.res2, &p[lay.norm(l, false).0], d.c, d.eps);
-            Self::linear(be, &calls[2], plan, dumps, &mut a.fc1, &s.ln, w(Module::Fc1), None, None);
+            let ready = be.add_with_norm_stats(&mut a.res2, res_in, &s.proj, NormStats::Rms { rstd: &mut a.ln2_rstd, c: d.c, eps: d.eps });
+            let norm = NormFwd::Rms { inp: &a.res2, w: &p[lay.norm(l, false).0], rstd: &mut a.ln2_rstd, c: d.c, eps: d.eps, ready };
+            Self::linear_of_norm(be, &calls[2], plan, dumps, &mut a.fc1, &mut s.ln, norm, w(Module::Fc1), None);
             Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Swiglu { f: d.f }, w(Module::Fc2), None);
-            be.add(res_out, &a.res2, &s.fc2);
+            // The next layer's first norm, or the final norm (which computes its own: it writes lnf).
+            ln1_ready = match next.first_mut() {
+                Some(n) => be.add_with_norm_stats(res_out, &a.res2, &s.fc2, NormStats::Rms { rstd: &mut n.ln1_rstd, c: d.c, eps: d.eps }),
+                None => {
+                    be.add(res_out, &a.res2, &s.fc2);
+                    false
+                }
+            };
         }
         let (fw, _) = lay.final_norm();
         {

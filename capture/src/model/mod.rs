@@ -15,7 +15,7 @@ mod gpt;
 mod llama;
 pub mod params;
 
-use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, OperandCast, StatsLevel};
+use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, NormFwd, OperandCast, StatsLevel};
 use crate::backend::OperandFault;
 use fp8scope_schemas::config::{Arch, AttnMask, ModelDims};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
@@ -368,6 +368,23 @@ impl<B: Backend> Model<B> {
             be.gemm_of_activation(call, out, act, h, kind, w, bias)
         };
         Self::captures(be, call, plan, dumps, out, act, w);
+        written
+    }
+
+    /// qkv's or fc1's fprop, whose operand is the output `ln` of the normalization `norm`; as
+    /// [`Self::linear_of_activation`] (the backend may compute the normalization as it casts the
+    /// operand, [`Backend::gemm_of_norm`], unless a dump or a shadow GEMM reads `ln`). Returns
+    /// whether `ln` was written.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_of_norm(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, ln: &mut B::Buf, norm: NormFwd<'_, B::Buf>, w: &B::Buf, bias: Option<&B::Buf>) -> bool {
+        let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Activation) {
+            be.norm_fwd(ln, norm);
+            be.gemm(call, out, ln, w, bias, None);
+            true
+        } else {
+            be.gemm_of_norm(call, out, ln, norm, w, bias)
+        };
+        Self::captures(be, call, plan, dumps, out, ln, w);
         written
     }
 

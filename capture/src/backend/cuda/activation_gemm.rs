@@ -18,20 +18,25 @@ impl CudaBackend {
     /// Whether `call`'s operand a is computed as it is cast: a BF16 operand or an FP8 one of a given
     /// scale (current scaling's amax pass reads a buffer), not beside a BF16 shadow GEMM (which
     /// casts the operand again, from the buffer), statistics at most cheap (the levels the
-    /// computed-source kernels are compiled for), BF16 inputs and rows of a multiple of 4 values
-    /// ([`computable`]), and no error kept.
+    /// computed-source kernels are compiled for), inputs the kernel reads (`inputs_ok`: for the
+    /// activations BF16 inputs and rows of a multiple of 4 values, [`computable`]), and no error
+    /// kept.
     ///
     /// For an FP8 operand the computed source's tiled cast writes both layouts, as the plain dual
-    /// cast does, from the BF16 inputs instead of the f32 tensor the activation kernel would have
-    /// written.
-    fn computes_operand(&self, call: &GemmCall, kind: i32, h: &DevBuf, b: Option<&DevBuf>) -> bool {
-        let cols = operand_shapes(call.id.gemm, call.dims)[0].1;
+    /// cast does, from the layer's inputs instead of the f32 tensor its kernel would have written.
+    pub(super) fn computes_operand(&self, call: &GemmCall, inputs_ok: bool) -> bool {
         let castable = match call.cast_a {
             OperandCast::Bf16 => true,
             OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. }),
             OperandCast::Fp8Block { .. } => false,
         };
-        self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Cheap && computable(kind, cols, h, b)
+        self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Cheap && inputs_ok
+    }
+
+    /// Whether an activation source of `kind` from `h` (and `b`) is computable for `call`'s
+    /// operand a ([`computable`] at its width).
+    fn activation_computable(call: &GemmCall, kind: i32, h: &DevBuf, b: Option<&DevBuf>) -> bool {
+        computable(kind, operand_shapes(call.id.gemm, call.dims)[0].1, h, b)
     }
 
     /// See [`Backend::gemm_of_activation`].
@@ -41,7 +46,7 @@ impl CudaBackend {
             Activation::Gelu => SRC_GELU,
             Activation::Swiglu { .. } => SRC_SWIGLU,
         };
-        if !self.computes_operand(call, src, h, None) {
+        if !self.computes_operand(call, Self::activation_computable(call, src, h, None)) {
             self.activation_fwd(act, h, kind);
             self.gemm(call, out, act, w, bias, None);
             return true;
@@ -58,7 +63,7 @@ impl CudaBackend {
             Activation::Gelu => SRC_DGELU,
             Activation::Swiglu { .. } => SRC_DSWIGLU,
         };
-        if !self.computes_operand(call, src, h, Some(dact)) {
+        if !self.computes_operand(call, Self::activation_computable(call, src, h, Some(dact))) {
             self.activation_bwd(dh, h, dact, kind);
             self.gemm(call, out, dh, w, None, None);
             return true;

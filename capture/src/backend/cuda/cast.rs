@@ -106,13 +106,41 @@ pub(super) struct CastUse {
 
 /// What a cast reads: the f32 values of a buffer, or values computed as they are read
 /// (`kernels/cast.cu`: CastSrc, one of its SRC_* kinds) from the saved inputs of the layer that
-/// would otherwise write them to a buffer first; `like` is that buffer, left unwritten, whose
-/// address keys the cast as its own would (so the site's other GEMM, reading `like`, takes the kept
-/// cast).
+/// would otherwise write them to a buffer first: an activation function's (`Computed`, from BF16
+/// inputs) or a normalization's (`Normed`, from its f32 input and saved row statistics); `like` is
+/// that buffer, left unwritten, whose address keys the cast as its own would (so the site's other
+/// GEMM, reading `like`, takes the kept cast).
 #[derive(Clone, Copy)]
 pub(super) enum CastInput<'a> {
     Buf(&'a CudaSlice<f32>),
     Computed { kind: i32, h: &'a DevBuf, b: Option<&'a DevBuf>, like: &'a DevBuf },
+    Normed(NormSrc<'a>),
+}
+
+/// A normalization computed as its output is cast (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM):
+/// its input `x` (rows × cols), gain and (LayerNorm) shift per column, rstd and (LayerNorm) mean
+/// per row, all f32; `like` stands for its unwritten output.
+#[derive(Clone, Copy)]
+pub(super) struct NormSrc<'a> {
+    pub x: &'a DevBuf,
+    pub gain: &'a DevBuf,
+    pub shift: Option<&'a DevBuf>,
+    pub rstd: &'a DevBuf,
+    pub mean: Option<&'a DevBuf>,
+    pub like: &'a DevBuf,
+}
+
+impl NormSrc<'_> {
+    /// Its CastSrc kind: LayerNorm with a mean, RMSNorm without.
+    fn kind(&self) -> i32 {
+        if self.mean.is_some() { SRC_LAYERNORM } else { SRC_RMSNORM }
+    }
+
+    /// Whether its inputs are what the kernels read: every buffer f32, a shift exactly with a mean.
+    pub(super) fn computable(&self) -> bool {
+        let f32s = [Some(self.x), Some(self.gain), self.shift, Some(self.rstd), self.mean].into_iter().flatten().all(|b| !b.is_bf16());
+        f32s && self.shift.is_some() == self.mean.is_some()
+    }
 }
 
 /// CastSrc kinds (kernels/cast.cu: SRC_*).
@@ -124,6 +152,9 @@ pub(super) const SRC_DGELU: i32 = 4;
 /// (kernels/cast.cu: SRC_DSWIGLU_PAIRS): the launch kind of SRC_DSWIGLU when each half of the
 /// operand is a whole number of tiles ([`launch_kind`]).
 const SRC_DSWIGLU_PAIRS: i32 = 5;
+/// A normalization's output (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
+const SRC_RMSNORM: i32 = 6;
+const SRC_LAYERNORM: i32 = 7;
 
 /// The kernel kind a computed source of `kind` casting `cols` columns launches as.
 fn launch_kind(kind: i32, cols: usize) -> i32 {
@@ -149,6 +180,8 @@ impl CastInput<'_> {
             CastInput::Computed { kind: SRC_DSWIGLU, .. } => "gemm.cast_dswiglu",
             CastInput::Computed { kind: SRC_GELU, .. } => "gemm.cast_gelu",
             CastInput::Computed { .. } => "gemm.cast_dgelu",
+            CastInput::Normed(n) if n.mean.is_some() => "gemm.cast_layernorm",
+            CastInput::Normed(_) => "gemm.cast_rmsnorm",
         }
     }
 
@@ -156,12 +189,34 @@ impl CastInput<'_> {
     fn launch_kind(&self, cols: usize) -> Option<i32> {
         match *self {
             CastInput::Computed { kind, .. } => Some(launch_kind(kind, cols)),
+            CastInput::Normed(n) => Some(n.kind()),
             CastInput::Buf(_) => None,
+        }
+    }
+
+    /// The computed source's inputs in the kernel's order (h, b, gain, shift, rstd, mean), 0 for
+    /// those its kind does not read.
+    fn src_ptrs(&self, be: &CudaBackend) -> [u64; 6] {
+        let p = |b: Option<&DevBuf>| b.map(|b| be.ptr(b.raw())).unwrap_or(0);
+        match *self {
+            CastInput::Buf(_) => [0; 6],
+            CastInput::Computed { h, b, .. } => [p(Some(h)), p(b), 0, 0, 0, 0],
+            CastInput::Normed(n) => [0, 0, p(Some(n.gain)), p(n.shift), p(Some(n.rstd)), p(n.mean)],
         }
     }
 
     /// The computed source's inputs checked against the cast's rows × cols.
     fn check(&self, rows: usize, cols: usize) -> Result<(), CudaError> {
+        if let CastInput::Normed(n) = *self {
+            let lens = (n.x.len(), n.gain.len(), n.shift.map(|b| b.len()), n.rstd.len(), n.mean.map(|b| b.len()));
+            let want = (rows * cols, cols, n.shift.map(|_| cols), rows, n.mean.map(|_| rows));
+            if !n.computable() || lens != want {
+                return Err(CudaError::Unsupported(format!(
+                    "a normalization computed in the cast of {rows} x {cols}: f32 inputs of (x, gain, shift, rstd, mean) = {want:?} values needed, {lens:?} given"
+                )));
+            }
+            return Ok(());
+        }
         let CastInput::Computed { kind, h, b, .. } = *self else { return Ok(()) };
         let n = rows * cols;
         let (want_h, want_b) = match kind {
@@ -386,7 +441,7 @@ impl CudaBackend {
     fn input_ptr(&self, x: CastInput) -> u64 {
         match x {
             CastInput::Buf(b) => self.ptr(b),
-            CastInput::Computed { like, .. } => self.ptr(like.raw()),
+            CastInput::Computed { like, .. } | CastInput::Normed(NormSrc { like, .. }) => self.ptr(like.raw()),
         }
     }
 
@@ -428,6 +483,7 @@ impl CudaBackend {
         let xp = match x {
             CastInput::Buf(b) => self.ptr(b),
             CastInput::Computed { .. } => 0,
+            CastInput::Normed(n) => self.ptr(n.x.raw()),
         };
         let (mut scale_arg, mut mode) = (1.0f32, 0i32);
         if let OperandCast::Fp8Tensor { scale, .. } = how {
@@ -447,18 +503,17 @@ impl CudaBackend {
                 }
             }
         }
-        if let CastInput::Computed { kind, h, b, .. } = x {
+        if let Some(kind) = x.launch_kind(cols) {
             if level > StatsLevel::Cheap {
                 return Err(CudaError::Unsupported("a computed cast source is cast with statistics at most cheap".into()));
             }
-            let kind = launch_kind(kind, cols);
             let grid = self.tiled_cast_grid(rows, cols, Some(kind), channels.is_some(), level);
             let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
-            let (hp, bp) = (self.ptr(h.raw()), b.map(|b| self.ptr(b.raw())).unwrap_or(0));
+            let [hp, bp, gp, sp, rp, mp] = x.src_ptrs(self);
             #[rustfmt::skip]
-            launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), 0u64, rows as i32, cols as i32, scale_arg, mode,
+            launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
-                hp, bp)?;
+                hp, bp, gp, sp, rp, mp)?;
             return Ok(());
         }
         let grid = cast_grid(rows, cols, layout != CastLayout::Straight, channels.is_some(), level_code(level), sms, self.cast_grid);

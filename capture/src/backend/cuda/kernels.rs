@@ -2,7 +2,7 @@
 //! CUBIN for the GPU found (cached per process), and the table of kernel modules.
 //!
 //! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` (and
-//! `#include "activations.cuh"`) is replaced by that file's text before compilation, so no header
+//! `activations.cuh`, `norms.cuh`) is replaced by that file's text before compilation, so no header
 //! search is needed for our own code. `cast.cu` is two: its plain casts ([`Family::Cast`]) and,
 //! with `CAST_SRC_UNIT` defined, its computed-source casts ([`Family::CastSrc`]), compiled side by
 //! side at start-up. NVRTC still
@@ -16,6 +16,7 @@ use std::sync::{Mutex, OnceLock};
 
 const COMMON: &str = include_str!("../../../../kernels/common.cuh");
 const ACTIVATIONS: &str = include_str!("../../../../kernels/activations.cuh");
+const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
 
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
@@ -44,19 +45,21 @@ pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str
 /// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 5,
 /// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
 #[rustfmt::skip]
-const CAST_SRC_KERNELS: [&str; 30] = [
+const CAST_SRC_KERNELS: [&str; 42] = [
     "cast_src1_l0_f0", "cast_src1_l0_f1", "cast_src1_l0_f2", "cast_src1_l1_f0", "cast_src1_l1_f1", "cast_src1_l1_f2",
     "cast_src2_l0_f0", "cast_src2_l0_f1", "cast_src2_l0_f2", "cast_src2_l1_f0", "cast_src2_l1_f1", "cast_src2_l1_f2",
     "cast_src3_l0_f0", "cast_src3_l0_f1", "cast_src3_l0_f2", "cast_src3_l1_f0", "cast_src3_l1_f1", "cast_src3_l1_f2",
     "cast_src4_l0_f0", "cast_src4_l0_f1", "cast_src4_l0_f2", "cast_src4_l1_f0", "cast_src4_l1_f1", "cast_src4_l1_f2",
     "cast_src5_l0_f0", "cast_src5_l0_f1", "cast_src5_l0_f2", "cast_src5_l1_f0", "cast_src5_l1_f1", "cast_src5_l1_f2",
+    "cast_src6_l0_f0", "cast_src6_l0_f1", "cast_src6_l0_f2", "cast_src6_l1_f0", "cast_src6_l1_f1", "cast_src6_l1_f2",
+    "cast_src7_l0_f0", "cast_src7_l0_f1", "cast_src7_l0_f2", "cast_src7_l1_f0", "cast_src7_l1_f1", "cast_src7_l1_f2",
 ];
 
-/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 5) at statistics
+/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 7) at statistics
 /// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
 /// [`cast_kernel`]'s).
 pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
-    CAST_SRC_KERNELS[(kind.clamp(1, 5) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
+    CAST_SRC_KERNELS[(kind.clamp(1, 7) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
 }
 
 /// A kernel family: one NVRTC program (a `.cu` file, or for `CastSrc` a part of one), one module.
@@ -145,8 +148,8 @@ impl Family {
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
-            Family::LayerNorm => &["layernorm_fwd", "layernorm_bwd", "layernorm_bwd_partial", "layernorm_bwd_reduce"],
-            Family::RmsNorm => &["rmsnorm_fwd", "rmsnorm_bwd", "rmsnorm_bwd_reduce"],
+            Family::LayerNorm => &["layernorm_fwd", "layernorm_add_stats", "layernorm_bwd", "layernorm_bwd_partial", "layernorm_bwd_reduce"],
+            Family::RmsNorm => &["rmsnorm_fwd", "rmsnorm_add_stats", "rmsnorm_bwd", "rmsnorm_bwd_reduce"],
             Family::SwiGlu => &["swiglu_fwd", "swiglu_bwd"],
             Family::Attention => &[
                 "attention_split_fwd",
@@ -160,16 +163,16 @@ impl Family {
                 "rope_bwd",
             ],
             Family::FlashAttention => &super::attention::FLASH_KERNELS,
-            Family::Loss => &["crossentropy_fwd"],
+            Family::Loss => &["crossentropy_fwd", "crossentropy_smem_fwd"],
             Family::AdamW => &["adamw_fwd"],
         }
     }
 
-    /// The full translation unit NVRTC compiles: the family's file with `common.cuh` and
-    /// `activations.cuh` pasted in (and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
+    /// The full translation unit NVRTC compiles: the family's file with `common.cuh`,
+    /// `activations.cuh` and `norms.cuh` pasted in (and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
     pub fn translation_unit(self) -> String {
         let unit = if self == Family::CastSrc { "#define CAST_SRC_UNIT\n" } else { "" };
-        unit.to_string() + &self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS)
+        unit.to_string() + &self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS).replace("#include \"norms.cuh\"", NORMS)
     }
 }
 

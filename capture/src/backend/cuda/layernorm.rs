@@ -19,11 +19,12 @@ fn rows(kernel: &str, len: usize, c: usize) -> Result<usize, CudaError> {
 }
 
 impl CudaBackend {
-    /// out (N, C) `=`, mean (N) `=`, rstd (N) `=` from inp (N, C), w (C), b (C).
+    /// out (N, C) `=`, mean (N) `=`, rstd (N) `=` from inp (N, C), w (C), b (C); without `out`,
+    /// mean and rstd only (for a cast that computes out as it reads inp: `norm_gemm.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn layernorm_fwd_impl(
         &mut self,
-        out: &mut CudaSlice<f32>,
+        out: Option<&mut CudaSlice<f32>>,
         mean: &mut CudaSlice<f32>,
         rstd: &mut CudaSlice<f32>,
         inp: &CudaSlice<f32>,
@@ -32,8 +33,32 @@ impl CudaBackend {
         c: usize,
     ) -> Result<(), CudaError> {
         let n = rows("layernorm_fwd", inp.len(), c)?;
-        let (o, m, r, x, wp, bp) = (self.ptr(out), self.ptr(mean), self.ptr(rstd), self.ptr(inp), self.ptr(w), self.ptr(b));
+        let o = out.map(|o| self.ptr(o)).unwrap_or(0);
+        let (m, r, x, wp, bp) = (self.ptr(mean), self.ptr(rstd), self.ptr(inp), self.ptr(w), self.ptr(b));
         launch!(self, "layernorm_fwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), o, m, r, x, wp, bp, n as i32, c as i32)
+    }
+
+    /// out (N, C) `=` a + b (b in f32 or BF16 storage) and mean (N), rstd (N) of out, in one
+    /// pass (`layernorm_add_stats`: the residual add and the statistics `layernorm_fwd` would compute).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn layernorm_add_stats_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        mean: &mut CudaSlice<f32>,
+        rstd: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &DevBuf,
+        c: usize,
+    ) -> Result<(), CudaError> {
+        let n = rows("layernorm_add_stats", a.len(), c)?;
+        if b.len() != a.len() || out.len() != a.len() || mean.len() < n || rstd.len() < n {
+            return Err(CudaError::Unsupported(format!("layernorm_add_stats: {} + {} values into {}, {} rows' statistics", a.len(), b.len(), out.len(), n)));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (o, m, r, ap, bp) = (self.ptr(out), self.ptr(mean), self.ptr(rstd), self.ptr(a), self.ptr(b.raw()));
+        launch!(self, "layernorm_add_stats", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), o, m, r, ap, bp, b.is_bf16() as i32, n as i32, c as i32)
     }
 
     /// dinp (N, C) `+=` (`layernorm_bwd`), dw (C) `+=` and db (C) `+=` (`layernorm_bwd_partial`,

@@ -195,6 +195,8 @@ pub struct CudaBackend {
     next_gemm: usize,
     /// Most blocks of a cast kernel (0: the defaults of `cast::cast_grid`; benchmarks set it).
     cast_grid: usize,
+    /// Shared memory bytes `crossentropy_smem_fwd` may take (0: the GPU refused; [`loss`]).
+    loss_row_smem: usize,
     /// Transposed casts kept for the second GEMM of their site ([`cast`]).
     kept: cast::KeptCasts,
     /// Per-channel statistics of the step's recorded casts ([`channels`]).
@@ -282,6 +284,7 @@ impl CudaBackend {
             }
         }
         attention::configure(&funcs)?;
+        let loss_row_smem = loss::configure(&funcs)?;
         let lt = Lt::new(&stream)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -300,6 +303,7 @@ impl CudaBackend {
             partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
             colsum_partial: s.alloc_zeros(1)?,
             cast_grid: 0,
+            loss_row_smem,
             kept: Default::default(),
             chan: channels::ChannelRecords::new(s)?,
             stat: stat_batch::StatArena::new(s)?,
@@ -791,6 +795,7 @@ mod embedding;
 mod gelu;
 mod layernorm;
 mod loss;
+mod norm_gemm;
 mod primitives;
 mod residual;
 mod rmsnorm;

@@ -7,7 +7,7 @@
 use super::*;
 use super::attention::AttentionShape;
 use super::rope::RopeDir;
-use crate::backend::Activation;
+use crate::backend::{Activation, NormFwd, NormStats};
 
 impl Backend for CudaBackend {
     type Buf = DevBuf;
@@ -83,7 +83,7 @@ impl Backend for CudaBackend {
         b: &DevBuf,
         c: usize,
     ) {
-        self.spanned("layernorm_fwd", |me| me.layernorm_fwd_impl(out, mean, rstd, inp, w, b, c));
+        self.spanned("layernorm_fwd", |me| me.layernorm_fwd_impl(Some(out), mean, rstd, inp, w, b, c));
     }
 
     fn layernorm_bwd(
@@ -102,7 +102,7 @@ impl Backend for CudaBackend {
     }
 
     fn rmsnorm_fwd(&mut self, out: &mut DevBuf, rstd: &mut DevBuf, inp: &DevBuf, w: &DevBuf, c: usize, eps: f32) {
-        self.spanned("rmsnorm_fwd", |me| me.rmsnorm_fwd_impl(out, rstd, inp, w, c, eps));
+        self.spanned("rmsnorm_fwd", |me| me.rmsnorm_fwd_impl(Some(out), rstd, inp, w, c, eps));
     }
 
     fn rmsnorm_bwd(
@@ -274,6 +274,14 @@ impl Backend for CudaBackend {
 
     fn gemm_of_activation_grad(&mut self, call: &GemmCall, out: &mut DevBuf, dh: &mut DevBuf, h: &DevBuf, dact: &DevBuf, kind: Activation, w: &DevBuf) -> bool {
         self.gemm_of_activation_grad_impl(call, out, dh, h, dact, kind, w)
+    }
+
+    fn add_with_norm_stats(&mut self, out: &mut DevBuf, a: &DevBuf, b: &DevBuf, stats: NormStats<'_, DevBuf>) -> bool {
+        self.add_with_norm_stats_impl(out, a, b, stats)
+    }
+
+    fn gemm_of_norm(&mut self, call: &GemmCall, out: &mut DevBuf, ln: &mut DevBuf, norm: NormFwd<'_, DevBuf>, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+        self.gemm_of_norm_impl(call, out, ln, norm, w, bias)
     }
 
     fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &DevBuf) -> bool {

@@ -23,10 +23,11 @@ fn rows(layer: &str, len: usize, c: usize) -> Result<usize, CudaError> {
 }
 
 impl CudaBackend {
-    /// out (N, C) `=` inp·rstd·w, rstd (N) `=` 1/√(mean(inp²) + eps).
+    /// out (N, C) `=` inp·rstd·w, rstd (N) `=` 1/√(mean(inp²) + eps); without `out`, rstd only
+    /// (for a cast that computes out as it reads inp: `norm_gemm.rs`).
     pub(super) fn rmsnorm_fwd_impl(
         &mut self,
-        out: &mut CudaSlice<f32>,
+        out: Option<&mut CudaSlice<f32>>,
         rstd: &mut CudaSlice<f32>,
         inp: &CudaSlice<f32>,
         w: &CudaSlice<f32>,
@@ -37,9 +38,25 @@ impl CudaBackend {
         if n == 0 {
             return Ok(());
         }
-        let (o, r, x, wp) = (self.ptr(out), self.ptr(rstd), self.ptr(inp), self.ptr(w));
+        let o = out.map(|o| self.ptr(o)).unwrap_or(0);
+        let (r, x, wp) = (self.ptr(rstd), self.ptr(inp), self.ptr(w));
         let blocks = n.div_ceil(ROWS_PER_BLOCK) as u32;
         launch!(self, "rmsnorm_fwd", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), o, r, x, wp, n as i32, c as i32, eps)
+    }
+
+    /// out (N, C) `=` a + b (b in f32 or BF16 storage) and rstd (N) of out, in one pass
+    /// (`rmsnorm_add_stats`: the residual add and the statistics `rmsnorm_fwd` would compute).
+    pub(super) fn rmsnorm_add_stats_impl(&mut self, out: &mut CudaSlice<f32>, rstd: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &DevBuf, c: usize, eps: f32) -> Result<(), CudaError> {
+        let n = rows("rmsnorm_add_stats", a.len(), c)?;
+        if b.len() != a.len() || out.len() != a.len() || rstd.len() < n {
+            return Err(CudaError::Unsupported(format!("rmsnorm_add_stats: {} + {} values into {}, {} rows' rstd into {}", a.len(), b.len(), out.len(), n, rstd.len())));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (o, r, ap, bp) = (self.ptr(out), self.ptr(rstd), self.ptr(a), self.ptr(b.raw()));
+        let blocks = n.div_ceil(ROWS_PER_BLOCK) as u32;
+        launch!(self, "rmsnorm_add_stats", cfg((blocks, 1, 1), 32 * ROWS_PER_BLOCK as u32), o, r, ap, bp, b.is_bf16() as i32, n as i32, c as i32, eps)
     }
 
     /// dinp (N, C) `+=`, dw (C) `+=` (dout in f32 or BF16 storage).
