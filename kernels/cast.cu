@@ -340,8 +340,9 @@ template <int K> struct SrcNorm {
 };
 
 // The normalized values of the thread's 4 x 4 share of the tile at (r0, c0), in place of x's: its
-// rows' statistics (rstd, and mean) and its columns' gain (and shift) are loaded here, at the cast,
-// not a tile ahead with x's values (holding them spilled registers in the cheap level's casts).
+// rows' statistics (rstd, and mean) and its columns' gain (and shift) are loaded here, at the cast
+// (after the next tile's loads are issued), not a tile ahead with x's values (holding them spilled
+// registers in the cheap level's casts).
 // They are a few words a tile, shared by the block's threads (and a run's tiles share the columns'),
 // so they come from the caches. Past the edges they are zero (those values are not cast).
 template <int K>
@@ -538,6 +539,17 @@ __device__ __forceinline__ bool fp8x4_plain(u32 w, const float (&y)[4]) {
     bool nonzero = ((((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) & 0x80808080u) == 0x80808080u);
     float m = fmt_max(FMT);
     return nonzero & (fabsf(y[0]) <= m) & (fabsf(y[1]) <= m) & (fabsf(y[2]) <= m) & (fabsf(y[3]) <= m);
+}
+
+// A 4 x 4 block of bytes transposed: r[i] holds row i's 4 bytes (byte k in bits 8k..), c[k] gets
+// column k's (row i's in bits 8i..). Eight byte permutes (PRMT).
+__device__ __forceinline__ void fp8_transpose4(const u32 (&r)[4], u32 (&c)[4]) {
+    u32 lo01 = __byte_perm(r[0], r[1], 0x5140), hi01 = __byte_perm(r[0], r[1], 0x7362);
+    u32 lo23 = __byte_perm(r[2], r[3], 0x5140), hi23 = __byte_perm(r[2], r[3], 0x7362);
+    c[0] = __byte_perm(lo01, lo23, 0x5410);
+    c[1] = __byte_perm(lo01, lo23, 0x7632);
+    c[2] = __byte_perm(hi01, hi23, 0x5410);
+    c[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
 // One thread's share of a tile of cast_transposed: its 16 values (rows r0 + ty + 16 j, columns
@@ -741,7 +753,32 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
                 ch_amax[o] = cm;
             }
         }
-        if (out_t != nullptr) {
+        if (FMT != FMT_BF16 && out_t != nullptr) {
+            // FP8: the thread's 4 x 4 block of codes (tile rows 4 tx.., columns 4 ty..) read as 4
+            // words and transposed in registers (fp8_transpose4): 4 shared loads instead of 16
+            // byte loads and their packing. Each word is a column of x: 4 consecutive codes of
+            // an out_t row.
+            int orow = r0 + 4 * tx;  // out_t is (cols, rows): 4 of its columns per thread
+            u32 rw[4], cw[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) rw[i] = *reinterpret_cast<const u32*>(&tile[4 * tx + i][4 * ty]);
+            fp8_transpose4(rw, cw);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int oc = c0 + 4 * ty + k;
+                if (oc >= cols) break;
+                u64 o = (u64)oc * rows + orow;
+                if (vec_t && orow + 3 < rows) {
+                    *reinterpret_cast<u32*>((u8*)out_t + o) = cw[k];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        if (orow + i >= rows) break;
+                        ((u8*)out_t)[o + i] = (u8)(cw[k] >> (8 * i));
+                    }
+                }
+            }
+        } else if (out_t != nullptr) {
             int orow = r0 + 4 * tx;  // out_t is (cols, rows): 4 of its columns per thread
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -769,14 +806,13 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         int r0 = tr * TILE, c0 = tc * TILE;
         int nr = tr + step_r, nc = tc + step_c;
         if (nc >= tiles_c) { nc -= tiles_c; nr++; }
-        // A normalization's values before the next tile's loads are in flight (fewer registers live).
-        if (NORM) norm_apply<SRC>(src, rows, cols, r0, c0, tx, ty, v);
         float nv[4][4];
         SrcRaw<SRC> nraw;
         if (AHEAD && nr < tiles_r) {
             if (RAW) src_load_raw<SRC>(src, rows, cols, nr * TILE, nc * TILE, tx, ty, nraw);
             else load_tile(x, rows, cols, nr * TILE, nc * TILE, tx, ty, vec_in, nv);
         }
+        if (NORM) norm_apply<SRC>(src, rows, cols, r0, c0, tx, ty, v);
         if (RAW) {
             // A computed source's values, from its raw inputs (loaded an iteration ago, or now);
             // a pair tile's wait in shared memory, each thread's own.

@@ -1,0 +1,1 @@
+cd gpu-bundle && timeout 330 bash bench/speed.sh bin $OUT/sb b32 > $OUT/speed-b32.log 2>&1; echo "rc $?"; tail -14 $OUT/speed-b32.log; cp $OUT/sb/*.md $OUT/rows-b32.md; cp $OUT/sb/*.jsonl $OUT/speed-b32.jsonl; rm -rf $OUT/sb
