@@ -1136,14 +1136,7 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
                 let wgrad1 = call(Module::Fc1, Gemm::Wgrad, d1);
                 assert!(gpu.reuses_kept_cast(&wgrad1, 0, &dh), "{label} {cast_name}: fc1's wgrad does not take the kept gradient");
                 gpu.gemm(&wgrad1, &mut dw1, &dh, &x1, None, None);
-                let mut out: Vec<(String, String)> = [("fc2.fprop", &y), ("fc2.wgrad", &dw2), ("fc1.dgrad", &dln), ("fc1.wgrad", &dw1)]
-                    .into_iter()
-                    .map(|(name, b)| {
-                        let len = gpu.len(b);
-                        let bits: Vec<u32> = gpu.download(b, 0, len, 1).iter().map(|v| v.to_bits()).collect();
-                        (name.to_string(), format!("{bits:?}"))
-                    })
-                    .collect();
+                let mut out = named_bits(&mut gpu, &[("fc2.fprop", &y), ("fc2.wgrad", &dw2), ("fc1.dgrad", &dln), ("fc1.wgrad", &dw1)]);
                 let mut sums = Vec::new();
                 for r in gpu.take_reports() {
                     out.push((format!("report {:?}", r.id), format!("{:?}", without_sums(&r))));
@@ -1251,14 +1244,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 }
                 assert!(gpu.reuses_kept_cast(&wgrad, 1, &ln), "{label}: the wgrad does not take the kept cast of ln");
                 gpu.gemm(&wgrad, &mut dw, &dy, &ln, None, None);
-                let mut out: Vec<(String, String)> = [("x", x), ("mean", &mean), ("rstd", &rstd), ("fprop", &y), ("wgrad", &dw)]
-                    .into_iter()
-                    .map(|(name, buf)| {
-                        let len = gpu.len(buf);
-                        let bits: Vec<u32> = gpu.download(buf, 0, len, 1).iter().map(|v| v.to_bits()).collect();
-                        (name.to_string(), format!("{bits:?}"))
-                    })
-                    .collect();
+                let mut out = named_bits(&mut gpu, &[("x", x), ("mean", &mean), ("rstd", &rstd), ("fprop", &y), ("wgrad", &dw)]);
                 for r in gpu.take_reports() {
                     out.push((format!("report {:?}", r.id), format!("{r:?}")));
                 }
@@ -1295,8 +1281,7 @@ fn the_cross_entropy_in_shared_memory_is_bit_identical_to_the_one_that_rereads()
             let (mut losses, mut x) = (gpu.zeros(n), gpu.upload(&logits));
             gpu.crossentropy(&mut losses, &mut x, &tg, v, 0.25);
             assert_eq!(gpu.take_error(), None);
-            let bits = |g: &mut fp8_capture::backend::cuda::CudaBackend, b: &fp8_capture::backend::cuda::DevBuf| g.download(b, 0, g.len(b), 1).iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-            (bits(&mut gpu, &losses), bits(&mut gpu, &x))
+            (buffer_bits(&mut gpu, &losses), buffer_bits(&mut gpu, &x))
         };
         let (want, got) = (run(false), run(true));
         assert!(want.0 == got.0, "V {v}: losses differ");
@@ -1304,6 +1289,17 @@ fn the_cross_entropy_in_shared_memory_is_bit_identical_to_the_one_that_rereads()
         println!("V {v}: {n} losses and dlogits bit-identical");
     }
     gpu.set_loss_rows_in_shared_memory(true);
+}
+
+/// The bits of every value of a GPU buffer.
+fn buffer_bits(gpu: &mut fp8_capture::backend::cuda::CudaBackend, b: &fp8_capture::backend::cuda::DevBuf) -> Vec<u32> {
+    let len = gpu.len(b);
+    gpu.download(b, 0, len, 1).iter().map(|v| v.to_bits()).collect()
+}
+
+/// Each named buffer's bits, printed (compared as strings beside the reports).
+fn named_bits(gpu: &mut fp8_capture::backend::cuda::CudaBackend, bufs: &[(&str, &fp8_capture::backend::cuda::DevBuf)]) -> Vec<(String, String)> {
+    bufs.iter().map(|(name, b)| (name.to_string(), format!("{:?}", buffer_bits(gpu, b)))).collect()
 }
 
 /// A report without its f64 sums (moments' mean and std, channels' share of Σx²): compared bit for
