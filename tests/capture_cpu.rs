@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use fp8scope_schemas::config::Accumulation;
 use fp8scope_schemas::manifest::{Manifest, RunStatus};
 use std::time::Instant;
 
@@ -85,7 +86,7 @@ fn every_recipe_and_routing_records_a_readable_run() {
         // Whole dumps of layer 0's operands: check_run.py recomputes their channel statistics.
         ("current", vec!["--recipe", "current", "--dump-max-elems", "200000", "--dump-layers", "layers\\.0\\..*"]),
         ("block", vec!["--recipe", "block", "--channels", "128", "--ffn", "256", "--heads", "4"]),
-        ("e4m3", vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1"]),
+        ("e4m3", vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1", "--accumulation", "split"]),
         ("routed", vec!["--recipe", "delayed", "--bf16-gemms", "dgrad", "--bf16-layers", "1", "--bf16-sites", "layers.0.fc2:wgrad"]),
         ("strided", vec!["--recipe", "delayed", "--dump-sample", "strided", "--dump-layers", "layers\\.1\\..*", "--dump-roles", "activation,gradient"]),
         ("uniform", vec!["--recipe", "delayed", "--data", "uniform"]),
@@ -98,6 +99,9 @@ fn every_recipe_and_routing_records_a_readable_run() {
         let m = Manifest::read(&out).unwrap();
         assert_eq!(m.status, RunStatus::Completed, "{name}");
         assert_eq!(m.rows.steps, 12, "{name}");
+        // Transformer Engine's default unless asked otherwise; the CPU records it as asked.
+        let accumulation = if name == "e4m3" { Accumulation::Split } else { Accumulation::FastFprop };
+        assert_eq!(m.config.recipe.accumulation, accumulation, "{name}");
         let o = python("check_run.py", &[out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: check_run.py failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         let said = String::from_utf8_lossy(&o.stdout);

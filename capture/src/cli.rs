@@ -89,6 +89,17 @@ pub enum OverflowArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AccumulationArg {
+    /// Every FP8 GEMM promotes its partial sums to FP32 as it goes (cuBLASLt's default; the most exact).
+    Split,
+    /// Forward GEMMs accumulate in the tensor cores' reduced precision (faster), dgrad and wgrad
+    /// split: Transformer Engine's, torchao's and XLA's default.
+    FastFprop,
+    /// Every FP8 GEMM accumulates in the tensor cores' reduced precision.
+    Fast,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum DataArg {
     /// Seeded Markov language with a known entropy floor.
     Synthetic,
@@ -239,6 +250,10 @@ pub struct TrainArgs {
     /// What a value past the FP8 range becomes [default: saturate, or the scenario's].
     #[arg(long, value_enum, help_heading = "FP8 recipe")]
     pub overflow: Option<OverflowArg>,
+    /// How FP8 GEMMs accumulate on the GPU (cuBLASLt's fast-accumulation mode). The CPU always
+    /// accumulates in FP32; the manifest records what was asked.
+    #[arg(long, value_enum, default_value = "fast-fprop", help_heading = "FP8 recipe")]
+    pub accumulation: AccumulationArg,
 
     // ---- routing
     /// GEMM kinds sent back to BF16 everywhere: fprop,dgrad,wgrad.
@@ -615,6 +630,11 @@ impl TrainArgs {
                     Some(OverflowArg::Nan) => Overflow::Nan,
                     None if scen.as_ref().is_some_and(|s| s.overflow_nan) => Overflow::Nan,
                     None => Overflow::Saturate,
+                },
+                accumulation: match self.accumulation {
+                    AccumulationArg::Split => Accumulation::Split,
+                    AccumulationArg::FastFprop => Accumulation::FastFprop,
+                    AccumulationArg::Fast => Accumulation::Fast,
                 },
             },
             routing,

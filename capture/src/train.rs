@@ -121,6 +121,7 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
         dump_max_elems: r.dump_max_elems as usize,
         dump_strided: r.dump_sample == DumpSample::Strided,
         shadow: r.shadow,
+        accumulation: cfg.recipe.accumulation,
     }
 }
 

@@ -651,11 +651,14 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
         format: Fp8Format::E4M3,
         scale: ScaleSource::Current { margin: 0 },
     };
-    for (label, ca_f, cb_f, ca_b, cb_b) in [
-        ("bf16", OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16),
-        ("e4m3", e4(64.0), e4(2048.0), e4(8192.0), e4(2048.0)),
-        ("current", cur, cur, cur, cur),
-        ("hybrid", e4(64.0), e4(2048.0), e5(4096.0), e4(64.0)),
+    // The last: every FP8 GEMM with cuBLASLt's fast accumulation (`--accumulation fast`), against
+    // the CPU's FP32 accumulation under the same bound.
+    for (label, ca_f, cb_f, ca_b, cb_b, fast_accumulation) in [
+        ("bf16", OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16, OperandCast::Bf16, false),
+        ("e4m3", e4(64.0), e4(2048.0), e4(8192.0), e4(2048.0), false),
+        ("current", cur, cur, cur, cur, false),
+        ("hybrid", e4(64.0), e4(2048.0), e5(4096.0), e4(64.0), false),
+        ("hybrid_fast", e4(64.0), e4(2048.0), e5(4096.0), e4(64.0), true),
     ] {
         for gemm in Gemm::ALL {
             let (cast_a, cast_b) = if gemm == Gemm::Fprop { (ca_f, cb_f) } else { (ca_b, cb_b) };
@@ -674,6 +677,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
                 stats: StatsLevel::Full,
                 keep_quantized: [true; 2],
                 shadow: false,
+                fast_accumulation,
             };
             let name = format!("gemm.{label}.{gemm}");
             match gemm {
@@ -1107,6 +1111,7 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
                 stats: StatsLevel::Cheap,
                 keep_quantized: [true; 2],
                 shadow: false,
+                fast_accumulation: false,
             };
             let (d2, d1) = (LinearDims { n, k: f, m: c }, LinearDims { n, k: c, m: f1 });
             // Per run: what must be bit-identical (outputs' bits, reports without their f64 sums),
@@ -1215,6 +1220,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 stats: StatsLevel::Cheap,
                 keep_quantized: [true; 2],
                 shadow: false,
+                fast_accumulation: false,
             };
             let (fprop, wgrad) = (call(Gemm::Fprop, act_cast, act_cast), call(Gemm::Wgrad, grad_cast, act_cast));
             let mut run = |fused: bool| -> Vec<(String, String)> {

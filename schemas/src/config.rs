@@ -151,6 +151,44 @@ pub struct RecipeConfig {
     /// manifests, where it means `saturate`.
     #[serde(default)]
     pub overflow: Overflow,
+    /// How FP8 GEMMs accumulate their products on the GPU (cuBLASLt's fast-accumulation mode):
+    /// `split` promotes the tensor cores' partial sums to FP32 as it goes (the most exact);
+    /// `fast_fprop` lets the forward GEMMs accumulate in the tensor cores' own reduced precision
+    /// and keeps dgrad and wgrad split (Transformer Engine's, torchao's and XLA's default); `fast`
+    /// does so for every GEMM. The CPU accumulates every product in FP32 whatever this says.
+    /// Absent in older manifests, where it means `split` (what those runs did).
+    #[serde(default)]
+    pub accumulation: Accumulation,
+}
+
+/// See [`RecipeConfig::accumulation`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accumulation {
+    #[default]
+    Split,
+    FastFprop,
+    Fast,
+}
+
+impl Accumulation {
+    pub const ALL: [Accumulation; 3] = [Accumulation::Split, Accumulation::FastFprop, Accumulation::Fast];
+    /// The name in manifests and on the command line (`fast_fprop` is spelled `fast-fprop` there).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accumulation::Split => "split",
+            Accumulation::FastFprop => "fast_fprop",
+            Accumulation::Fast => "fast",
+        }
+    }
+    /// Whether an FP8 `gemm` accumulates in the tensor cores' reduced precision.
+    pub fn is_fast(self, gemm: Gemm) -> bool {
+        match self {
+            Accumulation::Split => false,
+            Accumulation::FastFprop => gemm == Gemm::Fprop,
+            Accumulation::Fast => true,
+        }
+    }
 }
 
 /// See [`RecipeConfig::overflow`].
@@ -446,6 +484,24 @@ mod tests {
         assert_eq!(serde_json::to_string(&i).unwrap(), inj);
         let roles: Vec<Role> = serde_json::from_str(r#"["activation","wgrad"]"#).unwrap();
         assert_eq!(roles, vec![Role::Activation, Role::Wgrad]);
+    }
+
+    #[test]
+    fn a_recipe_recorded_before_the_accumulation_mode_reads_as_split() {
+        let old = r#"{"kind":"delayed","format":"hybrid","amax_history":16,"amax_algo":"max","margin":0,"overflow":"saturate"}"#;
+        let r: RecipeConfig = serde_json::from_str(old).expect("an older recipe still reads");
+        assert_eq!(r.accumulation, Accumulation::Split);
+        assert!(Gemm::ALL.iter().all(|&g| !r.accumulation.is_fast(g)));
+        let te = RecipeConfig { accumulation: Accumulation::FastFprop, ..r };
+        let json = serde_json::to_string(&te).unwrap();
+        assert!(json.ends_with(r#""accumulation":"fast_fprop"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<RecipeConfig>(&json).unwrap(), te);
+        let fast: Vec<Gemm> = Gemm::ALL.into_iter().filter(|&g| te.accumulation.is_fast(g)).collect();
+        assert_eq!(fast, vec![Gemm::Fprop]);
+        assert!(Gemm::ALL.iter().all(|&g| Accumulation::Fast.is_fast(g)));
+        for a in Accumulation::ALL {
+            assert_eq!(serde_json::to_string(&a).unwrap(), format!("\"{}\"", a.as_str()));
+        }
     }
 
     #[test]

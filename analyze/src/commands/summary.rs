@@ -82,12 +82,13 @@ fn render(run: &Run, s: &Summary) -> String {
         }
     }
     o += &format!(
-        "  recipe     {} format={:?} amax_history={} amax_algo={:?} margin={}\n",
+        "  recipe     {} format={:?} amax_history={} amax_algo={:?} margin={} accumulation={}\n",
         r.kind.as_str(),
         r.format,
         r.amax_history,
         r.amax_algo,
-        r.margin
+        r.margin,
+        r.accumulation.as_str()
     )
     .to_lowercase();
     let rt = &c.routing;

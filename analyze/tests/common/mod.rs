@@ -73,7 +73,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
     RunConfig {
         preset: "tiny".into(),
         model: ModelDims { vocab: 512, channels: 64, ffn: 256, heads: 4, layers: LAYERS, batch: 8, seq: 64, attn_mask: AttnMask::Causal, arch: Default::default(), kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false },
-        recipe: RecipeConfig { kind, format: FormatPolicy::Hybrid, amax_history: 16, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Default::default() },
+        recipe: RecipeConfig { kind, format: FormatPolicy::Hybrid, amax_history: 16, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Default::default(), accumulation: Default::default() },
         routing: RoutingConfig::default(),
         data: DataConfig { kind: DataKind::Synthetic, path: None, paths: vec![], tokenizer: None, language_seed: 7, branching: 4, topics: 1, zipf_exponent: 1.0 },
         train: TrainConfig { steps: STEPS, lr: 1e-3, warmup_steps: 10, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0, seed: 1234, init_jitter: None },

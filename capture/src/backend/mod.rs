@@ -135,6 +135,9 @@ pub struct GemmCall {
     pub keep_quantized: [bool; 2],
     /// Also run the GEMM in BF16 on the same high-precision inputs and report the output error.
     pub shadow: bool,
+    /// With FP8 operands, accumulate in the tensor cores' reduced precision (cuBLASLt's fast
+    /// accumulation; `RecipeConfig::accumulation`). The CPU accumulates in FP32 regardless.
+    pub fast_accumulation: bool,
 }
 
 impl GemmCall {
@@ -151,6 +154,7 @@ impl GemmCall {
             stats: StatsLevel::Amax,
             keep_quantized: [false; 2],
             shadow: false,
+            fast_accumulation: false,
         }
     }
 }

@@ -17,7 +17,7 @@ pub mod params;
 
 use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, NormFwd, OperandCast, StatsLevel};
 use crate::backend::OperandFault;
-use fp8scope_schemas::config::{Arch, AttnMask, ModelDims};
+use fp8scope_schemas::config::{Accumulation, Arch, AttnMask, ModelDims};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
 use std::collections::{HashMap, HashSet};
 
@@ -164,6 +164,8 @@ pub struct StepPlan {
     pub dump_max_elems: usize,
     pub dump_strided: bool,
     pub shadow: bool,
+    /// Which FP8 GEMMs accumulate fast (`RecipeConfig::accumulation`).
+    pub accumulation: Accumulation,
 }
 
 impl StepPlan {
@@ -332,6 +334,7 @@ impl<B: Backend> Model<B> {
             stats: plan.stats,
             keep_quantized,
             shadow: plan.shadow && dumped,
+            fast_accumulation: plan.accumulation.is_fast(gemm),
         }
     }
 

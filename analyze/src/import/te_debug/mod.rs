@@ -319,7 +319,8 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
     let config = RunConfig {
         preset: "te-debug".into(),
         model: ModelDims { vocab: 0, channels: 0, ffn: 0, heads: 0, layers: if has_int { layers } else { 0 }, batch: 0, seq: 0, attn_mask: AttnMask::Causal, arch: Default::default(), kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false },
-        recipe: RecipeConfig { kind: recipe.kind(), format: recipe.policy(), amax_history: 1024, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Overflow::Saturate },
+        // TE's logs do not say how its GEMMs accumulated; its recipes' default is fast for fprop.
+        recipe: RecipeConfig { kind: recipe.kind(), format: recipe.policy(), amax_history: 1024, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Overflow::Saturate, accumulation: Accumulation::FastFprop },
         routing: RoutingConfig::default(),
         data: DataConfig { kind: DataKind::External, path: None, paths: Vec::new(), tokenizer: None, language_seed: 0, branching: 0, topics: 0, zipf_exponent: 1.0 },
         train: TrainConfig { steps: last, lr: 0.0, warmup_steps: 0, weight_decay: 0.0, beta1: 0.0, beta2: 0.0, eps: 0.0, grad_clip: 0.0, seed: 0, init_jitter: None },

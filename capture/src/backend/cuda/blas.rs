@@ -72,6 +72,8 @@ struct Key {
     /// cuBLASLt's FP8 GEMMs take the TN layout alone.
     p_t: bool,
     q_t: bool,
+    /// FP8 only: cuBLASLt's fast accumulation (no periodic promotion of the partial sums to FP32).
+    fast: bool,
 }
 
 /// How an operand of [`Lt::matmul`] lies in memory: `ptr` to `ty` values, dequantised through the
@@ -162,6 +164,9 @@ impl Lt {
             // taken the other way.
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSA, &i32::from(!key.q_t))?;
             set_desc(desc, A::CUBLASLT_MATMUL_DESC_TRANSB, &i32::from(key.p_t))?;
+            if key.fast {
+                set_desc(desc, A::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
+            }
             let layout = |ty: lt::cudaDataType, r: u64, c: u64, ld: i64| -> Result<lt::cublasLtMatrixLayout_t, CudaError> {
                 let mut l = std::ptr::null_mut();
                 // SAFETY: l is written by the call.
@@ -226,8 +231,11 @@ impl Lt {
     }
 
     /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
-    /// FP8 operands multiplied by their device-side dequantisation factors.
-    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool) -> Result<(), CudaError> {
+    /// FP8 operands multiplied by their device-side dequantisation factors. With `fast` and an FP8
+    /// operand, the tensor cores accumulate in their own reduced precision (cuBLASLt's fast
+    /// accumulation); BF16 products ignore it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool) -> Result<(), CudaError> {
         let (pt, qt) = (p.ty, q.ty);
         if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
             return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
@@ -241,16 +249,18 @@ impl Lt {
             d_bf16,
             p_t: p.transposed,
             q_t: q.transposed,
+            fast: fast && (pt.is_fp8() || qt.is_fp8()),
         };
         let r = self.matmul_key(key, p.ptr, p.inv, q.ptr, q.inv, d);
         r.map_err(|e| match e {
             CudaError::Blas { what, status } => CudaError::Blas {
                 what,
                 status: format!(
-                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {})",
+                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {}{})",
                     if p.transposed { " (held transposed)" } else { "" },
                     if q.transposed { " (held transposed)" } else { "" },
-                    if d_bf16 { "bf16" } else { "f32" }
+                    if d_bf16 { "bf16" } else { "f32" },
+                    if key.fast { ", fast accumulation" } else { "" }
                 ),
             },
             e => e,

@@ -205,7 +205,7 @@ pub struct CudaBackend {
     stat: stat_batch::StatArena,
     pending: Vec<PendingGemm>,
     /// GEMM shapes cuBLASLt runs only with BF16 output.
-    bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType)>,
+    bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType, bool)>,
     prof: Option<prof::Profiler>,
     /// Which attention path runs, and the unfused path's scratch ([`attention`]).
     attn: attention::AttentionState,
@@ -502,7 +502,7 @@ impl CudaBackend {
         let outp = self.ptr(out.raw());
         // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
         // BF16 output instead (the epilogue rounds to BF16 either way).
-        let key = (rows, cols, k, pa.ty, pb.ty);
+        let key = (rows, cols, k, pa.ty, pb.ty, call.fast_accumulation);
         // Without a bias, BF16 output rounds exactly as the epilogue would (round(acc)), and moves
         // half the bytes; with a bias, FP32 output keeps the CPU's single rounding of acc + bias.
         let mut d_bf16 = bias.is_none() || self.bf16_out.contains(&key);
@@ -515,7 +515,7 @@ impl CudaBackend {
             } else {
                 outp
             };
-            match self.lt.matmul(rows, cols, k, pa, pb, f32_dst, false) {
+            match self.lt.matmul(rows, cols, k, pa, pb, f32_dst, false, call.fast_accumulation) {
                 Ok(()) => dptr = f32_dst,
                 Err(e) => {
                     if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
@@ -538,7 +538,7 @@ impl CudaBackend {
                 grow(&self.stream, &mut self.d_tmp, n_out)?;
                 self.ptr(&self.d_tmp)
             };
-            self.lt.matmul(rows, cols, k, pa, pb, dptr, true)?;
+            self.lt.matmul(rows, cols, k, pa, pb, dptr, true, call.fast_accumulation)?;
         }
         if let Some(db) = dbias {
             self.bias_grad(pa, rows, k, db)?;
