@@ -6,7 +6,8 @@
 #     of sum x^2 to f64 rounding — vs the CPU's),
 #  2. parity: `small` and `llama-small` presets, same seed, 100 steps, bf16 and delayed: GPU loss
 #     within 1% of the CPU's at every step,
-#  3. determinism: two identical GPU runs give bit-identical loss columns.
+#  3. determinism: two identical GPU runs give bit-identical loss columns (the first times its GEMM
+#     algorithms into a fresh cache, the second reads them back).
 # Usage: bench/gpu_check.sh BIN_DIR OUT_DIR   (BIN_DIR holds fp8-capture and the test binaries
 # cuda_layers, cuda_kernels; build them with bench/stage.sh on the build machine).
 set -uo pipefail
@@ -20,6 +21,10 @@ for t in cuda_kernels cuda_layers; do
   "$BIN/$t" --nocapture --test-threads 1 2>&1 | tee "$OUT/test_$t.log" | grep -v "^$" | tail -60 || status=1
   grep -q "test result: ok" "$OUT/test_$t.log" || status=1
 done
+# A fresh GEMM algorithm cache: the first GPU run of each pair times its shapes, the second takes
+# the cached algorithms, and the pair must still be bit-identical.
+export FP8SCOPE_GEMM_CACHE="$OUT/gemm-algorithms.json"
+rm -f "$FP8SCOPE_GEMM_CACHE"
 cap() { "$BIN/fp8-capture" train --quiet "$@"; }
 for p in ${PRESETS:-small llama-small}; do
   echo "== parity: $p preset, 100 steps, CPU vs GPU"
@@ -32,5 +37,6 @@ for p in ${PRESETS:-small llama-small}; do
     python3 "$HERE/runs.py" same "$OUT/runs/$p-$r-gpu" "$OUT/runs/$p-$r-gpu2" | tee -a "$OUT/checks.jsonl" || status=1
   done
 done
+echo "== GEMM algorithm cache: $(grep -c '\[' "$FP8SCOPE_GEMM_CACHE" 2>/dev/null || echo 0) shapes timed"
 echo "== gpu_check status $status"
 exit $status

@@ -6,8 +6,11 @@
 //! words `D (rows × cols) = P (rows × k) · Q (cols × k)ᵀ`, both operands contiguous along k. The
 //! cast kernels produce P and Q in that layout (transposing where dgrad and wgrad need it).
 //! Plans (descriptor, layouts, chosen algorithm) are cached per shape and type, so a shape always
-//! runs the same algorithm: results are reproducible run to run.
+//! runs the same algorithm. The algorithm is the fastest of the heuristic's first 8, timed on the
+//! shape's first call and remembered across runs in `gemm_tuning.rs`'s cache, so that reruns on
+//! one machine stay bit-identical (`FP8SCOPE_GEMM_TUNE=0`: the heuristic's first choice).
 
+use super::gemm_tuning::TuneCache;
 use super::CudaError;
 use cudarc::cublas::sys as bs;
 use cudarc::cublaslt::sys as lt;
@@ -93,6 +96,9 @@ struct Plan {
     lb: lt::cublasLtMatrixLayout_t,
     ld: lt::cublasLtMatrixLayout_t,
     algo: lt::cublasLtMatmulAlgo_t,
+    /// The heuristic's candidates, best first, until the plan's first call times them
+    /// (`Lt::fastest`); empty when timed, cached or not tuning.
+    untimed: Vec<lt::cublasLtMatmulAlgo_t>,
 }
 
 impl Drop for Plan {
@@ -113,6 +119,9 @@ pub struct Lt {
     ws: CudaSlice<u8>,
     plans: HashMap<Key, Plan>,
     stream: Arc<CudaStream>,
+    /// Timed algorithms (`gemm_tuning.rs`); None with `FP8SCOPE_GEMM_TUNE=0`: the heuristic's
+    /// first choice, untimed.
+    cache: Option<TuneCache>,
 }
 
 impl Drop for Lt {
@@ -146,6 +155,8 @@ impl Lt {
             ws,
             plans: HashMap::new(),
             stream: stream.clone(),
+            // SAFETY: a plain query of the loaded library.
+            cache: TuneCache::from_env(&stream.context().name()?, unsafe { lt::cublasLtGetVersion() }),
         })
     }
 
@@ -205,18 +216,29 @@ impl Lt {
                 )
             };
             // SAFETY: a zeroed heuristic result is a valid out-parameter.
-            let mut res: [lt::cublasLtMatmulHeuristicResult_t; 4] = unsafe { std::mem::zeroed() };
+            let mut res: [lt::cublasLtMatmulHeuristicResult_t; 8] = unsafe { std::mem::zeroed() };
             let mut cnt = 0i32;
-            // SAFETY: all handles are live; res has room for 4 results.
-            let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, 4, res.as_mut_ptr(), &mut cnt) };
+            // SAFETY: all handles are live; res has room for 8 results.
+            let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, 8, res.as_mut_ptr(), &mut cnt) };
             // SAFETY: pref was created above.
             unsafe { lt::cublasLtMatmulPreferenceDestroy(pref) };
+            // A cached algorithm is used once cuBLASLt confirms it for this plan.
+            let ws_len = self.ws.len();
+            let check = |algo: &lt::cublasLtMatmulAlgo_t| {
+                // SAFETY: a zeroed heuristic result is a valid out-parameter; all handles are live.
+                let mut r: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+                let st = unsafe { lt::cublasLtMatmulAlgoCheck(self.h, desc, la, lb, ld, ld, algo, &mut r) };
+                st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize <= ws_len
+            };
+            let cached = self.cache.as_ref().and_then(|c| c.get(&shape_name(&key))).map(|data| lt::cublasLtMatmulAlgo_t { data }).filter(check);
+            let tuning = self.cache.is_some() && cached.is_none() && cnt > 1;
             let plan = Plan {
                 desc,
                 la,
                 lb,
                 ld,
-                algo: res[0].algo,
+                algo: cached.unwrap_or(res[0].algo),
+                untimed: if tuning { res.iter().take(cnt as usize).map(|r| r.algo).collect() } else { Vec::new() },
             };
             ck(st, "cublasLtMatmulAlgoGetHeuristic")?;
             if cnt == 0 {
@@ -268,29 +290,37 @@ impl Lt {
     }
 
     fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64) -> Result<(), CudaError> {
-        let (pt, qt) = (key.p, key.q);
-        let ws = {
-            let (p, _g) = self.ws.device_ptr(&self.stream);
-            p
-        };
-        let ws_len = self.ws.len();
-        let stream = self.stream.cu_stream() as lt::cudaStream_t;
-        let h = self.h;
-        let plan = self.plan(key)?;
+        self.plan(key)?;
+        let plan = &self.plans[&key];
         use lt::cublasLtMatmulDescAttributes_t as A;
-        if qt.is_fp8() {
+        if key.q.is_fp8() {
             set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &q_inv)?;
         }
-        if pt.is_fp8() {
+        if key.p.is_fp8() {
             set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p_inv)?;
         }
+        if !plan.untimed.is_empty() {
+            let best = self.fastest(key, p, q, d)?;
+            let plan = self.plans.get_mut(&key).expect("planned above");
+            plan.algo = best;
+            plan.untimed.clear();
+            if let Some(c) = &mut self.cache {
+                c.put(&shape_name(&key), best.data);
+            }
+        }
+        self.run(&self.plans[&key], &self.plans[&key].algo, p, q, d)
+    }
+
+    /// Runs `plan` with `algo` on the stream.
+    fn run(&self, plan: &Plan, algo: &lt::cublasLtMatmulAlgo_t, p: u64, q: u64, d: u64) -> Result<(), CudaError> {
+        let (ws, _g) = self.ws.device_ptr(&self.stream);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: pointers are live device allocations of the sizes the plan describes; the
-        // workspace is owned by self; all work is ordered on `stream`.
+        // workspace is owned by self; all work is ordered on the stream.
         ck(
             unsafe {
                 lt::cublasLtMatmul(
-                    h,
+                    self.h,
                     plan.desc,
                     &alpha as *const f32 as *const c_void,
                     q as *const c_void,
@@ -302,15 +332,57 @@ impl Lt {
                     plan.ld,
                     d as *mut c_void,
                     plan.ld,
-                    &plan.algo,
+                    algo,
                     ws as *mut c_void,
-                    ws_len,
-                    stream,
+                    self.ws.len(),
+                    self.stream.cu_stream() as lt::cudaStream_t,
                 )
             },
             "cublasLtMatmul",
         )
     }
+
+    /// Times each of the heuristic's candidates for `key` on these operands (one call to warm up,
+    /// then the median of 5) and returns the fastest; a candidate that fails to run is skipped.
+    /// D is overwritten; the caller's call then writes it again.
+    fn fastest(&self, key: Key, p: u64, q: u64, d: u64) -> Result<lt::cublasLtMatmulAlgo_t, CudaError> {
+        let plan = &self.plans[&key];
+        let ctx = self.stream.context();
+        let mut best: Option<(f32, usize)> = None;
+        let mut said = Vec::new();
+        for (i, algo) in plan.untimed.iter().enumerate() {
+            if self.run(plan, algo, p, q, d).is_err() {
+                said.push(format!("#{i} fails"));
+                continue;
+            }
+            let mut ms = Vec::with_capacity(5);
+            for _ in 0..5 {
+                let ev = || ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
+                let (a, b) = (ev()?, ev()?);
+                a.record(&self.stream)?;
+                self.run(plan, algo, p, q, d)?;
+                b.record(&self.stream)?;
+                b.synchronize()?;
+                ms.push(a.elapsed_ms(&b)?);
+            }
+            ms.sort_by(f32::total_cmp);
+            let t = ms[2];
+            said.push(format!("#{i} {:.1} µs", t * 1e3));
+            if best.is_none_or(|(bt, _)| t < bt) {
+                best = Some((t, i));
+            }
+        }
+        let (_, i) = best.unwrap_or((0.0, 0));
+        if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+            eprintln!("cuBLASLt tuning {}x{}x{} {:?}.{:?}{}: {} -> #{i}", key.rows, key.cols, key.k, key.p, key.q, if key.fast { " fast" } else { "" }, said.join(", "));
+        }
+        Ok(plan.untimed[i])
+    }
+}
+
+/// A GEMM's entry in the algorithm cache: its shape, types, layouts and accumulation.
+fn shape_name(key: &Key) -> String {
+    format!("{key:?}")
 }
 
 /// cuBLAS handle for attention's strided-batched BF16 products (f32 out).

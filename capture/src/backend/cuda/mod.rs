@@ -793,6 +793,7 @@ mod activation_gemm;
 mod adamw;
 mod embedding;
 mod gelu;
+mod gemm_tuning;
 mod layernorm;
 mod loss;
 mod norm_gemm;

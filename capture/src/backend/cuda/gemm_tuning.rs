@@ -1,0 +1,157 @@
+//! The cache of timed cuBLASLt algorithms. cuBLASLt's heuristic names several algorithms for a GEMM
+//! shape, and its first choice is often not the fastest (on an H200 the fastest of its first 8 runs
+//! up to 18% faster at llama-1b's shapes). `blas.rs` times the candidates the first time a shape
+//! runs and keeps the fastest; this file remembers the choice, per GPU model and cuBLASLt version,
+//! in a JSON file, so that every later run on the machine takes the same algorithm without timing
+//! it again: timings vary from process to process, and a different algorithm sums in a different
+//! order, so without the cache two runs could differ in their last bits.
+//!
+//! `FP8SCOPE_GEMM_TUNE=0` turns timing off (the heuristic's first choice, as before the cache);
+//! `FP8SCOPE_GEMM_CACHE=FILE` moves the cache from `$XDG_CACHE_HOME/fp8scope/gemm-algorithms.json`
+//! (or `~/.cache/…`). A cache that cannot be read is ignored and rewritten; one that cannot be
+//! written is reported once on stderr, and the run goes on timing its shapes itself.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The file's layout version; a file of another version is ignored and replaced.
+const FORMAT: u32 = 1;
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct File {
+    format: u32,
+    /// "<GPU> | cuBLASLt <version> | <shape and types>" → cuBLASLt's opaque algorithm words.
+    algorithms: BTreeMap<String, [u64; 8]>,
+}
+
+/// Timed algorithms, loaded from and saved to one file.
+pub struct TuneCache {
+    path: Option<PathBuf>,
+    /// "<GPU> | cuBLASLt <version>", the prefix of this process's entries.
+    scope: String,
+    known: BTreeMap<String, [u64; 8]>,
+    warned: bool,
+}
+
+impl TuneCache {
+    /// The cache for this process's GPU and cuBLASLt, or None when `FP8SCOPE_GEMM_TUNE=0`.
+    pub fn from_env(gpu: &str, cublaslt_version: usize) -> Option<TuneCache> {
+        if std::env::var_os("FP8SCOPE_GEMM_TUNE").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let path = match std::env::var_os("FP8SCOPE_GEMM_CACHE") {
+            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+            _ => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|d| d.join("fp8scope").join("gemm-algorithms.json")),
+        };
+        Some(TuneCache::at(path, gpu, cublaslt_version))
+    }
+
+    /// The cache in `path` (None: in memory only).
+    pub fn at(path: Option<PathBuf>, gpu: &str, cublaslt_version: usize) -> TuneCache {
+        let scope = format!("{gpu} | cuBLASLt {cublaslt_version}");
+        let known = path.as_deref().map(read).unwrap_or_default();
+        TuneCache { path, scope, known, warned: false }
+    }
+
+    fn entry(&self, shape: &str) -> String {
+        format!("{} | {shape}", self.scope)
+    }
+
+    /// The algorithm timed for `shape` (any stable description of the GEMM), if any.
+    pub fn get(&self, shape: &str) -> Option<[u64; 8]> {
+        self.known.get(&self.entry(shape)).copied()
+    }
+
+    /// Remembers `algo` for `shape` and saves the file at once (merged with what other processes
+    /// saved meanwhile), so that a run cut short keeps what it timed.
+    pub fn put(&mut self, shape: &str, algo: [u64; 8]) {
+        let key = self.entry(shape);
+        self.known.insert(key.clone(), algo);
+        let Some(path) = self.path.clone() else { return };
+        if let Err(e) = save(&path, &key, algo) {
+            if !self.warned {
+                self.warned = true;
+                eprintln!(
+                    "fp8scope: cannot write the GEMM algorithm cache {} ({e}); each run times its GEMM algorithms again, so reruns may differ in their last bits (FP8SCOPE_GEMM_CACHE=FILE moves the cache, FP8SCOPE_GEMM_TUNE=0 turns timing off)",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// The entries of the file at `path`; nothing when it is absent, unreadable or of another format.
+fn read(path: &Path) -> BTreeMap<String, [u64; 8]> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<File>(&b).ok())
+        .filter(|f| f.format == FORMAT)
+        .map(|f| f.algorithms)
+        .unwrap_or_default()
+}
+
+/// Adds one entry to the file at `path`: reads what is there, inserts, writes a temporary file
+/// beside it and renames it over the old one (a reader never sees half a file).
+fn save(path: &Path, key: &str, algo: [u64; 8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = File { format: FORMAT, algorithms: read(path) };
+    file.algorithms.insert(key.to_string(), algo);
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timed_algorithm_is_found_again_by_a_later_process_of_the_same_gpu_and_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("algos.json");
+        let mut a = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
+        assert_eq!(a.get("8192x2048x2048 E4M3"), None);
+        a.put("8192x2048x2048 E4M3", [1, 2, 3, 4, 5, 6, 7, 8]);
+        // Another process meanwhile saves a shape of its own: both survive.
+        let mut b = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
+        b.put("2048x2048x8192 E5M2", [9; 8]);
+        let later = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
+        assert_eq!(later.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
+        assert_eq!(later.get("2048x2048x8192 E5M2"), Some([9; 8]));
+        // Another GPU model or cuBLASLt version does not take them.
+        assert_eq!(TuneCache::at(Some(path.clone()), "NVIDIA H100", 130000).get("8192x2048x2048 E4M3"), None);
+        assert_eq!(TuneCache::at(Some(path.clone()), "NVIDIA H200", 130100).get("8192x2048x2048 E4M3"), None);
+        assert!(std::fs::read_dir(path.parent().unwrap()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+    }
+
+    #[test]
+    fn a_broken_or_foreign_cache_file_is_ignored_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("algos.json");
+        for junk in ["{ half a fi", r#"{"format": 99, "algorithms": {"NVIDIA H200 | cuBLASLt 1 | s": [1,1,1,1,1,1,1,1]}}"#] {
+            std::fs::write(&path, junk).unwrap();
+            let mut c = TuneCache::at(Some(path.clone()), "NVIDIA H200", 1);
+            assert_eq!(c.get("s"), None, "{junk}");
+            c.put("s", [2; 8]);
+            assert_eq!(TuneCache::at(Some(path.clone()), "NVIDIA H200", 1).get("s"), Some([2; 8]));
+        }
+    }
+
+    #[test]
+    fn an_unwritable_cache_keeps_its_entries_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        // A path under a regular file cannot be created.
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, "x").unwrap();
+        let mut c = TuneCache::at(Some(blocker.join("algos.json")), "G", 1);
+        c.put("s", [3; 8]);
+        assert_eq!(c.get("s"), Some([3; 8]));
+        assert!(c.warned);
+    }
+}
