@@ -9,7 +9,8 @@
 #   b32:    the seed batch-32 rows only (torch_tiny.py compile_fused, ours bf16 / delayed / delayed
 #           without statistics / bf16 without statistics);  llama: the llama-1b rows only
 #           (torch_llama.py compile_fused, ours bf16 / delayed / delayed without statistics / bf16
-#           without statistics / the dump cost). Each fits in 10 minutes.
+#           without statistics / delayed with fast accumulation everywhere / the dump cost). Each
+#           fits in 10 minutes.
 # The statistics cost (delayed with statistics against without) is measured STATS_ROUNDS more times
 # (default 2), interleaved, and judged over every pair (speed_summary.py). SPEED_TIMEOUT (seconds,
 # default 300) bounds each process; one that fails or runs past it leaves an error row and the
@@ -82,6 +83,9 @@ llama_1b() {
   cap llama-1b-delayed llama-1b 12 4 --recipe delayed
   cap llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed --stats-every 0
   cap llama-1b-bf16-nostats llama-1b 12 4 --recipe bf16 --stats-every 0
+  # The default accumulates fprop fast and dgrad / wgrad split (Transformer Engine's choice); this
+  # row accumulates every FP8 GEMM fast.
+  cap llama-1b-delayed-fastacc llama-1b 12 4 --recipe delayed --accumulation fast
   stats_rounds llama-1b-delayed llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed
   # The dump cost: every 10 steps over 30 (dumps at 1, 10, 20, 30) against the same 30 steps without.
   cap llama-1b-delayed-dump10 llama-1b 30 4 --recipe delayed --dump-every 10 --dump-layers 'layers\.5\.fc1'

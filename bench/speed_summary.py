@@ -94,6 +94,9 @@ if has("llama-1b-bf16-nostats"):
                     ratio("llama-1b-delayed-dump10", "llama-1b-delayed-nodump", "mean_ms"), "<=", 1.05))
     out.append(line("llama-1b, peak memory ours (delayed) / torch", ratio("llama-1b-delayed", P, "peak_mib"), "<=", 1.2))
     out.append(line("llama-1b, peak memory ours (bf16) / torch", ratio("llama-1b-bf16", P, "peak_mib"), "<=", 1.2))
+if has("llama-1b-delayed-fastacc"):
+    out.append(line("llama-1b, FP8 delayed with fast accumulation in every GEMM (--accumulation fast) over our bf16",
+                    ratio("llama-1b-bf16", "llama-1b-delayed-fastacc"), ">=", 1.3))
 out.append("")
 out.append("Model TFLOP/s: 6 x (parameters - V*C) x B*T + 12 x L x B x T^2 x C per step (torch_llama.py's convention: "
            "every weight matrix but the embedding, lm_head included; attention over the full T x T square, not halved for "
