@@ -50,7 +50,7 @@ impl TuneCache {
         Some(TuneCache::at(path, gpu, cublaslt_version))
     }
 
-    /// The cache in `path` (None: in memory only).
+    /// The cache in `path` (None: in memory only, said on stderr at the first entry).
     pub fn at(path: Option<PathBuf>, gpu: &str, cublaslt_version: usize) -> TuneCache {
         let scope = format!("{gpu} | cuBLASLt {cublaslt_version}");
         let known = path.as_deref().map(read).unwrap_or_default();
@@ -71,15 +71,15 @@ impl TuneCache {
     pub fn put(&mut self, shape: &str, algo: [u64; 8]) {
         let key = self.entry(shape);
         self.known.insert(key.clone(), algo);
-        let Some(path) = self.path.clone() else { return };
-        if let Err(e) = save(&path, &key, algo) {
-            if !self.warned {
-                self.warned = true;
-                eprintln!(
-                    "fp8scope: cannot write the GEMM algorithm cache {} ({e}); each run times its GEMM algorithms again, so reruns may differ in their last bits (FP8SCOPE_GEMM_CACHE=FILE moves the cache, FP8SCOPE_GEMM_TUNE=0 turns timing off)",
-                    path.display()
-                );
-            }
+        let failed = match &self.path {
+            Some(path) => save(path, &key, algo).err().map(|e| format!("cannot write the GEMM algorithm cache {} ({e})", path.display())),
+            None => Some("has no place for the GEMM algorithm cache (neither HOME nor XDG_CACHE_HOME is set)".to_string()),
+        };
+        if let Some(why) = failed.filter(|_| !self.warned) {
+            self.warned = true;
+            eprintln!(
+                "fp8scope: {why}; each run times its GEMM algorithms again, so reruns may differ in their last bits (FP8SCOPE_GEMM_CACHE=FILE sets the cache, FP8SCOPE_GEMM_TUNE=0 turns timing off)"
+            );
         }
     }
 }
@@ -153,5 +153,9 @@ mod tests {
         c.put("s", [3; 8]);
         assert_eq!(c.get("s"), Some([3; 8]));
         assert!(c.warned);
+        // Nowhere to keep it at all: the same.
+        let mut nowhere = TuneCache::at(None, "G", 1);
+        nowhere.put("s", [4; 8]);
+        assert_eq!((nowhere.get("s"), nowhere.warned), (Some([4; 8]), true));
     }
 }
