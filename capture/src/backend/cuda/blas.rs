@@ -308,7 +308,8 @@ impl Lt {
                 c.put(&shape_name(&key), best.data);
             }
         }
-        self.run(&self.plans[&key], &self.plans[&key].algo, p, q, d)
+        let plan = &self.plans[&key];
+        self.run(plan, &plan.algo, p, q, d)
     }
 
     /// Runs `plan` with `algo` on the stream.

@@ -1,10 +1,11 @@
 //! The cache of timed cuBLASLt algorithms. cuBLASLt's heuristic names several algorithms for a GEMM
 //! shape, and its first choice is often not the fastest (on an H200, at llama-1b's and seed's
-//! shapes, the fastest of its first 8 takes up to 18% less time). `blas.rs` times the candidates the first time a shape
-//! runs and keeps the fastest; this file remembers the choice, per GPU model and cuBLASLt version,
-//! in a JSON file, so that every later run on the machine takes the same algorithm without timing
-//! it again: timings vary from process to process, and a different algorithm sums in a different
-//! order, so without the cache two runs could differ in their last bits.
+//! shapes, the fastest of its first 8 takes up to 18% less time). `blas.rs` times the candidates
+//! the first time a shape runs and keeps the fastest; this file remembers the choice, per GPU model
+//! and cuBLASLt version, in a JSON file, so that every later run on the machine takes the same
+//! algorithm without timing it again: timings vary from process to process, and a different
+//! algorithm sums in a different order, so without the cache two runs could differ in their last
+//! bits.
 //!
 //! `FP8SCOPE_GEMM_TUNE=0` turns timing off (the heuristic's first choice, as before the cache);
 //! `FP8SCOPE_GEMM_CACHE=FILE` moves the cache from `$XDG_CACHE_HOME/fp8scope/gemm-algorithms.json`
