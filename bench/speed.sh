@@ -11,8 +11,9 @@
 #           (torch_llama.py compile_fused, ours bf16 / delayed / delayed without statistics / bf16
 #           without statistics / delayed with fast accumulation everywhere / the dump cost). Each
 #           fits in 10 minutes.
-# The statistics cost (delayed with statistics against without) is measured STATS_ROUNDS more times
-# (default 2), interleaved, and judged over every pair (speed_summary.py). SPEED_TIMEOUT (seconds,
+# The statistics cost (delayed with statistics against without) and the FP8 speed-up (our bf16
+# against delayed) are measured STATS_ROUNDS more times (default 2), interleaved, and judged over
+# every pair (speed_summary.py). SPEED_TIMEOUT (seconds,
 # default 300) bounds each process; one that fails or runs past it leaves an error row and the
 # script goes on.
 set -uo pipefail
@@ -59,14 +60,16 @@ peer() {  # name script args... (a peer that prints a RESULT line; runs.py peer 
 }
 torch_peer() { PEER_BATCH=$2 peer "torch_$1_b$2" torch_tiny.py --variant "$1" --batch "$2" --warmup 10 --steps 30; }
 summary() { python3 "$HERE/speed_summary.py" "$RES" "$OUT/benchmarks_rows.md"; }
-# The statistics cost moves by a few percent from one pair of runs to the next: STATS_ROUNDS more
-# pairs of the delayed run with and without statistics, interleaved (NAME-rK); speed_summary.py
-# gives the range over every pair, and "unsettled" when it straddles the target.
-stats_rounds() {  # with_name without_name preset steps skip args...
-  local with=$1 without=$2 preset=$3 steps=$4 skip=$5; shift 5
+# The statistics cost and the FP8 speed-up move by a few percent from one run to the next: ROUNDS
+# more rounds of our bf16 run, the delayed run with statistics and the delayed run without,
+# interleaved (NAME-rK); speed_summary.py judges each ratio over every pair, and says "unsettled"
+# when the pairs straddle the target.
+rounds() {  # bf16_name with_name without_name preset steps skip args...
+  local bf16=$1 with=$2 without=$3 preset=$4 steps=$5 skip=$6; shift 6
   for i in $(seq 1 "$ROUNDS"); do
-    cap "$with-r$i" "$preset" "$steps" "$skip" "$@"
-    cap "$without-r$i" "$preset" "$steps" "$skip" "$@" --stats-every 0
+    cap "$bf16-r$i" "$preset" "$steps" "$skip" "$@" --recipe bf16
+    cap "$with-r$i" "$preset" "$steps" "$skip" "$@" --recipe delayed
+    cap "$without-r$i" "$preset" "$steps" "$skip" "$@" --recipe delayed --stats-every 0
   done
 }
 seed_b32() {
@@ -75,7 +78,7 @@ seed_b32() {
   cap seed-delayed-b32 seed 30 10 --recipe delayed --batch 32
   cap seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32 --stats-every 0
   cap seed-bf16-nostats-b32 seed 30 10 --recipe bf16 --batch 32 --stats-every 0
-  stats_rounds seed-delayed-b32 seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32
+  rounds seed-bf16-b32 seed-delayed-b32 seed-delayed-nostats-b32 seed 30 10 --batch 32
 }
 llama_1b() {
   peer torch_llama_1b_compile_fused torch_llama.py --preset llama-1b --variant compile_fused --warmup 5 --steps 10
@@ -86,7 +89,7 @@ llama_1b() {
   # The default accumulates fprop fast and dgrad / wgrad split (Transformer Engine's choice); this
   # row accumulates every FP8 GEMM fast.
   cap llama-1b-delayed-fastacc llama-1b 12 4 --recipe delayed --accumulation fast
-  stats_rounds llama-1b-delayed llama-1b-delayed-nostats llama-1b 12 4 --recipe delayed
+  rounds llama-1b-bf16 llama-1b-delayed llama-1b-delayed-nostats llama-1b 12 4
   # The dump cost: every 10 steps over 30 (dumps at 1, 10, 20, 30) against the same 30 steps without.
   cap llama-1b-delayed-dump10 llama-1b 30 4 --recipe delayed --dump-every 10 --dump-layers 'layers\.5\.fc1'
   cap llama-1b-delayed-nodump llama-1b 30 4 --recipe delayed
@@ -101,7 +104,7 @@ case "$MODE" in
     cap seed-bf16 seed $S 10 --recipe bf16
     cap seed-delayed seed $S 10 --recipe delayed
     cap seed-delayed-nostats seed $S 10 --recipe delayed --stats-every 0
-    stats_rounds seed-delayed seed-delayed-nostats seed $S 10 --recipe delayed
+    rounds seed-bf16 seed-delayed seed-delayed-nostats seed $S 10
     if [ "$MODE" != quick ]; then
       cap seed-delayed-dump seed 200 0 --recipe delayed --dump-every 50 --dump-layers 'layers\.5\.fc1'
       cap seed-delayed-nodump seed 200 0 --recipe delayed

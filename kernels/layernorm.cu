@@ -1,9 +1,11 @@
 // LayerNorm over the last dimension C, eps 1e-5, f32.
 // Forward: out (N, C), and mean (N), rstd (N) saved for backward; with out null, mean and rstd only
 // (a cast that computes out as it reads x follows: cast.cu, SRC_LAYERNORM).
-// Backward: dinp (+=), dw (+=), db (+=). dinp is one warp per row; dw and db are reduced over rows
-// deterministically: layernorm_bwd_partial writes per-chunk column sums, layernorm_bwd_reduce adds
-// the chunks in order.
+// Backward: dinp (+=), dw (+=), db (+=), deterministically: layernorm_bwd takes a chunk of LN_CHUNK
+// rows per block, computes dinp and writes the chunk's column sums of dout * norm and dout;
+// layernorm_bwd_reduce adds the chunks in order (the kernel is RMSNorm's too: norms.cuh,
+// norm_bwd_chunk). One pass over dout and x for all three gradients (they used to take two
+// kernels, each reading both: 166 µs a call at seed batch 32's 16384 x 1024).
 #include "common.cuh"
 #include "norms.cuh"
 
@@ -55,65 +57,22 @@ extern "C" __global__ void layernorm_add_stats(float* __restrict__ out, float* _
     if (lane == 0) { mean[row] = m; rstd[row] = r; }
 }
 
-// dinp[row] += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd. Launch: one warp per row.
-extern "C" __global__ void layernorm_bwd(float* __restrict__ dinp, const void* __restrict__ dout, int dout_bf16,
-                                         const float* __restrict__ inp, const float* __restrict__ w,
-                                         const float* __restrict__ mean, const float* __restrict__ rstd,
-                                         int n, int c) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x & 31;
-    if (row >= n) return;
-    const float* x = inp + (u64)row * c;
-    u64 g0 = (u64)row * c;
-    float m = mean[row], r = rstd[row];
-    float a = 0.0f, bsum = 0.0f;
-    for (int i = lane; i < c; i += 32) {
-        float norm = (x[i] - m) * r;
-        float dn = w[i] * load_value(dout, g0 + i, dout_bf16);
-        a += dn;
-        bsum += dn * norm;
-    }
-    a = warp_sum(a) / c;
-    bsum = warp_sum(bsum) / c;
-    float* d = dinp + (u64)row * c;
-    for (int i = lane; i < c; i += 32) {
-        float norm = (x[i] - m) * r;
-        float dn = w[i] * load_value(dout, g0 + i, dout_bf16);
-        d[i] += (dn - a - norm * bsum) * r;
-    }
+// Rows per block of layernorm_bwd, a warp each (capture/src/backend/cuda/layernorm.rs: LN_CHUNK).
+#define LN_CHUNK 32
+
+// dinp[row] += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd, norm = (x - mean) * rstd,
+// and partial[2 chunk][col], partial[2 chunk + 1][col] = the sums over the chunk's rows, in order,
+// of dout * norm and of dout (norms.cuh: norm_bwd_chunk).
+extern "C" __global__ void __launch_bounds__(32 * LN_CHUNK, 2)
+    layernorm_bwd(float* __restrict__ dinp, float* __restrict__ partial, const void* __restrict__ dout, int dout_bf16,
+                  const float* __restrict__ inp, const float* __restrict__ w, const float* __restrict__ mean,
+                  const float* __restrict__ rstd, int n, int c) {
+    norm_bwd_chunk<true, LN_CHUNK, 3>(dinp, partial, dout, dout_bf16, inp, w, mean, rstd, n, c);
 }
 
-// partial[chunk][0][col] = sum over the chunk's rows of norm*dout, partial[chunk][1][col] = of dout.
-// Launch: grid (ceil(C / blockDim.x), n_chunks), rows_per_chunk rows each.
-extern "C" __global__ void layernorm_bwd_partial(float* __restrict__ partial, const void* __restrict__ dout, int dout_bf16,
-                                                 const float* __restrict__ inp, const float* __restrict__ mean,
-                                                 const float* __restrict__ rstd, int n, int c, int rows_per_chunk) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    int chunk = blockIdx.y;
-    if (col >= c) return;
-    float dw = 0.0f, db = 0.0f;
-    int r1 = min(n, (chunk + 1) * rows_per_chunk);
-    for (int row = chunk * rows_per_chunk; row < r1; row++) {
-        u64 i = (u64)row * c + col;
-        float norm = (inp[i] - mean[row]) * rstd[row];
-        float g = load_value(dout, i, dout_bf16);
-        dw += norm * g;
-        db += g;
-    }
-    partial[((u64)chunk * 2) * c + col] = dw;
-    partial[((u64)chunk * 2 + 1) * c + col] = db;
-}
-
-// dw[col] += sum over chunks (in order) of partial[chunk][0][col]; db likewise.
-extern "C" __global__ void layernorm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db,
+// dw[col] += sum over chunks (in order) of partial[2 chunk][col]; db likewise from partial[2 chunk + 1].
+// Launch: norms.cuh, norm_bwd_reduce.
+extern "C" __global__ void __launch_bounds__(NORM_RED_THREADS) layernorm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db,
                                                 const float* __restrict__ partial, int c, int n_chunks) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= c) return;
-    float a = 0.0f, b = 0.0f;
-    for (int k = 0; k < n_chunks; k++) {
-        a += partial[((u64)k * 2) * c + col];
-        b += partial[((u64)k * 2 + 1) * c + col];
-    }
-    dw[col] += a;
-    db[col] += b;
+    norm_bwd_reduce<2>(dw, db, partial, c, n_chunks);
 }

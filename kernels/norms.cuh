@@ -39,3 +39,128 @@ __device__ __forceinline__ float rmsnorm_one(float x, float r, float w) {
 __device__ __forceinline__ float layernorm_one(float x, float m, float r, float w, float b) {
     return __fmaf_rn(__fmul_rn(__fsub_rn(x, m), r), w, b);
 }
+
+// The backward of both normalizations, one block a chunk of CHUNK rows (a warp a row, 32 CHUNK
+// threads): dinp[row] += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd for LayerNorm
+// (LN), norm = (x - mean) * rstd; dinp[row] += (w*dout - norm * mean(w*dout*norm)) * rstd for
+// RMSNorm, norm = x * rstd; and partial[SUMS chunk + s][col] = the chunk's column sums, in row
+// order, of dout * norm (s = 0, the gain's gradient) and, for LayerNorm, of dout (s = 1, the bias's).
+// First each warp reduces its row's means (lane l adds columns l, l + 32, ... in order, then
+// warp_sum); then each thread takes columns t, t + blockDim.x, ... down the chunk's rows, in order,
+// writing dinp and summing its columns' gradients while the chunk's rows are still in the caches:
+// one pass over dout and x for every gradient (they used to take two kernels, each reading both).
+// The roundings are explicit: the ones the compiler chose for the two-kernel forms, so that the
+// gradients are those bits whatever the schedule. dout holds f32 values, or BF16 values with
+// dout_bf16 (a dgrad GEMM's output, BF16 by construction, may be stored so).
+// AHEAD: rows whose values each thread loads at once in the column pass. The compiler does not
+// move a row's loads above the row before's dinp store, and one row at a time left the loop waiting
+// on memory; the 32 registers of two blocks an SM hold 4 rows for RMSNorm (8 spill) and 3 for
+// LayerNorm (4 spill).
+template <bool LN, int CHUNK, int AHEAD>
+__device__ __forceinline__ void norm_bwd_chunk(float* __restrict__ dinp, float* __restrict__ partial, const void* __restrict__ dout,
+                                               int dout_bf16, const float* __restrict__ inp, const float* __restrict__ w,
+                                               const float* __restrict__ mean, const float* __restrict__ rstd, int n, int c) {
+    // Per row of the chunk: the mean (LayerNorm), rstd, mean(w*dout) (LayerNorm) and mean(w*dout*norm).
+    __shared__ float mean_s[CHUNK], rstd_s[CHUNK], a_s[CHUNK], b_s[CHUNK];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row0 = blockIdx.x * CHUNK;
+    int rows = min(CHUNK, n - row0);
+    if (warp < rows) {
+        int row = row0 + warp;
+        const float* x = inp + (u64)row * c;
+        u64 g0 = (u64)row * c;
+        float m = LN ? mean[row] : 0.0f, r = rstd[row];
+        float a = 0.0f, b = 0.0f;
+        for (int i = lane; i < c; i += 32) {
+            float g = load_value(dout, g0 + i, dout_bf16);
+            if (LN) {
+                float dn = __fmul_rn(w[i], g);
+                a = __fadd_rn(a, dn);
+                b = __fmaf_rn(dn, __fmul_rn(__fsub_rn(x[i], m), r), b);
+            } else {
+                b = __fmaf_rn(__fmul_rn(r, x[i]), __fmul_rn(w[i], g), b);
+            }
+        }
+        // warp_sum on every lane (a shuffle), the division once the sum is whole.
+        float am = LN ? __fdiv_rn(warp_sum(a), (float)c) : 0.0f;
+        float bm = LN ? __fdiv_rn(warp_sum(b), (float)c) : __fmul_rn(warp_sum(b), 1.0f / c);
+        if (lane == 0) {
+            mean_s[warp] = m;
+            rstd_s[warp] = r;
+            a_s[warp] = am;
+            b_s[warp] = bm;
+        }
+    }
+    __syncthreads();
+    for (int col = threadIdx.x; col < c; col += blockDim.x) {
+        float wc = w[col], dw = 0.0f, db = 0.0f;
+        for (int k0 = 0; k0 < rows; k0 += AHEAD) {
+            float g[AHEAD], xv[AHEAD], dv[AHEAD];
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                u64 i = (u64)(row0 + k0 + j) * c + col;
+                bool in = k0 + j < rows;
+                g[j] = in ? load_value(dout, i, dout_bf16) : 0.0f;
+                xv[j] = in ? inp[i] : 0.0f;
+                dv[j] = in ? dinp[i] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < AHEAD; j++) {
+                int k = k0 + j;
+                if (k >= rows) break;
+                float r = rstd_s[k], u, norm;
+                if (LN) {
+                    norm = __fmul_rn(__fsub_rn(xv[j], mean_s[k]), r);
+                    u = __fmaf_rn(norm, -b_s[k], __fmaf_rn(wc, g[j], -a_s[k]));
+                    db = __fadd_rn(db, g[j]);
+                } else {
+                    norm = __fmul_rn(r, xv[j]);
+                    u = __fmaf_rn(wc, g[j], -__fmul_rn(b_s[k], norm));
+                }
+                dinp[(u64)(row0 + k) * c + col] = __fmaf_rn(r, u, dv[j]);
+                dw = __fmaf_rn(norm, g[j], dw);
+            }
+        }
+        partial[(u64)blockIdx.x * (LN ? 2 : 1) * c + col] = dw;
+        if (LN) partial[((u64)blockIdx.x * 2 + 1) * c + col] = db;
+    }
+}
+
+// The chunks' reduction: dw[col] += the sum over chunks, in order, of partial[SUMS chunk][col], and for
+// LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]. One thread a column adds the
+// chunks one after the other (a float sum, from 0: the order fixes the bits), but reads them from
+// shared memory: the block's 8 warps first stage NORM_RED_ROWS chunks of its NORM_RED_COLS columns,
+// 128-byte rows at a time. One thread reading its column's chunks from memory kept only a few loads
+// in flight, over a grid of C / 128 blocks (about 38 µs a call at seed batch 32's 512 chunks).
+// Launch: ceil(C / NORM_RED_COLS) blocks of NORM_RED_THREADS threads.
+#define NORM_RED_COLS 32
+#define NORM_RED_ROWS 64
+#define NORM_RED_THREADS 256
+template <int SUMS>
+__device__ __forceinline__ void norm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db, const float* __restrict__ partial,
+                                                int c, int n_chunks) {
+    __shared__ float tile[SUMS][NORM_RED_ROWS][NORM_RED_COLS + 1];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int col = blockIdx.x * NORM_RED_COLS + lane;
+    float acc = 0.0f;  // warp s < SUMS: column col's sum s
+    for (int k0 = 0; k0 < n_chunks; k0 += NORM_RED_ROWS) {
+#pragma unroll
+        for (int s = 0; s < SUMS; s++) {
+#pragma unroll
+            for (int r = warp; r < NORM_RED_ROWS; r += NORM_RED_THREADS / 32) {
+                int k = k0 + r;
+                tile[s][r][lane] = (k < n_chunks && col < c) ? partial[((u64)k * SUMS + s) * c + col] : 0.0f;
+            }
+        }
+        __syncthreads();
+        if (warp < SUMS) {
+            int rows = min(NORM_RED_ROWS, n_chunks - k0);
+            for (int r = 0; r < rows; r++) acc += tile[warp][r][lane];
+        }
+        __syncthreads();
+    }
+    if (col < c && warp < SUMS) {
+        if (warp == 0) dw[col] += acc;
+        else db[col] += acc;
+    }
+}

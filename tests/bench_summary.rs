@@ -1,8 +1,8 @@
 //! `bench/speed_summary.py`, the verdicts of the GPU speed benchmark (`bench/speed.sh`), on rows
-//! written here (no GPU needed): a target measured once is met or missed; the statistics cost,
-//! measured over repeated pairs of runs, is met only when every pair meets it, missed when none
-//! does, and unsettled when the pairs straddle the target; the repeats stay out of the table; bad
-//! input gets one line and a non-zero exit.
+//! written here (no GPU needed): a target measured once is met or missed; the statistics cost and
+//! the FP8 speed-up, measured over repeated pairs of runs, are met only when every pair meets them,
+//! missed when none does, and unsettled when the pairs straddle the target; the repeats stay out of
+//! the table; bad input gets one line and a non-zero exit.
 
 mod common;
 
@@ -68,6 +68,32 @@ fn the_statistics_cost_is_judged_over_every_pair() {
     assert!(stats_line(&text).ends_with("(delayed/delayed-nostats ms): 1.044 (target <= 1.03: missed)"), "{text}");
     // The other targets: one ratio each.
     assert!(text.contains("- seed b32, FP8 delayed speed-up over our bf16 (bf16/delayed ms): 1.128 (target >= 1.3: missed)"), "{text}");
+}
+
+#[test]
+fn the_fp8_speed_up_is_judged_over_every_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let speedup = |text: &str| text.lines().find(|l| l.starts_with("- llama-1b, FP8 delayed speed-up")).expect("no speed-up line").to_string();
+    // Rounds of (bf16, delayed) medians, as speed.sh's llama rows name them.
+    let rows = |rounds: &[(f64, f64)]| {
+        let mut rows = vec![row("torch_llama_1b_compile_fused", 135.0)];
+        for (k, &(bf16, delayed)) in rounds.iter().enumerate() {
+            let tag = if k == 0 { String::new() } else { format!("-r{k}") };
+            rows.push(row(&format!("llama-1b-bf16{tag}"), bf16));
+            rows.push(row(&format!("llama-1b-delayed{tag}"), delayed));
+        }
+        rows
+    };
+    // The pairs straddle 1.3: unsettled, with the median and the range.
+    let (out, text) = summarise(dir.path(), &rows(&[(140.49, 106.37), (136.6, 104.0), (137.0, 106.5)]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(speedup(&text).ends_with("1.313, from 1.286 to 1.321 over 3 pairs (target >= 1.3: unsettled)"), "{text}");
+    // Every pair at or past 1.3: met; none: missed.
+    let (_, text) = summarise(dir.path(), &rows(&[(140.0, 106.0), (138.0, 105.0), (139.0, 106.0)]));
+    assert!(speedup(&text).ends_with("over 3 pairs (target >= 1.3: met)"), "{text}");
+    let (_, text) = summarise(dir.path(), &rows(&[(130.0, 106.0), (131.0, 105.0)]));
+    assert!(speedup(&text).ends_with("1.237, from 1.226 to 1.248 over 2 pairs (target >= 1.3: missed)"), "{text}");
+    assert!(!text.contains("-r1 |"), "{text}");
 }
 
 #[test]

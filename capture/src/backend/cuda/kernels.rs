@@ -148,7 +148,7 @@ impl Family {
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
-            Family::LayerNorm => &["layernorm_fwd", "layernorm_add_stats", "layernorm_bwd", "layernorm_bwd_partial", "layernorm_bwd_reduce"],
+            Family::LayerNorm => &["layernorm_fwd", "layernorm_add_stats", "layernorm_bwd", "layernorm_bwd_reduce"],
             Family::RmsNorm => &["rmsnorm_fwd", "rmsnorm_add_stats", "rmsnorm_bwd", "rmsnorm_bwd_reduce"],
             Family::SwiGlu => &["swiglu_fwd", "swiglu_bwd"],
             Family::Attention => &[

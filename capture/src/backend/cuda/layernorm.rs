@@ -1,17 +1,17 @@
 //! LayerNorm on the GPU: the launchers of `kernels/layernorm.cu` (the CPU reference is
-//! `layers/layernorm.rs`). The forward and the `dinp` backward take one warp per row; the weight
-//! and bias gradients are reduced over rows in two fixed-order passes (per-chunk column sums,
-//! then the chunks in order), so reruns are bit-identical.
+//! `layers/layernorm.rs`). The forward takes one warp per row. The backward takes a chunk of rows
+//! per block, which writes their `dinp` and the chunk's column sums of the weight and bias
+//! gradients from one read of `dout` and `x` (the kernel RMSNorm's backward shares:
+//! `kernels/norms.cuh`); the chunks are then added in order, so reruns are bit-identical.
 
 use super::{CudaBackend, CudaError, DevBuf, cfg, grow};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// Rows per block of the one-warp-per-row kernels (256 threads).
 const ROWS_PER_BLOCK: u32 = 8;
-/// Rows each block of `layernorm_bwd_partial` sums (a column per thread).
-const ROWS_PER_CHUNK: usize = 32;
-/// Columns per block of the weight-gradient kernels.
-const COLS_PER_BLOCK: u32 = 128;
+/// Rows per block of the backward, a warp each (kernels/layernorm.cu: LN_CHUNK): the chunk whose
+/// column sums of the weight and bias gradients the block writes.
+const LN_CHUNK: usize = 32;
 
 /// Rows of a (rows, c) buffer of `len` values, or an error naming the kernel when c is 0.
 fn rows(kernel: &str, len: usize, c: usize) -> Result<usize, CudaError> {
@@ -61,8 +61,8 @@ impl CudaBackend {
         launch!(self, "layernorm_add_stats", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), o, m, r, ap, bp, b.is_bf16() as i32, n as i32, c as i32)
     }
 
-    /// dinp (N, C) `+=` (`layernorm_bwd`), dw (C) `+=` and db (C) `+=` (`layernorm_bwd_partial`,
-    /// then `layernorm_bwd_reduce`); dout in f32 or BF16 storage.
+    /// dinp (N, C) `+=`, dw (C) `+=` and db (C) `+=` (`layernorm_bwd`, then `layernorm_bwd_reduce`);
+    /// dout in f32 or BF16 storage.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn layernorm_bwd_impl(
         &mut self,
@@ -77,7 +77,10 @@ impl CudaBackend {
         c: usize,
     ) -> Result<(), CudaError> {
         let n = rows("layernorm_bwd", inp.len(), c)?;
-        let chunks = n.div_ceil(ROWS_PER_CHUNK);
+        if n == 0 {
+            return Ok(());
+        }
+        let chunks = n.div_ceil(LN_CHUNK);
         // Shared with RMSNorm's backward: the stream runs one kernel after the other.
         grow(&self.stream, &mut self.ln_partial, chunks * 2 * c)?;
         let (di, dwp, dbp, g, x, wp, m, r, part) = (
@@ -92,22 +95,19 @@ impl CudaBackend {
             self.ptr(&self.ln_partial),
         );
         let g16 = dout.is_bf16() as i32;
-        launch!(self, "layernorm_bwd", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), di, g, g16, x, wp, m, r, n as i32, c as i32)?;
-        let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
-        launch!(
-            self,
-            "layernorm_bwd_partial",
-            cfg((col_blocks, chunks as u32, 1), COLS_PER_BLOCK),
-            part,
-            g,
-            g16,
-            x,
-            m,
-            r,
-            n as i32,
-            c as i32,
-            ROWS_PER_CHUNK as i32
-        )?;
-        launch!(self, "layernorm_bwd_reduce", cfg((col_blocks, 1, 1), COLS_PER_BLOCK), dwp, dbp, part, c as i32, chunks as i32)
+        #[rustfmt::skip]
+        launch!(self, "layernorm_bwd", cfg((chunks as u32, 1, 1), 32 * LN_CHUNK as u32), di, part, g, g16, x, wp, m, r, n as i32, c as i32)?;
+        launch!(self, "layernorm_bwd_reduce", super::rmsnorm::norm_reduce_cfg(c), dwp, dbp, part, c as i32, chunks as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::Family;
+
+    /// The backward's grid and the chunks its reduction adds follow the kernel's chunk of rows.
+    #[test]
+    fn the_chunk_of_rows_matches_the_kernel() {
+        assert_eq!(Family::LayerNorm.define("LN_CHUNK"), super::LN_CHUNK);
     }
 }

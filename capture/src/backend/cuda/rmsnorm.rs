@@ -4,15 +4,22 @@
 //! read of `dout` and `x`; the chunks are then added in order, so reruns are bit-identical.
 
 use super::{CudaBackend, CudaError, DevBuf, cfg, grow};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 /// Rows per block of the forward, a warp each (256 threads).
 const ROWS_PER_BLOCK: usize = 8;
 /// Rows per block of the backward, a warp each (kernels/rmsnorm.cu: RMS_CHUNK): the chunk whose
 /// column sums of the weight gradient the block writes.
 const RMS_CHUNK: usize = 32;
-/// Columns per block of the chunks' reduction.
-const COLS_PER_BLOCK: u32 = 128;
+/// Columns and threads per block of the chunks' reduction (kernels/norms.cuh: NORM_RED_COLS,
+/// NORM_RED_THREADS), RMSNorm's and LayerNorm's.
+const NORM_RED_COLS: u32 = 32;
+const NORM_RED_THREADS: u32 = 256;
+
+/// The launch of `rmsnorm_bwd_reduce` or `layernorm_bwd_reduce` over C columns.
+pub(super) fn norm_reduce_cfg(c: usize) -> LaunchConfig {
+    cfg(((c as u32).div_ceil(NORM_RED_COLS), 1, 1), NORM_RED_THREADS)
+}
 
 /// Rows of a (rows, c) buffer, or an error naming the layer when `c` does not divide its length.
 fn rows(layer: &str, len: usize, c: usize) -> Result<usize, CudaError> {
@@ -90,8 +97,7 @@ impl CudaBackend {
         let g16 = dout.is_bf16() as i32;
         #[rustfmt::skip]
         launch!(self, "rmsnorm_bwd", cfg((chunks as u32, 1, 1), 32 * RMS_CHUNK as u32), di, part, g, g16, x, wp, r, n as i32, c as i32)?;
-        let col_blocks = (c as u32).div_ceil(COLS_PER_BLOCK);
-        launch!(self, "rmsnorm_bwd_reduce", cfg((col_blocks, 1, 1), COLS_PER_BLOCK), dwp, part, c as i32, chunks as i32)
+        launch!(self, "rmsnorm_bwd_reduce", norm_reduce_cfg(c), dwp, part, c as i32, chunks as i32)
     }
 }
 
@@ -103,5 +109,17 @@ mod tests {
     #[test]
     fn the_chunk_of_rows_matches_the_kernel() {
         assert_eq!(Family::RmsNorm.define("RMS_CHUNK"), super::RMS_CHUNK);
+    }
+
+    /// The reduction's launch follows the block shape its kernel stages (kernels/norms.cuh).
+    #[test]
+    fn the_reduction_launch_matches_the_kernel() {
+        let norms = include_str!("../../../../kernels/norms.cuh");
+        let define = |name: &str| -> u32 {
+            let line = norms.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("norms.cuh defines no {name}"));
+            line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("norms.cuh: {line}"))
+        };
+        assert_eq!(define("NORM_RED_COLS"), super::NORM_RED_COLS);
+        assert_eq!(define("NORM_RED_THREADS"), super::NORM_RED_THREADS);
     }
 }
