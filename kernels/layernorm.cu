@@ -71,8 +71,8 @@ extern "C" __global__ void __launch_bounds__(32 * LN_CHUNK, 2)
 }
 
 // dw[col] += sum over chunks (in order) of partial[2 chunk][col]; db likewise from partial[2 chunk + 1].
-// Launch: norms.cuh, norm_bwd_reduce.
-extern "C" __global__ void __launch_bounds__(NORM_RED_THREADS) layernorm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db,
+// Launch: ceil(C / blockDim.x) blocks.
+extern "C" __global__ void layernorm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db,
                                                 const float* __restrict__ partial, int c, int n_chunks) {
     norm_bwd_reduce<2>(dw, db, partial, c, n_chunks);
 }

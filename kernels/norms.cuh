@@ -127,40 +127,19 @@ __device__ __forceinline__ void norm_bwd_chunk(float* __restrict__ dinp, float* 
 }
 
 // The chunks' reduction: dw[col] += the sum over chunks, in order, of partial[SUMS chunk][col], and for
-// LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]. One thread a column adds the
-// chunks one after the other (a float sum, from 0: the order fixes the bits), but reads them from
-// shared memory: the block's 8 warps first stage NORM_RED_ROWS chunks of its NORM_RED_COLS columns,
-// 128-byte rows at a time. One thread reading its column's chunks from memory kept only a few loads
-// in flight, over a grid of C / 128 blocks (about 38 µs a call at seed batch 32's 512 chunks).
-// Launch: ceil(C / NORM_RED_COLS) blocks of NORM_RED_THREADS threads.
-#define NORM_RED_COLS 32
-#define NORM_RED_ROWS 64
-#define NORM_RED_THREADS 256
+// LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]; one thread a column. Launch:
+// ceil(C / blockDim.x) blocks. (Staging the chunks through shared memory, 8 warps loading 32
+// columns' rows for one warp to add, was slower: bench/results/2026-12-02-norm-backward.)
 template <int SUMS>
 __device__ __forceinline__ void norm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db, const float* __restrict__ partial,
                                                 int c, int n_chunks) {
-    __shared__ float tile[SUMS][NORM_RED_ROWS][NORM_RED_COLS + 1];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int col = blockIdx.x * NORM_RED_COLS + lane;
-    float acc = 0.0f;  // warp s < SUMS: column col's sum s
-    for (int k0 = 0; k0 < n_chunks; k0 += NORM_RED_ROWS) {
-#pragma unroll
-        for (int s = 0; s < SUMS; s++) {
-#pragma unroll
-            for (int r = warp; r < NORM_RED_ROWS; r += NORM_RED_THREADS / 32) {
-                int k = k0 + r;
-                tile[s][r][lane] = (k < n_chunks && col < c) ? partial[((u64)k * SUMS + s) * c + col] : 0.0f;
-            }
-        }
-        __syncthreads();
-        if (warp < SUMS) {
-            int rows = min(NORM_RED_ROWS, n_chunks - k0);
-            for (int r = 0; r < rows; r++) acc += tile[warp][r][lane];
-        }
-        __syncthreads();
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= c) return;
+    float a = 0.0f, b = 0.0f;
+    for (int k = 0; k < n_chunks; k++) {
+        a += partial[((u64)k * SUMS) * c + col];
+        if (SUMS == 2) b += partial[((u64)k * 2 + 1) * c + col];
     }
-    if (col < c && warp < SUMS) {
-        if (warp == 0) dw[col] += acc;
-        else db[col] += acc;
-    }
+    dw[col] += a;
+    if (SUMS == 2) db[col] += b;
 }

@@ -60,8 +60,8 @@ extern "C" __global__ void __launch_bounds__(32 * RMS_CHUNK, 2)
     norm_bwd_chunk<false, RMS_CHUNK, 4>(dinp, partial, dout, dout_bf16, inp, w, nullptr, rstd, n, c);
 }
 
-// dw[col] += sum over chunks (in order) of partial[chunk][col]. Launch: norms.cuh, norm_bwd_reduce.
-extern "C" __global__ void __launch_bounds__(NORM_RED_THREADS) rmsnorm_bwd_reduce(float* __restrict__ dw, const float* __restrict__ partial,
+// dw[col] += sum over chunks (in order) of partial[chunk][col]. Launch: ceil(C / blockDim.x) blocks.
+extern "C" __global__ void rmsnorm_bwd_reduce(float* __restrict__ dw, const float* __restrict__ partial,
                                               int c, int n_chunks) {
     norm_bwd_reduce<1>(dw, nullptr, partial, c, n_chunks);
 }
