@@ -13,9 +13,8 @@
 #           fits in 10 minutes.
 # The statistics cost (delayed with statistics against without) and the FP8 speed-up (our bf16
 # against delayed) are measured STATS_ROUNDS more times (default 2), interleaved, and judged over
-# every pair (speed_summary.py). SPEED_TIMEOUT (seconds,
-# default 300) bounds each process; one that fails or runs past it leaves an error row and the
-# script goes on.
+# every pair (speed_summary.py). SPEED_TIMEOUT (seconds, default 300) bounds each process; one
+# that fails or runs past it leaves an error row and the script goes on.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; MODE=${3:-}
 case "$MODE" in ""|quick|nolong|b32|llama) ;; *) echo "unknown mode '$MODE' (quick, nolong, b32, llama)" >&2; exit 2;; esac

@@ -42,11 +42,11 @@ for r in rows:
 def ratio(a, b, k="median_ms"):
     x, y = val(a, k), val(b, k)
     return x / y if x and y else None
+def meets(r, op, target): return r <= target if op == "<=" else r >= target
 def line(text, r, op, target):
     if r is None:
         return f"- {text}: n/a (target {op} {target})"
-    ok = r <= target if op == "<=" else r >= target
-    return f"- {text}: {r:.3f} (target {op} {target}: {'met' if ok else 'missed'})"
+    return f"- {text}: {r:.3f} (target {op} {target}: {'met' if meets(r, op, target) else 'missed'})"
 def pairs_line(text, a, b, op, target):
     """The ratio a/b over the pair (a, b) and its repeats (a-r1, b-r1, ...)."""
     pairs = [(a, b)]
@@ -59,8 +59,7 @@ def pairs_line(text, a, b, op, target):
         return line(text, rs[0] if rs else None, op, target)
     lo, hi = min(rs), max(rs)
     worst, best = (hi, lo) if op == "<=" else (lo, hi)
-    ok = (lambda r: r <= target) if op == "<=" else (lambda r: r >= target)
-    verdict = "met" if ok(worst) else ("missed" if not ok(best) else "unsettled")
+    verdict = "met" if meets(worst, op, target) else ("missed" if not meets(best, op, target) else "unsettled")
     return (f"- {text}: {statistics.median(rs):.3f}, from {lo:.3f} to {hi:.3f} over {len(rs)} pairs "
             f"(target {op} {target}: {verdict})")
 def stats_line(text, with_stats, without):
