@@ -3,9 +3,10 @@
 compiled for sm_90 by NVRTC on this machine (no GPU needed): the check for register spills after a
 change to a kernel (a spill is local memory traffic in the inner loop).
 
-Usage: bench/kernel_regs.py kernels/cast.cu [NAME_SUBSTRING] [--cubin OUT.cubin] [-D NAME]
+Usage: bench/kernel_regs.py kernels/cast.cu [NAME_SUBSTRING] [--cubin OUT.cubin] [-D NAME[=VALUE]]
 With -D NAME the file is compiled with NAME defined, as a family that shares it is (cast.cu with
-CAST_SRC_UNIT: the computed-source casts, capture/src/backend/cuda/kernels.rs Family::CastSrc).
+CAST_SRC_UNIT: the computed-source casts, capture/src/backend/cuda/kernels.rs Family::CastSrc);
+-D 'NAME(D)=VALUE' overrides a tuning macro (flash_attention.cu's FA_MT_FWD(D), for one).
 With --cubin the compiled sm_90 cubin is written too, for nvdisasm (the nvidia-cuda-nvdisasm wheel:
 `nvdisasm -c OUT.cubin` lists every kernel's SASS, the instructions it really runs).
 Needs libnvrtc (the nvidia-cuda-nvrtc wheel, as .ci/run installs it) and CUDA's headers (the
@@ -46,7 +47,7 @@ def main():
         defines.append(args[i + 1])
         del args[i:i + 2]
     if not args or not os.path.isfile(args[0]):
-        sys.exit("usage: bench/kernel_regs.py kernels/FILE.cu [NAME_SUBSTRING] [--cubin OUT.cubin] [-D NAME]")
+        sys.exit("usage: bench/kernel_regs.py kernels/FILE.cu [NAME_SUBSTRING] [--cubin OUT.cubin] [-D NAME[=VALUE]]")
     want = args[1] if len(args) > 1 else ""
     d = nvidia_dir()
     # NVRTC dlopens its builtins library by name: loaded first, it is found without LD_LIBRARY_PATH.
@@ -58,7 +59,7 @@ def main():
     # The translation unit the backend compiles (capture/src/backend/cuda/kernels.rs).
     for h in ("common.cuh", "activations.cuh", "norms.cuh"):
         src = src.replace(f'#include "{h}"', open(os.path.join(KERNELS, h)).read())
-    src = "".join(f"#define {m}\n" for m in defines) + src
+    src = "".join(f"#define {m.replace('=', ' ', 1)}\n" for m in defines) + src
     inc = os.environ.get("CUDA_INCLUDE", os.path.join(d, "include"))
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None) != 0:

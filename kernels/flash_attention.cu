@@ -20,13 +20,16 @@
 // Tiles: 64 keys per step; a warp owns 16 rows (queries, or keys for dK/dV) of each of the
 // block's 64-row tiles. dQ blocks take Fa<D>::MT_DQ query tiles (2 for D <= 64), so that each K
 // or V fragment loaded from shared memory feeds two MMAs and a warp has two independent chains in
-// flight (at llama-1b: dQ 1 ms a step faster, the same bits). The forward takes MT_FWD = 1: with
-// two, the compiler contracts the softmax's running sums differently (the output moves in the last
-// bit) for 0.6 ms a step; dK/dV blocks take one key tile (the registers of a second would spill).
+// flight (at llama-1b: dQ 1 ms a step faster, the same bits). The forward takes MT_FWD query tiles
+// as well (2 for D <= 64: 9% faster at llama-1b, bench/flash_bench.py); its running sums and
+// log-sum-exp carry their roundings written out, so that the bits do not depend on MT. dK/dV
+// blocks take one key tile (the registers of a second would spill).
 // D (the head size) is a template parameter (16, 32, 64, 96, 128). Blocks: forward and dQ one per
-// (MT query tiles, head, batch), dK/dV one per (key tile, kv head, batch) looping over the group's
-// query heads. Every accumulation runs in a fixed order (no atomics): reruns are bit-identical,
-// and a row's sums run in the same order whatever MT is.
+// (head, batch, MT query tiles), dK/dV one per (kv head, batch, key tile) looping over the group's
+// query heads; the tile is the grid's slowest index, so that the heaviest blocks under a causal
+// mask start first (dispatched late, they ran on while the rest of the GPU idled). Every
+// accumulation runs in a fixed order (no atomics): reruns are bit-identical, and a row's sums run
+// in the same order whatever MT is.
 // Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + c (g the group, c its thread);
 // an accumulator holds (row g, cols 2c, 2c+1) and (row g+8, same cols) of a 16 x 8 tile; an A
 // operand (16 x 16) holds rows g and g+8 at k = 2c, 2c+1 and 2c+8, 2c+9 — so an accumulator pair
@@ -37,6 +40,15 @@
 #include "common.cuh"
 
 #define FA_TILE 64
+// Query tiles per block of the forward and of dQ, and blocks per SM the registers are capped for
+// (FA_*_MIN_BLOCKS below), by head size; each can be set from outside (bench/flash_bench.py's
+// variants compile with -D).
+#ifndef FA_MT_FWD
+#define FA_MT_FWD(D) ((D) <= 64 ? 2 : 1)
+#endif
+#ifndef FA_MT_DQ
+#define FA_MT_DQ(D) ((D) <= 64 ? 2 : 1)
+#endif
 #define FA_WARPS 4
 #define FA_THREADS (FA_WARPS * 32)
 
@@ -49,8 +61,8 @@ template <int D> struct Fa {
     static constexpr int NB = D / 8;       // n-blocks of 8 over the head dimension
     // 64-row query tiles per block: MT_FWD in the forward, MT_DQ in dQ (attention.rs:
     // flash_query_tiles mirrors both).
-    static constexpr int MT_FWD = 1;
-    static constexpr int MT_DQ = D <= 64 ? 2 : 1;
+    static constexpr int MT_FWD = FA_MT_FWD(D);
+    static constexpr int MT_DQ = FA_MT_DQ(D);
 };
 
 __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const bf16* p) {
@@ -98,6 +110,11 @@ __device__ __forceinline__ void load_b_kn(u32 (&b)[4], const bf16* tile, int k0,
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     u32 a = (u32)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+// 4 bytes, through L1: the dK/dV kernel stages a query tile's lse2 and delta rows so.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    u32 a = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N committed groups are still in flight.
@@ -323,15 +340,17 @@ __device__ __forceinline__ void fa_fwd_tile(float (&o)[MT][Fa<D>::NB][4], float 
             mref[r] = mnew == -INFINITY ? 0.0f : mnew * sl2;
             alpha[r] = fa_exp2(fmaf(mr, sl2, -mref[r]));
             mr = mnew;
-            l[I0 + i][r] *= alpha[r];
         }
+        // l = l alpha + p (one FMA, the row's first probability), then + p for the others in order:
+        // written out, so that every MT rounds the running sums as MT = 1 always has.
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float p = fa_exp2(fmaf(s[i][nb][e], sl2, -mref[e >> 1]));
                 s[i][nb][e] = p;
-                l[I0 + i][e >> 1] += p;
+                float& lr = l[I0 + i][e >> 1];
+                lr = nb == 0 && (e & 1) == 0 ? __fmaf_rn(lr, alpha[e >> 1], p) : __fadd_rn(lr, p);
             }
 #pragma unroll
         for (int nb = 0; nb < Fa<D>::NB; nb++)
@@ -341,8 +360,9 @@ __device__ __forceinline__ void fa_fwd_tile(float (&o)[MT][Fa<D>::NB][4], float 
     fa_pv<D, I0>(o, s, vt, 0);
 }
 
-// Forward. Grid (ceil(T / (64 MT)), NH, B), FA_THREADS threads; warp w owns query rows 16w ..
-// 16w+15 of each of the block's MT query tiles.
+// Forward. Grid (NH, B, ceil(T / (64 MT))), FA_THREADS threads, the last query tiles (the heaviest
+// under a causal mask) first; warp w owns query rows 16w .. 16w+15 of each of the block's MT query
+// tiles.
 template <int D>
 __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
                           const bf16* __restrict__ v, int t, int nh, int kvh, float scale, int causal) {
@@ -352,7 +372,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
     bf16* ks = qs + MT * Fa<D>::TILE;             // two buffers
     bf16* vs = ks + 2 * Fa<D>::TILE;              // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int h = blockIdx.x, b = blockIdx.y, qb = gridDim.z - 1 - blockIdx.z;  // heaviest tiles first
     int grp = h / (nh / kvh);
     int c = nh * D;
     const bf16* qh = q + ((u64)b * nh + h) * t * D;
@@ -406,7 +426,11 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
             l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
             inv[r] = 1.0f / l[i][r];
             int qi = qi0 + i * FA_TILE + 8 * r;
-            if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = m[i][r] * sl2 + log2f(l[i][r]);
+            // lse2 = m sl2 + log2(l): one FMA for the first row, a product then a sum for the second,
+            // the roundings the compiler chose for MT = 1, written out so that every MT keeps them.
+            float lg = log2f(l[i][r]);
+            float lse2 = r == 0 ? __fmaf_rn(m[i][r], sl2, lg) : __fadd_rn(__fmul_rn(m[i][r], sl2), lg);
+            if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = lse2;
         }
         fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + i * FA_TILE + warp * 16, t, o[i], inv[0], inv[1]);
     }
@@ -437,10 +461,11 @@ extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void
 // lse2 and delta of query row qi of a head (0 past T).
 __device__ __forceinline__ float fa_row(const float* v, int qi, int t) { return qi < t ? __ldg(v + qi) : 0.0f; }
 
-// dK and dV. Grid (ceil(T/64), KVH, B), FA_THREADS threads; warp w owns keys 16w .. 16w+15 of the
-// block's tile and computes the transposed products (keys as rows, queries as columns):
-// dV = sum over the group's heads and query tiles of P^T dO; dK = scale * sum dS^T Q. The (head,
-// query tile) pairs run as one sequence, so the next pair's q and dout tiles load during this one.
+// dK and dV. Grid (KVH, B, ceil(T/64)), FA_THREADS threads, the first key tiles (the heaviest under
+// a causal mask) first; warp w owns keys 16w .. 16w+15 of the block's tile and computes the
+// transposed products (keys as rows, queries as columns): dV = sum over the group's heads and
+// query tiles of P^T dO; dK = scale * sum dS^T Q. The (head, query tile) pairs run as one
+// sequence, so the next pair's q and dout tiles load during this one.
 template <int D>
 __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
                                const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
@@ -454,7 +479,7 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     // lse2 and delta of the query tile of each buffer, staged with it.
     __shared__ float rows_s[2][2][FA_TILE];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    int kb = blockIdx.x, grp = blockIdx.y, b = blockIdx.z;
+    int grp = blockIdx.x, b = blockIdx.y, kb = blockIdx.z;  // heaviest tiles first
     int rep = nh / kvh;
     int c = nh * D, w = c + 2 * kvh * D;
     int k0 = kb * FA_TILE;
@@ -474,9 +499,16 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
         int q0 = tile_of(i) * FA_TILE;
         fa_load<D>(qs + buf * Fa<D>::TILE, q + hr * D, q0, t);
         fa_load<D>(dos + buf * Fa<D>::TILE, dy + hr * D, q0, t);
+        // Copied asynchronously with the tiles (a plain load would stall its warp until the value
+        // arrived); rows past T are 0.
         if (threadIdx.x < FA_TILE) {
-            rows_s[buf][0][threadIdx.x] = fa_row(lse + hr, q0 + threadIdx.x, t);
-            rows_s[buf][1][threadIdx.x] = fa_row(delta + hr, q0 + threadIdx.x, t);
+            int qi = q0 + threadIdx.x;
+            if (qi < t) {
+                cp_async4(&rows_s[buf][0][threadIdx.x], lse + hr + qi);
+                cp_async4(&rows_s[buf][1][threadIdx.x], delta + hr + qi);
+            } else {
+                rows_s[buf][0][threadIdx.x] = rows_s[buf][1][threadIdx.x] = 0.0f;
+            }
         }
     };
     stage(0, 0);
@@ -570,8 +602,8 @@ __device__ __forceinline__ void fa_dq_tile(float (&dq)[MT][Fa<D>::NB][4], const 
     }
 }
 
-// dQ. Grid (ceil(T / (64 MT)), NH, B), FA_THREADS threads; warp w owns query rows 16w .. 16w+15 of
-// each of the block's MT query tiles. dQ = scale * sum over key tiles of dS K.
+// dQ. Grid (NH, B, ceil(T / (64 MT))), FA_THREADS threads, the last query tiles first (as the
+// forward); warp w owns query rows 16w .. 16w+15 of each of the block's MT query tiles. dQ = scale * sum over key tiles of dS K.
 template <int D>
 __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
                              const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
@@ -584,7 +616,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     bf16* ks = dos + MT * Fa<D>::TILE;            // two buffers
     bf16* vs = ks + 2 * Fa<D>::TILE;              // two buffers
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int h = blockIdx.x, b = blockIdx.y, qb = gridDim.z - 1 - blockIdx.z;  // heaviest tiles first
     int grp = h / (nh / kvh);
     int c = nh * D, w = c + 2 * kvh * D;
     int q0 = qb * MT * FA_TILE;
@@ -643,14 +675,21 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
         fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale, rope_tab);
 }
 
-// Blocks of the forward per SM the registers are capped for: 4 up to D = 64 (128 registers; ptxas
-// spills 32 bytes, and the forward still ran faster than uncapped at llama-1b, 6.35 against 6.51
-// ms a step), the compiler's choice above.
-#define FA_FWD_MIN_BLOCKS(D) ((D) <= 64 ? 4 : 1)
+// Blocks of the forward per SM the registers are capped for: 2 up to D = 64 (two query tiles fit in
+// 255 registers without spilling; with one tile it was capped at 4 blocks), the compiler's choice
+// above.
+#ifndef FA_FWD_MIN_BLOCKS
+#define FA_FWD_MIN_BLOCKS(D) ((D) <= 64 ? 2 : 1)
+#endif
 // Blocks of dK/dV per SM the registers are capped for: 3 up to D = 64 (its 32-query halves fit
 // in 168 registers with 4 bytes spilled; at 2 blocks the SM holds 8 warps, too few to hide the
 // latencies of one chain of MMAs each), the compiler's choice above.
+#ifndef FA_DKDV_MIN_BLOCKS
 #define FA_DKDV_MIN_BLOCKS(D) ((D) <= 64 ? 3 : 1)
+#endif
+#ifndef FA_DQ_MIN_BLOCKS
+#define FA_DQ_MIN_BLOCKS(D) 1
+#endif
 
 #define FA_ENTRY(D)                                                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(D))                                     \
@@ -664,7 +703,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
                             const float* rope_tab) {                                                                   \
         flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                         \
     }                                                                                                                  \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS)                                                           \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(D))                                      \
         flash_bwd_dq_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                    \
                           const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,       \
                           const float* rope_tab) {                                                                     \

@@ -80,11 +80,26 @@ pub fn unfused_attention_note(c: usize, nh: usize, fused_enabled: bool) -> Optio
 }
 
 /// Query tiles (of 64 rows) per block of the fused forward and dQ kernels for head size `d`
-/// (flash_attention.cu: `Fa<D>::MT_FWD`, `MT_DQ`): dQ takes two up to d = 64, where a warp that
+/// (flash_attention.cu: `FA_MT_FWD`, `FA_MT_DQ`): both take two up to d = 64, where a warp that
 /// owns one tile's rows waits on its shared-memory reads, and one above, where two tiles'
-/// registers would spill; the forward takes one (the kernel says why).
+/// registers would spill.
 pub fn flash_query_tiles(d: usize) -> QueryTiles {
-    QueryTiles { fwd: 1, dq: if d <= 64 { 2 } else { 1 } }
+    let two_up_to_64 = if d <= 64 { 2 } else { 1 };
+    QueryTiles { fwd: two_up_to_64, dq: two_up_to_64 }
+}
+
+/// The grid of a fused kernel: one block per (head, batch, tile), the tile the slowest index so
+/// that the kernel can start its heaviest tiles first (flash_attention.cu says why). The tiles go
+/// on the grid's z, which holds at most 65535.
+fn flash_grid(heads: usize, b: usize, tiles: usize, smem: u32) -> Result<cudarc::driver::LaunchConfig, CudaError> {
+    if tiles > 65535 || b > 65535 {
+        return Err(CudaError::Unsupported(format!(
+            "fused attention over {tiles} tiles of {FLASH_TILE} tokens and batch {b}: the grid holds at most 65535 of each"
+        )));
+    }
+    let mut lc = cfg((heads as u32, b as u32, tiles as u32), FLASH_THREADS);
+    lc.shared_mem_bytes = smem;
+    Ok(lc)
 }
 
 /// Query tiles per block of the forward and of dQ ([`flash_query_tiles`]).
@@ -228,9 +243,7 @@ impl CudaBackend {
         let scale = 1.0 / (hs as f32).sqrt();
         let (q, k, v) = heads;
         let (outp, lsep) = (self.ptr(out), self.ptr(att));
-        let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd) as u32;
-        let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = flash_smem(hs)[0];
+        let lc = flash_grid(nh, b, t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd), flash_smem(hs)[0])?;
         let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
         launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
     }
@@ -309,13 +322,9 @@ impl CudaBackend {
         let rows = (b * t * nh) as u32;
         launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
-        let key_tiles = t.div_ceil(FLASH_TILE) as u32;
-        let mut lc = cfg((key_tiles, kvh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = dkdv_smem;
+        let lc = flash_grid(kvh, b, t.div_ceil(FLASH_TILE), dkdv_smem)?;
         launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)?;
-        let q_blocks = t.div_ceil(FLASH_TILE * flash_query_tiles(hs).dq) as u32;
-        let mut lc = cfg((q_blocks, nh as u32, b as u32), FLASH_THREADS);
-        lc.shared_mem_bytes = dq_smem;
+        let lc = flash_grid(nh, b, t.div_ceil(FLASH_TILE * flash_query_tiles(hs).dq), dq_smem)?;
         launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)
     }
 
@@ -422,6 +431,29 @@ mod tests {
             assert!(names.iter().all(|n| n.ends_with(&format!("_d{d}"))), "{names:?}");
         }
         assert!(flash_names(80).is_none() && flash_names(256).is_none());
+    }
+
+    /// The query tiles per block the launchers size their grids and shared memory for are the
+    /// kernel's own (the defaults of FA_MT_FWD and FA_MT_DQ, `((D) <= N ? A : B)`).
+    #[test]
+    fn the_query_tiles_per_block_match_the_kernel() {
+        let src = include_str!("../../../../kernels/flash_attention.cu");
+        let tiles = |name: &str, d: usize| -> usize {
+            let def = src
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name}(D) ")))
+                .unwrap_or_else(|| panic!("no default #define {name}(D) in flash_attention.cu"));
+            let bare: String = def.chars().filter(|&c| c != '(' && c != ')').collect();
+            let f: Vec<&str> = bare.split(['?', ':']).map(str::trim).collect();
+            let bound = f.first().and_then(|c| c.strip_prefix("D <=")).and_then(|n| n.trim().parse::<usize>().ok());
+            let bound = bound.unwrap_or_else(|| panic!("{name}: {def} is not ((D) <= N ? A : B)"));
+            f[if d <= bound { 1 } else { 2 }].parse().unwrap_or_else(|_| panic!("{name}: {def}"))
+        };
+        for d in FLASH_HEAD_SIZES {
+            let mt = flash_query_tiles(d);
+            assert_eq!(mt.fwd, tiles("FA_MT_FWD", d), "forward, head size {d}");
+            assert_eq!(mt.dq, tiles("FA_MT_DQ", d), "dQ, head size {d}");
+        }
     }
 
     /// A head size without a fused kernel, or the switch, is said in one line; the fused sizes

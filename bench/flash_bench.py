@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The fused attention's kernels alone, variant against variant, on a GPU: each variant is a CUBIN
+of kernels/flash_attention.cu compiled here by NVRTC with its tuning macros set
+(bench/flash_variants.sh builds them with bench/kernel_regs.py), loaded through the CUDA driver
+into PyTorch's context, and timed kernel by kernel (forward, dK/dV, dQ) on one attention call of
+a preset's shape. Every variant's outputs are compared bit for bit with the first's: a variant
+that changes a bit is reported as such, whatever its speed.
+
+Usage (on the GPU machine, which has PyTorch):
+  bench/flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x] [...] [--shape B,T,NH,KVH,D] [--rounds N]
+The first variant is the reference. MT_FWD and MT_DQ are the query tiles per block the variant was
+compiled with (they set the grids and the shared memory). The grids are (heads, B, tiles), the
+kernels' order since they start their heaviest tiles first; `tiles-x` launches a build from before
+that on (tiles, heads, B). The default shape is llama-1b's
+attention (4, 2048, 32, 8, 64); the RoPE table is passed to the backward as llama-1b passes it.
+"""
+import ctypes
+import json
+import math
+import statistics
+import sys
+
+import torch
+
+TILE = 64
+THREADS = 128
+
+
+def die(msg):
+    sys.exit(f"flash_bench.py: {msg}")
+
+
+class Driver:
+    """The few CUDA driver calls the launches need, through ctypes."""
+
+    def __init__(self):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+
+    def check(self, rc, what):
+        if rc != 0:
+            s = ctypes.c_char_p()
+            self.cu.cuGetErrorString(rc, ctypes.byref(s))
+            die(f"{what}: CUDA error {rc} ({s.value.decode() if s.value else '?'})")
+
+    def load(self, image):
+        mod = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(mod), image), "cuModuleLoadData")
+        return mod
+
+    def function(self, mod, name, smem):
+        f = ctypes.c_void_p()
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), f"cuModuleGetFunction {name}")
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+        self.check(self.cu.cuFuncSetAttribute(f, 8, ctypes.c_int(smem)), f"cuFuncSetAttribute {name}")
+        return f
+
+    def launch(self, f, grid, smem, args):
+        vals = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                vals.append(ctypes.c_uint64(a.data_ptr()))
+            elif isinstance(a, float):
+                vals.append(ctypes.c_float(a))
+            elif isinstance(a, int) and a >= 1 << 31:
+                vals.append(ctypes.c_uint64(a))
+            else:
+                vals.append(ctypes.c_int(a))
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.cu.cuLaunchKernel(f, grid[0], grid[1], grid[2], THREADS, 1, 1, smem, stream, ptrs, None),
+                   "cuLaunchKernel")
+
+
+def tile_bytes(d):
+    return TILE * (d + 8) * 2
+
+
+def inputs(b, t, nh, kvh, d):
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn(b, nh, t, d, device="cuda", generator=g).to(torch.bfloat16)
+    k = torch.randn(b, kvh, t, d, device="cuda", generator=g).to(torch.bfloat16)
+    v = torch.randn(b, kvh, t, d, device="cuda", generator=g).to(torch.bfloat16)
+    dout = torch.randn(b, t, nh * d, device="cuda", generator=g) * 1e-3
+    dy = dout.view(b, t, nh, d).permute(0, 2, 1, 3).to(torch.bfloat16).contiguous()
+    pos = torch.arange(t, device="cuda", dtype=torch.float32)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, d // 2, device="cuda", dtype=torch.float32) * 2 / d)
+    ang = pos * freq[None, :]
+    rope = torch.cat([torch.cos(ang), torch.sin(ang)], dim=1).contiguous()
+    return q, k, v, dout, dy, rope
+
+
+def main():
+    args = sys.argv[1:]
+    shape = (4, 2048, 32, 8, 64)
+    rounds = 3
+    if "--shape" in args:
+        i = args.index("--shape")
+        shape = tuple(int(x) for x in args[i + 1].split(","))
+        del args[i:i + 2]
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        rounds = int(args[i + 1])
+        del args[i:i + 2]
+    if len(args) < 2:
+        die("usage: flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ [...] [--shape B,T,NH,KVH,D] [--rounds N]")
+    out_json, specs = args[0], args[1:]
+    b, t, nh, kvh, d = shape
+    scale = 1.0 / math.sqrt(d)
+    drv = Driver()
+    torch.zeros(1, device="cuda")
+    variants = []
+    for s in specs:
+        name, rest = s.split("=", 1)
+        fields = rest.split(":")
+        if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] != "tiles-x"):
+            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x]")
+        path, mt_fwd, mt_dq = fields[0], int(fields[1]), int(fields[2])
+        tiles_x = len(fields) == 4
+        mod = drv.load(open(path, "rb").read())
+        tb = tile_bytes(d)
+        sm = {"fwd": (mt_fwd + 4) * tb, "dkdv": 6 * tb, "dq": (2 * mt_dq + 4) * tb}
+        variants.append({
+            "name": name, "mt_fwd": mt_fwd, "mt_dq": mt_dq, "smem": sm, "tiles_x": tiles_x,
+            "fwd": drv.function(mod, f"flash_fwd_d{d}", sm["fwd"]),
+            "dkdv": drv.function(mod, f"flash_bwd_dkdv_d{d}", sm["dkdv"]),
+            "dq": drv.function(mod, f"flash_bwd_dq_d{d}", sm["dq"]),
+            "delta": drv.function(mod, "flash_bwd_delta", 0),
+        })
+    q, k, v, dout, dy, rope = inputs(b, t, nh, kvh, d)
+    w = (nh + 2 * kvh) * d
+
+    def grid(var, heads, tiles):
+        return (tiles, heads, b) if var["tiles_x"] else (heads, b, tiles)
+
+    def fwd(var, out, lse):
+        grid_ = grid(var, nh, (t + TILE * var["mt_fwd"] - 1) // (TILE * var["mt_fwd"]))
+        drv.launch(var["fwd"], grid_, var["smem"]["fwd"], [out, lse, q, k, v, t, nh, kvh, scale, 1])
+
+    def dkdv(var, dqkv, lse, delta):
+        drv.launch(var["dkdv"], grid(var, kvh, (t + TILE - 1) // TILE), var["smem"]["dkdv"], [dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, 1, rope])
+
+    def dq(var, dqkv, lse, delta):
+        drv.launch(var["dq"], grid(var, nh, (t + TILE * var["mt_dq"] - 1) // (TILE * var["mt_dq"])), var["smem"]["dq"], [dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, 1, rope])
+
+    # The reference's forward and correction term feed every variant's backward.
+    ref = variants[0]
+    out_ref = torch.empty(b, t, nh * d, device="cuda")
+    lse_ref = torch.empty(b, nh, t, device="cuda")
+    fwd(ref, out_ref, lse_ref)
+    delta = torch.empty(b, nh, t, device="cuda")
+    drv.launch(ref["delta"], (((b * t * nh) + 7) // 8, 1, 1), 0, [delta, dout, 0, out_ref, b, t, nh, d])
+    dqkv_ref = torch.zeros(b, t, w, device="cuda")
+    dkdv(ref, dqkv_ref, lse_ref, delta)
+    dq(ref, dqkv_ref, lse_ref, delta)
+    torch.cuda.synchronize()
+
+    def same(a, r):
+        if torch.equal(a.view(torch.int32), r.view(torch.int32)):
+            return "identical"
+        diff = (a - r).abs().max().item()
+        n = (a.view(torch.int32) != r.view(torch.int32)).sum().item()
+        return f"DIFFERS ({n} values, max |diff| {diff:.3g})"
+
+    results = []
+    for var in variants:
+        out = torch.empty_like(out_ref)
+        lse = torch.empty_like(lse_ref)
+        fwd(var, out, lse)
+        dqkv = torch.zeros_like(dqkv_ref)
+        dkdv(var, dqkv, lse_ref, delta)
+        dq(var, dqkv, lse_ref, delta)
+        torch.cuda.synchronize()
+        var["bits"] = {"out": same(out, out_ref), "lse": same(lse, lse_ref), "dqkv": same(dqkv, dqkv_ref)}
+        var["times"] = {"fwd": [], "dkdv": [], "dq": []}
+        var["bufs"] = (out, lse, dqkv)
+    # Rounds over the variants in turn, each kernel timed alone with events, 10 launches a round.
+    for _ in range(rounds):
+        for var in variants:
+            out, lse, dqkv = var["bufs"]
+            for kern, call in (("fwd", lambda: fwd(var, out, lse)), ("dkdv", lambda: dkdv(var, dqkv, lse_ref, delta)),
+                               ("dq", lambda: dq(var, dqkv, lse_ref, delta))):
+                call()
+                for _ in range(10):
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    call()
+                    e1.record()
+                    e1.synchronize()
+                    var["times"][kern].append(e0.elapsed_time(e1) * 1000.0)
+    print(f"shape B={b} T={t} NH={nh} KVH={kvh} D={d}, causal, {rounds} rounds of 10 launches; µs a call (median)")
+    print(f"{'variant':<22} {'fwd':>8} {'dkdv':>8} {'dq':>8} {'bwd':>8}   bits against {ref['name']}")
+    for var in variants:
+        med = {kk: statistics.median(vv) for kk, vv in var["times"].items()}
+        bits = ", ".join(f"{kk} {vv}" for kk, vv in var["bits"].items())
+        print(f"{var['name']:<22} {med['fwd']:>8.1f} {med['dkdv']:>8.1f} {med['dq']:>8.1f} {med['dkdv'] + med['dq']:>8.1f}   {bits}")
+        results.append({"name": var["name"], "median_us": med, "bits": var["bits"],
+                        "spread_us": {kk: [min(vv), max(vv)] for kk, vv in var["times"].items()}})
+    json.dump({"shape": shape, "rounds": rounds, "variants": results}, open(out_json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
