@@ -7,11 +7,15 @@ a preset's shape. Every variant's outputs are compared bit for bit with the firs
 that changes a bit is reported as such, whatever its speed.
 
 Usage (on the GPU machine, which has PyTorch):
-  bench/flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x] [...] [--shape B,T,NH,KVH,D] [--rounds N]
+  bench/flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ[:OPTION...] [...] [--shape B,T,NH,KVH,D] [--rounds N]
 The first variant is the reference. MT_FWD and MT_DQ are the query tiles per block the variant was
-compiled with (they set the grids and the shared memory). The grids are (heads, B, tiles), the
-kernels' order since they start their heaviest tiles first; `tiles-x` launches a build from before
-that on (tiles, heads, B). The default shape is llama-1b's
+compiled with up to head size 64 (they set the grids and the shared memory; above 64 the kernels
+take one, as flash_variants.sh builds them). The grids are (heads, B, tiles), the
+kernels' order since they start their heaviest tiles first. Options, for builds that differ from
+the kernels as they ship: `tiles-x` launches a build from before that order on (tiles, heads, B);
+`dkdv-bufs=N` gives dK/dV shared memory for N buffers of q and dout (the shipped kernel streams
+them through 2; bench/results/2026-12-02-attention-order/call7/dkdv_three_buffers.patch adds the
+FA_DKDV_BUFS knob that tried 3). The default shape is llama-1b's
 attention (4, 2048, 32, 8, 64); the RoPE table is passed to the backward as llama-1b passes it.
 """
 import ctypes
@@ -112,13 +116,22 @@ def main():
     for s in specs:
         name, rest = s.split("=", 1)
         fields = rest.split(":")
-        if len(fields) not in (3, 4) or (len(fields) == 4 and fields[3] != "tiles-x"):
-            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x]")
+        if len(fields) < 3:
+            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x][:dkdv-bufs=N]")
         path, mt_fwd, mt_dq = fields[0], int(fields[1]), int(fields[2])
-        tiles_x = len(fields) == 4
+        if d > 64:
+            mt_fwd = mt_dq = 1
+        tiles_x, bufs = False, 2
+        for opt in fields[3:]:
+            if opt == "tiles-x":
+                tiles_x = True
+            elif opt.startswith("dkdv-bufs="):
+                bufs = int(opt.split("=", 1)[1])
+            else:
+                die(f"{s}: unknown option {opt} (tiles-x, dkdv-bufs=N)")
         mod = drv.load(open(path, "rb").read())
         tb = tile_bytes(d)
-        sm = {"fwd": (mt_fwd + 4) * tb, "dkdv": 6 * tb, "dq": (2 * mt_dq + 4) * tb}
+        sm = {"fwd": (mt_fwd + 4) * tb, "dkdv": (2 + 2 * bufs) * tb, "dq": (2 * mt_dq + 4) * tb}
         variants.append({
             "name": name, "mt_fwd": mt_fwd, "mt_dq": mt_dq, "smem": sm, "tiles_x": tiles_x,
             "fwd": drv.function(mod, f"flash_fwd_d{d}", sm["fwd"]),
