@@ -10,10 +10,12 @@
 #   SwiGLU-backward cast profiled there took 557 µs and 366.6 M warp instructions, and 348.8 µs
 #   and 219.1 M at the 41st launch (bench/results/2026-12-02-paired-cast-occupancy, then
 #   2026-12-02-batched-stats): the first steps' values take the casts' slow path. A configuration
-#   launched SKIP times or fewer in the run is not profiled: lower SKIP for it.
+#   launched SKIP times or fewer in the run is not profiled: lower SKIP for it. EXTRA (environment)
+#   adds fp8-capture arguments: EXTRA='--stats-every 0' profiles the amax-level casts.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}
 KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-40}; STEPS=${STEPS:-4}
+TAG=$(echo "${EXTRA:-}" | tr -c 'a-zA-Z0-9\n' '_')
 command -v ncu > /dev/null || { echo "ncu_kernels.sh: ncu is not on the PATH" >&2; exit 2; }
 mkdir -p "$OUT"
 ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mode per-launch-config \
@@ -21,8 +23,8 @@ ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mod
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis \
   "$BIN/fp8-capture" train --quiet --device cuda --preset "$PRESET" --recipe "$RECIPE" --steps "$STEPS" \
-  --out "$OUT/run" > "$OUT/ncu-$PRESET-$RECIPE.txt" 2>&1
+  ${EXTRA:-} --out "$OUT/run" > "$OUT/ncu-$PRESET-$RECIPE$TAG.txt" 2>&1
 rc=$?
-echo "ncu exit $rc; report: $OUT/ncu-$PRESET-$RECIPE.txt"
-grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-$PRESET-$RECIPE.txt" | head -120
+echo "ncu exit $rc; report: $OUT/ncu-$PRESET-$RECIPE$TAG.txt"
+grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-$PRESET-$RECIPE$TAG.txt" | head -120
 exit $rc
