@@ -72,10 +72,10 @@ def main():
     lib.nvrtcGetProgramLog(prog, log)
     if rc != 0:
         lib.nvrtcGetErrorString.restype = ctypes.c_char_p
-        # The errors first (ptxas's verbose lines can bury them), then the log's end.
+        # The error lines (ptxas's verbose lines can bury them); the log's end where there are none.
         text = log.value.decode()
-        errors = "\n".join(l for l in text.splitlines() if "error" in l.lower())
-        sys.exit(f"kernel_regs.py: NVRTC: {lib.nvrtcGetErrorString(rc).decode()}\n{errors}\n{text[-2000:]}")
+        errors = "\n".join(l for l in text.splitlines() if "error" in l.lower()) or text[-2000:]
+        sys.exit(f"kernel_regs.py: NVRTC: {lib.nvrtcGetErrorString(rc).decode()}\n{errors}")
     if cubin_out:
         size = ctypes.c_size_t()
         lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))

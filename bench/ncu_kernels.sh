@@ -15,7 +15,7 @@
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}
 KERNELS=${5:-'^(flash_.*_d64|cast_fwd_l[01]_f1_t2)$'}; SKIP=${6:-40}; STEPS=${STEPS:-4}
-TAG=$(echo "${EXTRA:-}" | tr -c 'a-zA-Z0-9\n' '_')
+REPORT="$OUT/ncu-$PRESET-$RECIPE$(echo "${EXTRA:-}" | tr -c 'a-zA-Z0-9\n' '_').txt"
 command -v ncu > /dev/null || { echo "ncu_kernels.sh: ncu is not on the PATH" >&2; exit 2; }
 mkdir -p "$OUT"
 ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mode per-launch-config \
@@ -23,8 +23,8 @@ ncu --clock-control none --target-processes all -k "regex:$KERNELS" --filter-mod
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis \
   "$BIN/fp8-capture" train --quiet --device cuda --preset "$PRESET" --recipe "$RECIPE" --steps "$STEPS" \
-  ${EXTRA:-} --out "$OUT/run" > "$OUT/ncu-$PRESET-$RECIPE$TAG.txt" 2>&1
+  ${EXTRA:-} --out "$OUT/run" > "$REPORT" 2>&1
 rc=$?
-echo "ncu exit $rc; report: $OUT/ncu-$PRESET-$RECIPE$TAG.txt"
-grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu-$PRESET-$RECIPE$TAG.txt" | head -120
+echo "ncu exit $rc; report: $REPORT"
+grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall" "$REPORT" | head -120
 exit $rc
