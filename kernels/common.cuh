@@ -61,6 +61,29 @@ __device__ __forceinline__ void load4(const void* __restrict__ p, u64 i, int bf1
     }
 }
 
+// Multi-tensor launches (capture/src/backend/cuda/multi_tensor.rs): one kernel over a list of
+// buffers. The list is a table in device memory of `count` entries of MT_WORDS words each: word
+// MT_START the entry's first block (increasing from 0), MT_BLOCKS its blocks, MT_N its values,
+// MT_FLAGS its flags (bit 0: BF16 storage), then up to four buffer addresses from MT_PTR on. The
+// blocks of one entry stand for the grid a launch of that buffer alone would have had.
+#define MT_WORDS 8
+#define MT_START 0
+#define MT_BLOCKS 1
+#define MT_N 2
+#define MT_FLAGS 3
+#define MT_PTR 4
+
+// The entry block `block` works on: the last whose first block is at most `block` (a binary search:
+// the table is read through the cache, a few words a block).
+__device__ __forceinline__ const u64* mt_entry(const u64* __restrict__ table, int count, u64 block) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (__ldg(table + (u64)mid * MT_WORDS + MT_START) <= block) lo = mid; else hi = mid - 1;
+    }
+    return table + (u64)lo * MT_WORDS;
+}
+
 // lo and hi rounded to BF16 (round to nearest even) and packed in one word, lo in the lower half.
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -5,11 +5,12 @@
 // A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's ignore_index) marks an unsupervised position:
 // its loss and its gradient row are 0 (as on the CPU).
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
-// Two kernels, one body (crossentropy_row): crossentropy_fwd reads the row from memory in each of
+// Three kernels. Two share one body (crossentropy_row): crossentropy_fwd reads the row from memory in each of
 // its three passes (max, sum, gradient); crossentropy_smem_fwd first copies it into shared memory
 // (dynamic, V floats: one block an SM at V = 32000) and runs the passes there, one read of the
-// logits instead of three (capture/src/backend/cuda/loss.rs picks it where the row fits). The
-// threads take the same elements in the same order in both: the same losses and dlogits, bit for bit.
+// logits instead of three (capture/src/backend/cuda/loss.rs picks it where the row fits), and one
+// exp a logit instead of two. The threads take the same elements in the same order in both: the
+// same losses and dlogits, bit for bit.
 #include "common.cuh"
 
 #define LOSS_THREADS 512
@@ -63,8 +64,16 @@ __device__ __forceinline__ void crossentropy_row(float* __restrict__ losses, flo
     for (int i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, r[i]);
     m = block_reduce_f(m, true, sh);
     __shared__ double shd[32];
+    // With the row in shared memory, each exp(x - max) replaces its logit there, and the gradient
+    // pass reads it back instead of computing it again: each thread reads back only the values it
+    // wrote, and the same values, so the bits do not change.
+    float* ex = SMEM ? reinterpret_cast<float*>(row_sh) : nullptr;
     double sd = 0.0;
-    for (int i = threadIdx.x; i < v; i += blockDim.x) sd += (double)expf(r[i] - m);
+    for (int i = threadIdx.x; i < v; i += blockDim.x) {
+        float e = expf(r[i] - m);
+        if (SMEM) ex[i] = e;
+        sd += (double)e;
+    }
     sd = block_sum_d(sd, shd);
     __shared__ double total;
     if (threadIdx.x == 0) total = sd;
@@ -72,7 +81,7 @@ __device__ __forceinline__ void crossentropy_row(float* __restrict__ losses, flo
     double s = total;
     float inv = (float)(1.0 / s);
     for (int i = threadIdx.x; i < v; i += blockDim.x) {
-        float p = expf(r[i] - m) * inv;
+        float p = (SMEM ? ex[i] : expf(r[i] - m)) * inv;
         x[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
     }
     if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(xt - m));
@@ -88,3 +97,79 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS) crossentropy_smem_fwd
     float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
     crossentropy_row<true>(losses, logits, targets, v, dloss);
 }
+
+// crossentropy_split_fwd: the first LOSS_REG_SPAN logits of the row in registers (thread t holds
+// t, t + LOSS_THREADS, ..., LOSS_REG of them), the rest in dynamic shared memory (v - LOSS_REG_SPAN
+// floats: 62.5 KB at V = 32000, half of crossentropy_smem_fwd's row), so that two blocks share an
+// SM and one's reads and writes of the logits overlap the other's arithmetic (one block an SM
+// left the memory idle while it computed). A thread takes the same elements in the same order as
+// in the two kernels above, and the same operations on them: the same losses and dlogits, bit for
+// bit. Launch: dynamic shared memory of max(v - LOSS_REG_SPAN, 0) floats.
+#define LOSS_REG 32
+#define LOSS_REG_SPAN (LOSS_REG * LOSS_THREADS)
+
+extern "C" __global__ void __launch_bounds__(LOSS_THREADS, 2) crossentropy_split_fwd(
+    float* __restrict__ losses, float* logits, const u32* __restrict__ targets, int v, float dloss) {
+    __shared__ float sh[32];
+    __shared__ double shd[32];
+    __shared__ double total;
+    extern __shared__ float4 rest_sh[];
+    float* rest = reinterpret_cast<float*>(rest_sh);  // logit i >= LOSS_REG_SPAN at rest[i - LOSS_REG_SPAN]
+    u64 row = blockIdx.x;
+    u32 tg = targets[row];
+    float* x = logits + row * v;
+    if (tg == IGNORE_TARGET) {  // uniform over the block: no thread reaches a barrier
+        for (int i = threadIdx.x; i < v; i += blockDim.x) x[i] = 0.0f;
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        return;
+    }
+    float xt = x[tg];
+    float rr[LOSS_REG];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < LOSS_REG; k++) {
+        int i = threadIdx.x + k * LOSS_THREADS;
+        rr[k] = i < v ? x[i] : 0.0f;
+        if (i < v) m = fmaxf(m, rr[k]);
+    }
+#pragma unroll 8
+    for (int i = LOSS_REG_SPAN + threadIdx.x; i < v; i += LOSS_THREADS) {
+        float y = x[i];
+        rest[i - LOSS_REG_SPAN] = y;
+        m = fmaxf(m, y);
+    }
+    m = block_reduce_f(m, true, sh);
+    double sd = 0.0;
+#pragma unroll
+    for (int k = 0; k < LOSS_REG; k++) {
+        if (threadIdx.x + k * LOSS_THREADS < v) {
+            float e = expf(rr[k] - m);
+            rr[k] = e;
+            sd += (double)e;
+        }
+    }
+    for (int i = LOSS_REG_SPAN + threadIdx.x; i < v; i += LOSS_THREADS) {
+        float e = expf(rest[i - LOSS_REG_SPAN] - m);
+        rest[i - LOSS_REG_SPAN] = e;
+        sd += (double)e;
+    }
+    sd = block_sum_d(sd, shd);
+    if (threadIdx.x == 0) total = sd;
+    __syncthreads();
+    double s = total;
+    float inv = (float)(1.0 / s);
+#pragma unroll
+    for (int k = 0; k < LOSS_REG; k++) {
+        int i = threadIdx.x + k * LOSS_THREADS;
+        if (i < v) {
+            float p = rr[k] * inv;
+            x[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
+        }
+    }
+    for (int i = LOSS_REG_SPAN + threadIdx.x; i < v; i += LOSS_THREADS) {
+        float p = rest[i - LOSS_REG_SPAN] * inv;
+        x[i] = (p - (i == (int)tg ? 1.0f : 0.0f)) * dloss;
+    }
+    if (threadIdx.x == 0) losses[row] = (float)(log(s) - (double)(xt - m));
+}
+

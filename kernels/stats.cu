@@ -1,31 +1,65 @@
 // Reductions over whole tensors: sums of squares (the global gradient norm), non-finite counts, and
-// the per-channel statistics of GEMM operands (channel_stats_*, below).
+// the per-channel statistics of GEMM operands (channel_stats_*, below); and the zeroing of the
+// gradients that accumulate (zero_multi), which walks the same multi-tensor tables.
 // Sums are deterministic: per-block partials in f64, then one fixed-order reduction.
 #include "common.cuh"
+
+// Σ x[i]^2 (f64) over the elements t, t + stride, t + 2 stride, ... of x, in that order, with 16
+// loads in flight (a BF16 weight gradient is 2 bytes a value: 4 in flight kept too few bytes moving
+// to reach the memory's bandwidth). Each square of an f32 is exact in f64, so the order of the sum is
+// the only thing that fixes its bits, and it is the same however many loads are in flight.
+__device__ __forceinline__ double sumsq_share(const void* __restrict__ x, int x_bf16, u64 n, u64 t, u64 stride) {
+    double acc = 0.0;
+    u64 i = t;
+    for (; i + 15 * stride < n; i += 16 * stride) {
+        float w[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) w[k] = load_value(x, i + k * stride, x_bf16);
+#pragma unroll
+        for (int k = 0; k < 16; k++) acc += (double)w[k] * w[k];
+    }
+    for (; i < n; i += stride) {
+        double v = (double)load_value(x, i, x_bf16);
+        acc += v * v;
+    }
+    return acc;
+}
 
 // partials[blockIdx.x] = sum of x[i]^2 over this block's grid-stride share (f64). x holds f32
 // values, or BF16 values with x_bf16 (a weight gradient, assigned by its wgrad GEMM, may be).
 // Launch: 256 threads, any grid.
 extern "C" __global__ void sumsq_partial(const void* __restrict__ x, int x_bf16, u64 n, double* __restrict__ partials) {
     __shared__ double sh[32];
-    // Four independent loads in flight per thread; a fixed assignment of elements to threads.
-    double acc = 0.0;
-    u64 stride = (u64)gridDim.x * blockDim.x;
-    u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        float a = load_value(x, i, x_bf16), b = load_value(x, i + stride, x_bf16);
-        float c = load_value(x, i + 2 * stride, x_bf16), d = load_value(x, i + 3 * stride, x_bf16);
-        acc += (double)a * a;
-        acc += (double)b * b;
-        acc += (double)c * c;
-        acc += (double)d * d;
-    }
-    for (; i < n; i += stride) {
-        double v = (double)load_value(x, i, x_bf16);
-        acc += v * v;
-    }
+    double acc = sumsq_share(x, x_bf16, n, blockIdx.x * (u64)blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x);
     double s = block_sum_d(acc, sh);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// sumsq_partial over every buffer of a multi-tensor table (common.cuh: mt_entry; pointer x) in one
+// launch: block b writes partials[b], the partial that block b - first of a launch of sumsq_partial
+// over that buffer alone, with the entry's blocks as its grid, would have written. Launch: 256
+// threads.
+extern "C" __global__ void sumsq_multi(const u64* __restrict__ table, int count, double* __restrict__ partials) {
+    __shared__ double sh[32];
+    const u64* e = mt_entry(table, count, blockIdx.x);
+    u64 first = __ldg(e + MT_START), blocks = __ldg(e + MT_BLOCKS), n = __ldg(e + MT_N), flags = __ldg(e + MT_FLAGS);
+    const void* x = reinterpret_cast<const void*>(__ldg(e + MT_PTR));
+    double acc = sumsq_share(x, (int)(flags & 1), n, (blockIdx.x - first) * blockDim.x + threadIdx.x, blocks * blockDim.x);
+    double s = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// Zeroes every buffer of a multi-tensor table (pointer x; MT_N its 4-byte words), 16 bytes a store
+// where the buffer is aligned for it: the gradients that accumulate, all in one launch at the start
+// of a step. Launch: any block size.
+extern "C" __global__ void zero_multi(const u64* __restrict__ table, int count) {
+    const u64* e = mt_entry(table, count, blockIdx.x);
+    u64 first = __ldg(e + MT_START), blocks = __ldg(e + MT_BLOCKS), n = __ldg(e + MT_N);
+    float* x = reinterpret_cast<float*>(__ldg(e + MT_PTR));
+    u64 t = (blockIdx.x - first) * blockDim.x + threadIdx.x, stride = blocks * blockDim.x;
+    u64 n4 = ((u64)x & 15) == 0 ? n / 4 : 0;
+    for (u64 i = t; i < n4; i += stride) reinterpret_cast<float4*>(x)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (u64 i = 4 * n4 + t; i < n; i += stride) x[i] = 0.0f;
 }
 
 // *out = sum of partials[0..n] in a fixed order. Launch: one block of 256 threads.

@@ -288,9 +288,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
         let finite = loss.is_finite();
         if finite {
             let s = &mut model.state;
-            for i in 0..s.params.len() {
-                be.adamw(&mut s.params[i], &s.grads[i], &mut s.adam_m[i], &mut s.adam_v[i], &h);
-            }
+            be.adamw_all(&mut s.params, &s.grads, &mut s.adam_m, &mut s.adam_v, &h);
         }
         let reports = be.take_reports();
         // A failed primitive leaves the whole step unknown: stop before any of its rows is written.

@@ -11,7 +11,10 @@
 //!   SwiGLU, RoPE, grouped-query attention): one test body runs on both backends, and each output
 //!   is compared by relative L2 error against a bound whose reason is given in [`TOLERANCES`];
 //! - determinism: the same body run twice on the GPU gives bit-identical outputs;
-//! - the cross-entropy with the row in shared memory is the rereading kernel's, bit for bit;
+//! - the cross-entropy's row kernels (in shared memory; split between registers and shared memory)
+//!   are the rereading kernel's, bit for bit;
+//! - the step's multi-tensor launches (AdamW, the gradient norm, the zeroing) give the bits of one
+//!   launch a buffer;
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
 //!   the fprop bit for bit);
 //! - GEMM operands computed in the cast (the activation function and its backward, RMSNorm and
@@ -1274,27 +1277,97 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
 /// bit-identical, at a vocabulary of whole float4 rows, a ragged one and llama's 32000, with
 /// ignored targets among the rows and logits of a wide range.
 #[test]
-fn the_cross_entropy_in_shared_memory_is_bit_identical_to_the_one_that_rereads() {
-    let Some(mut gpu) = cuda_common::gpu("cross-entropy in shared memory") else { return };
+fn the_cross_entropy_row_kernels_are_bit_identical() {
+    let Some(mut gpu) = cuda_common::gpu("cross-entropy row kernels") else { return };
     let mut rng = Pcg64::seed_from_u64(47);
     let normal = Normal::new(0.0f32, 3.0).expect("normal");
-    for (n, v) in [(37usize, 1000usize), (29, 4001), (16, 32000)] {
+    // Rows within the registers of the split kernel, past them, with a tail of 1 and of 3 logits
+    // past a whole number of threads, and too long for it (the shared-memory kernel's).
+    for (n, v) in [(37usize, 1000usize), (29, 4001), (16, 16_385), (16, 32000), (13, 44_544), (11, 50_003)] {
         let logits: Vec<f32> = (0..n * v).map(|_| normal.sample(&mut rng)).collect();
         let targets: Vec<u32> = (0..n).map(|i| if i % 5 == 3 { u32::MAX } else { rng.random_range(0..v as u32) }).collect();
         let tg = gpu.upload_tokens(&targets);
-        let mut run = |smem: bool| -> (Vec<u32>, Vec<u32>) {
-            assert_eq!(gpu.set_loss_rows_in_shared_memory(smem), smem, "an H100 or H200 lets a block take a row of {v} logits");
+        let mut run = |shared: bool, split: bool| -> (Vec<u32>, Vec<u32>) {
+            assert_eq!(gpu.set_loss_row_kernels(shared, split), (shared, split), "an H100 or H200 grants both row kernels their shared memory");
             let (mut losses, mut x) = (gpu.zeros(n), gpu.upload(&logits));
             gpu.crossentropy(&mut losses, &mut x, &tg, v, 0.25);
             assert_eq!(gpu.take_error(), None);
             (buffer_bits(&mut gpu, &losses), buffer_bits(&mut gpu, &x))
         };
-        let (want, got) = (run(false), run(true));
-        assert!(want.0 == got.0, "V {v}: losses differ");
-        assert!(want.1 == got.1, "V {v}: dlogits differ");
-        println!("V {v}: {n} losses and dlogits bit-identical");
+        let want = run(false, false);
+        for (name, shared, split) in [("in shared memory", true, false), ("split between registers and shared memory", false, true)] {
+            let got = run(shared, split);
+            assert!(want.0 == got.0, "V {v}: the losses of the row {name} differ from the rereading kernel's");
+            assert!(want.1 == got.1, "V {v}: the dlogits of the row {name} differ from the rereading kernel's");
+        }
+        println!("V {v}: {n} losses and dlogits bit-identical across the three row kernels");
     }
-    gpu.set_loss_rows_in_shared_memory(true);
+    gpu.set_loss_row_kernels(true, true);
+}
+
+/// The step's multi-tensor launches give the bits of one launch a buffer: AdamW (`adamw_all`
+/// against `adamw` per parameter, clipped and not, and within the CPU reference's tolerance), the
+/// gradient norm (`sumsq_all` against one `sumsq_partial` launch a buffer, and the CPU's f64 sum),
+/// and the zeroing (`fill_zero_all` clears every listed buffer and nothing else). Buffers of one
+/// value, odd lengths, one past a block's share, one large enough for blocks that loop, and a BF16
+/// gradient.
+#[test]
+fn multi_tensor_launches_give_the_bits_of_one_launch_a_buffer() {
+    type Buf = fp8_capture::backend::cuda::DevBuf;
+    let Some(mut gpu) = cuda_common::gpu("multi-tensor launches") else { return };
+    let mut rng = Pcg64::seed_from_u64(53);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut draw = |len: usize, scale: f32| -> Vec<f32> { (0..len).map(|_| scale * normal.sample(&mut rng)).collect() };
+    let sizes = [1usize, 3, 1000, 4097, 65_541, 5_000_003];
+    let mut host: Vec<Vec<f32>> = sizes.iter().map(|&n| draw(n, 1.0)).collect();
+    let mut grads: Vec<Buf> = host.iter().map(|g| gpu.upload(g)).collect();
+    let g16 = bf16_buffer(&mut gpu, &draw(64 * 200, 1.0), 64, 200);
+    host.push(gpu.download(&g16, 0, 64 * 200, 1));
+    grads.push(g16);
+
+    let one = gpu.sumsq_all(&grads);
+    let per = gpu.sumsq_all_launch_a_buffer(&grads);
+    assert_eq!(one.to_bits(), per.to_bits(), "sumsq_all: {one} in one launch, {per} in one a buffer");
+    let cpu: f64 = host.iter().flatten().map(|&x| f64::from(x) * f64::from(x)).sum();
+    assert!((one - cpu).abs() <= 1e-12 * cpu, "sumsq_all {one} against the CPU's {cpu}");
+
+    for grad_scale in [1.0f32, 0.37] {
+        let h = AdamW { lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, t: 5, grad_scale };
+        let start: Vec<[Vec<f32>; 3]> = host.iter().map(|g| [draw(g.len(), 1.0), draw(g.len(), 0.1), draw(g.len(), 0.1).iter().map(|x| x * x).collect()]).collect();
+        let upload = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, k: usize| -> Vec<Buf> { start.iter().map(|s| gpu.upload(&s[k])).collect() };
+        let (mut p1, mut m1, mut v1) = (upload(&mut gpu, 0), upload(&mut gpu, 1), upload(&mut gpu, 2));
+        let (mut p2, mut m2, mut v2) = (upload(&mut gpu, 0), upload(&mut gpu, 1), upload(&mut gpu, 2));
+        gpu.adamw_all(&mut p1, &grads, &mut m1, &mut v1, &h);
+        for i in 0..grads.len() {
+            gpu.adamw(&mut p2[i], &grads[i], &mut m2[i], &mut v2[i], &h);
+        }
+        assert_eq!(gpu.take_error(), None);
+        let mut cpu = CpuBackend::new();
+        for i in 0..grads.len() {
+            for (what, a, b) in [("p", &p1[i], &p2[i]), ("m", &m1[i], &m2[i]), ("v", &v1[i], &v2[i])] {
+                assert!(buffer_bits(&mut gpu, a) == buffer_bits(&mut gpu, b), "adamw_all: {what} of parameter {i} ({} values, grad_scale {grad_scale}) differs from adamw's", host[i].len());
+            }
+            let [mut p, mut m, mut v] = start[i].clone();
+            cpu.adamw(&mut p, &host[i], &mut m, &mut v, &h);
+            let got = gpu.download(&p1[i], 0, p.len(), 1);
+            let (rel, _) = rel_l2(&got, &p);
+            assert!(rel <= 1e-6, "adamw_all: parameter {i} at {rel:e} (relative L2) from the CPU reference");
+        }
+    }
+
+    let mut zs: Vec<Buf> = sizes.iter().map(|&n| gpu.upload(&vec![1.5f32; n])).collect();
+    zs.push(bf16_buffer(&mut gpu, &vec![1.5f32; 64 * 200], 64, 200));
+    let untouched = gpu.upload(&vec![2.5f32; 1000]);
+    {
+        let mut refs: Vec<&mut Buf> = zs.iter_mut().collect();
+        gpu.fill_zero_all(&mut refs);
+    }
+    assert_eq!(gpu.take_error(), None);
+    for (i, z) in zs.iter().enumerate() {
+        assert!(buffer_bits(&mut gpu, z).iter().all(|&b| b == 0), "fill_zero_all left buffer {i} ({} values) not all zero", gpu.len(z));
+    }
+    assert!(gpu.download(&untouched, 0, 1000, 1).iter().all(|&x| x == 2.5), "fill_zero_all wrote into a buffer it was not given");
+    println!("{} buffers: sumsq_all, adamw_all (2 gradient scales) and fill_zero_all as one launch a buffer", grads.len());
 }
 
 /// The bits of every value of a GPU buffer.

@@ -280,6 +280,13 @@ pub trait Backend {
     fn download(&mut self, buf: &Self::Buf, offset: usize, len: usize, stride: usize) -> Vec<f32>;
     fn len(&self, buf: &Self::Buf) -> usize;
     fn fill_zero(&mut self, buf: &mut Self::Buf);
+    /// [`Backend::fill_zero`] of every buffer of `bufs`: one call, so that a device backend may
+    /// clear them all in one launch.
+    fn fill_zero_all(&mut self, bufs: &mut [&mut Self::Buf]) {
+        for b in bufs.iter_mut() {
+            self.fill_zero(b);
+        }
+    }
 
     /// out (N,C) = wte[tokens].
     fn embedding_fwd(&mut self, out: &mut Self::Buf, tokens: &Self::Tokens, wte: &Self::Buf, c: usize);
@@ -369,6 +376,14 @@ pub trait Backend {
     /// Number of non-finite values.
     fn count_nonfinite(&mut self, x: &Self::Buf) -> u64;
     fn adamw(&mut self, p: &mut Self::Buf, g: &Self::Buf, m: &mut Self::Buf, v: &mut Self::Buf, h: &AdamW);
+    /// [`Backend::adamw`] of every parameter `ps[i]` with its gradient `gs[i]` and moments `ms[i]`,
+    /// `vs[i]`: the optimizer's step. One call instead of one a parameter, so that a device
+    /// backend may update them all in one launch (same results).
+    fn adamw_all(&mut self, ps: &mut [Self::Buf], gs: &[Self::Buf], ms: &mut [Self::Buf], vs: &mut [Self::Buf], h: &AdamW) {
+        for (((p, g), m), v) in ps.iter_mut().zip(gs).zip(ms.iter_mut()).zip(vs.iter_mut()) {
+            self.adamw(p, g, m, v, h);
+        }
+    }
 
     /// A linear layer's GEMM as `call` says (see [`GemmCall`] for the operands' layout). `a`, `b`
     /// are the high-precision operands; `out` receives the result (`=`), rounded to BF16; for

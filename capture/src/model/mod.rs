@@ -433,11 +433,8 @@ impl<B: Backend> Model<B> {
     pub fn launch_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> Vec<DumpCapture> {
         // Only the gradients that accumulate start from zero (see `assigned_by_gemm`).
         let assigned = assigned_by_gemm(&self.dims);
-        for (g, assigned) in self.state.grads.iter_mut().zip(assigned) {
-            if !assigned {
-                be.fill_zero(g);
-            }
-        }
+        let mut accumulating: Vec<&mut B::Buf> = self.state.grads.iter_mut().zip(assigned).filter(|(_, assigned)| !assigned).map(|(g, _)| g).collect();
+        be.fill_zero_all(&mut accumulating);
         let mut dumps = Vec::new();
         match self.dims.arch {
             Arch::Gpt => self.gpt_step(be, inputs, targets, supervised, plan, &mut dumps),

@@ -144,7 +144,7 @@ impl Family {
         match self {
             Family::Cast => &CAST_KERNELS,
             Family::CastSrc => &CAST_SRC_KERNELS,
-            Family::Stats => &["sumsq_partial", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
+            Family::Stats => &["sumsq_partial", "sumsq_multi", "zero_multi", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
@@ -163,8 +163,8 @@ impl Family {
                 "rope_bwd",
             ],
             Family::FlashAttention => &super::attention::FLASH_KERNELS,
-            Family::Loss => &["crossentropy_fwd", "crossentropy_smem_fwd"],
-            Family::AdamW => &["adamw_fwd"],
+            Family::Loss => &["crossentropy_fwd", "crossentropy_smem_fwd", "crossentropy_split_fwd"],
+            Family::AdamW => &["adamw_fwd", "adamw_multi"],
         }
     }
 

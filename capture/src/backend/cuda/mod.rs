@@ -197,6 +197,8 @@ pub struct CudaBackend {
     cast_grid: usize,
     /// Shared memory bytes `crossentropy_smem_fwd` may take (0: the GPU refused; [`loss`]).
     loss_row_smem: usize,
+    /// Shared memory bytes `crossentropy_split_fwd` may take (0: refused, or turned off by a test).
+    loss_split_smem: usize,
     /// Transposed casts kept for the second GEMM of their site ([`cast`]).
     kept: cast::KeptCasts,
     /// Per-channel statistics of the step's recorded casts ([`channels`]).
@@ -213,6 +215,10 @@ pub struct CudaBackend {
     ln_partial: CudaSlice<f32>,
     /// The RoPE cos/sin table of `layers::rope::rope_table` for (T, HD, theta's bits) ([`rope`]).
     rope_tab: Option<((usize, usize, u32), CudaSlice<f32>)>,
+    /// The multi-tensor tables of AdamW, the gradient norm and the zeroing ([`multi_tensor`]).
+    mt_adamw: multi_tensor::TensorTable,
+    mt_sumsq: multi_tensor::TensorTable,
+    mt_zero: multi_tensor::TensorTable,
     /// The first error of a primitive since the last [`Backend::take_error`], as
     /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
     error: Option<String>,
@@ -284,7 +290,7 @@ impl CudaBackend {
             }
         }
         attention::configure(&funcs)?;
-        let loss_row_smem = loss::configure(&funcs)?;
+        let (loss_row_smem, loss_split_smem) = loss::configure(&funcs)?;
         let lt = Lt::new(&stream)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
@@ -304,6 +310,7 @@ impl CudaBackend {
             colsum_partial: s.alloc_zeros(1)?,
             cast_grid: 0,
             loss_row_smem,
+            loss_split_smem,
             kept: Default::default(),
             chan: channels::ChannelRecords::new(s)?,
             stat: stat_batch::StatArena::new(s)?,
@@ -316,6 +323,9 @@ impl CudaBackend {
             attn: attention::AttentionState::new(s)?,
             ln_partial: s.alloc_zeros(1)?,
             rope_tab: None,
+            mt_adamw: Default::default(),
+            mt_sumsq: Default::default(),
+            mt_zero: Default::default(),
             error: None,
             next_slot: 0,
             next_gemm: 0,
@@ -796,6 +806,7 @@ mod gelu;
 mod gemm_tuning;
 mod layernorm;
 mod loss;
+mod multi_tensor;
 mod norm_gemm;
 mod primitives;
 mod residual;

@@ -65,6 +65,10 @@ impl Backend for CudaBackend {
         self.spanned("fill_zero", |me| Ok(me.stream.memset_zeros(buf.raw_mut())?));
     }
 
+    fn fill_zero_all(&mut self, bufs: &mut [&mut DevBuf]) {
+        self.spanned("fill_zero", |me| me.zero_all_impl(bufs));
+    }
+
     fn embedding_fwd(&mut self, out: &mut DevBuf, tokens: &CudaTokens, wte: &DevBuf, c: usize) {
         self.spanned("embedding_fwd", |me| me.embedding_fwd_impl(out, tokens, wte, c));
     }
@@ -253,6 +257,10 @@ impl Backend for CudaBackend {
 
     fn adamw(&mut self, p: &mut DevBuf, g: &DevBuf, m: &mut DevBuf, v: &mut DevBuf, h: &AdamW) {
         self.spanned("adamw", |me| me.adamw_fwd_impl(p, g, m, v, h));
+    }
+
+    fn adamw_all(&mut self, ps: &mut [DevBuf], gs: &[DevBuf], ms: &mut [DevBuf], vs: &mut [DevBuf], h: &AdamW) {
+        self.spanned("adamw", |me| me.adamw_all_impl(ps, gs, ms, vs, h));
     }
 
     fn gemm(
