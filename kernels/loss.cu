@@ -31,6 +31,15 @@ __device__ float block_reduce_f(float v, bool is_max, float* sh) {
     return sh[0];
 }
 
+// An unsupervised row (target IGNORE_TARGET): its loss and its gradient row are 0, and the row's
+// block is done (the target is the same for the whole block: no thread reaches a barrier).
+__device__ __forceinline__ bool ignored_row(float* __restrict__ losses, float* x, u64 row, u32 tg, int v) {
+    if (tg != IGNORE_TARGET) return false;
+    for (int i = threadIdx.x; i < v; i += blockDim.x) x[i] = 0.0f;
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return true;
+}
+
 template <bool SMEM>
 __device__ __forceinline__ void crossentropy_row(float* __restrict__ losses, float* logits, const u32* __restrict__ targets,
                                                  int v, float dloss) {
@@ -39,11 +48,7 @@ __device__ __forceinline__ void crossentropy_row(float* __restrict__ losses, flo
     u64 row = blockIdx.x;
     u32 tg = targets[row];
     float* x = logits + row * v;
-    if (tg == IGNORE_TARGET) {  // uniform over the block: no thread reaches a barrier
-        for (int i = threadIdx.x; i < v; i += blockDim.x) x[i] = 0.0f;
-        if (threadIdx.x == 0) losses[row] = 0.0f;
-        return;
-    }
+    if (ignored_row(losses, x, row, tg, v)) return;
     // Read before the barriers below: the row is overwritten with its gradient after them.
     float xt = x[tg];
     // The passes below read r: the row in memory, or its copy in shared memory.
@@ -118,11 +123,7 @@ extern "C" __global__ void __launch_bounds__(LOSS_THREADS, 2) crossentropy_split
     u64 row = blockIdx.x;
     u32 tg = targets[row];
     float* x = logits + row * v;
-    if (tg == IGNORE_TARGET) {  // uniform over the block: no thread reaches a barrier
-        for (int i = threadIdx.x; i < v; i += blockDim.x) x[i] = 0.0f;
-        if (threadIdx.x == 0) losses[row] = 0.0f;
-        return;
-    }
+    if (ignored_row(losses, x, row, tg, v)) return;
     float xt = x[tg];
     float rr[LOSS_REG];
     float m = -INFINITY;
