@@ -926,6 +926,19 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
             assert_eq!(bits(a), bits(b), "{label}: download({offset}, {len}, {stride}) differs");
             checked += 1;
         }
+        // The lm_head's backward with the gradient held in BF16 (taken as the operand as it is)
+        // and in f32 (cast, then kept for the wgrad).
+        {
+            let head = LinearDims { n, k, m };
+            let (mut dxf, mut dwf, mut dxb, mut dwb) = (gpu.zeros(n * k), gpu.zeros(m * k), gpu.zeros(n * k), gpu.zeros(m * k));
+            gpu.matmul_bf16_bwd(&mut dxf, &mut dwf, &of, &x, &w, head);
+            gpu.matmul_bf16_bwd(&mut dxb, &mut dwb, &ob, &x, &w, head);
+            assert_eq!(gpu.take_error(), None, "{label}: matmul_bf16_bwd");
+            for (what, a, b) in [("dinp", &dxf, &dxb), ("dw", &dwf, &dwb)] {
+                assert_eq!(bits(gpu.download(a, 0, gpu.len(a), 1)), bits(gpu.download(b, 0, gpu.len(b), 1)), "{label}: matmul_bf16_bwd {what}, BF16 dout held against f32 dout cast");
+                checked += 1;
+            }
+        }
         let (sf, sb) = (gpu.sumsq(&of), gpu.sumsq(&ob));
         assert!(sf.to_bits() == sb.to_bits() || (sf.is_nan() && sb.is_nan()), "{label}: sumsq {sf} vs {sb}");
         assert_eq!(gpu.sumsq_all(std::slice::from_ref(&ob)).to_bits(), sb.to_bits(), "{label}: sumsq_all");
@@ -1300,7 +1313,26 @@ fn the_cross_entropy_row_kernels_are_bit_identical() {
             assert!(want.0 == got.0, "V {v}: the losses of the row {name} differ from the rereading kernel's");
             assert!(want.1 == got.1, "V {v}: the dlogits of the row {name} differ from the rereading kernel's");
         }
-        println!("V {v}: {n} losses and dlogits bit-identical across the three row kernels");
+        // Logits held in BF16 (as the lm_head writes them): the same losses as from their f32
+        // values, and the dlogits rounded to BF16 (to nearest even), in every kernel.
+        let as_bf16 = |x: f32| half::bf16::from_f32(x).to_f32();
+        let logits16: Vec<f32> = logits.iter().map(|&x| as_bf16(x)).collect();
+        let mut run16 = |shared: bool, split: bool, bf16: bool| -> (Vec<u32>, Vec<u32>) {
+            gpu.set_loss_row_kernels(shared, split);
+            let mut losses = gpu.zeros(n);
+            let mut x = if bf16 { gpu.upload_bf16(&logits16).expect("upload_bf16") } else { gpu.upload(&logits16) };
+            gpu.crossentropy(&mut losses, &mut x, &tg, v, 0.25);
+            assert_eq!(gpu.take_error(), None);
+            let d: Vec<u32> = gpu.download(&x, 0, n * v, 1).iter().map(|&g| if bf16 { g.to_bits() } else { as_bf16(g).to_bits() }).collect();
+            (buffer_bits(&mut gpu, &losses), d)
+        };
+        let want16 = run16(false, false, false);
+        for (shared, split) in [(false, false), (true, false), (false, true)] {
+            let got = run16(shared, split, true);
+            assert!(want16.0 == got.0, "V {v}: BF16 logits (shared {shared}, split {split}) give other losses than their f32 values");
+            assert!(want16.1 == got.1, "V {v}: BF16 dlogits (shared {shared}, split {split}) are not the f32 dlogits rounded to BF16");
+        }
+        println!("V {v}: {n} losses and dlogits bit-identical across the three row kernels, f32 and BF16");
     }
     gpu.set_loss_row_kernels(true, true);
 }

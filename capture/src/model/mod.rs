@@ -130,7 +130,7 @@ pub struct State<T> {
     pub lnf: T,      // (N, C)
     pub lnf_mean: T, // (N) gpt
     pub lnf_rstd: T, // (N)
-    pub logits: T,   // (N, V); after the loss, its gradient
+    pub logits: T,   // (N, V), a GEMM output (BF16 storage on a device); after the loss, its gradient
     pub losses: T,   // (N)
     // one buffer for every layer: GEMM operands recomputed in the backward where needed
     pub ln: T,         // (N, C) a norm's output: ln1, then ln2
@@ -279,7 +279,7 @@ impl<B: Backend> Model<B> {
             lnf: alloc(n * c, false),
             lnf_mean: alloc(only(gpt, n), false),
             lnf_rstd: alloc(n, false),
-            logits: alloc(n * v, false),
+            logits: alloc(n * v, true),
             losses: alloc(n, false),
             ln: alloc(n * c, false),
             act: alloc(n * f, false),

@@ -113,6 +113,9 @@ pub(super) struct CastUse {
 #[derive(Clone, Copy)]
 pub(super) enum CastInput<'a> {
     Buf(&'a CudaSlice<f32>),
+    /// A buffer that holds BF16 values already, taken as the BF16 operand as it is (no cast, no
+    /// fault, nothing recorded): the lm_head's backward reads the cross-entropy's BF16 gradient so.
+    Held(&'a DevBuf),
     Computed { kind: i32, h: &'a DevBuf, b: Option<&'a DevBuf>, like: &'a DevBuf },
     Normed(NormSrc<'a>),
 }
@@ -176,6 +179,7 @@ impl CastInput<'_> {
     pub(super) fn span_name(&self) -> &'static str {
         match *self {
             CastInput::Buf(_) => "gemm.cast",
+            CastInput::Held(_) => "gemm.operand_held",
             CastInput::Computed { kind: SRC_SWIGLU, .. } => "gemm.cast_swiglu",
             CastInput::Computed { kind: SRC_DSWIGLU, .. } => "gemm.cast_dswiglu",
             CastInput::Computed { kind: SRC_GELU, .. } => "gemm.cast_gelu",
@@ -190,7 +194,7 @@ impl CastInput<'_> {
         match *self {
             CastInput::Computed { kind, .. } => Some(launch_kind(kind, cols)),
             CastInput::Normed(n) => Some(n.kind()),
-            CastInput::Buf(_) => None,
+            CastInput::Buf(_) | CastInput::Held(_) => None,
         }
     }
 
@@ -199,7 +203,7 @@ impl CastInput<'_> {
     fn src_ptrs(&self, be: &CudaBackend) -> [u64; 6] {
         let p = |b: Option<&DevBuf>| b.map(|b| be.ptr(b.raw())).unwrap_or(0);
         match *self {
-            CastInput::Buf(_) => [0; 6],
+            CastInput::Buf(_) | CastInput::Held(_) => [0; 6],
             CastInput::Computed { h, b, .. } => [p(Some(h)), p(b), 0, 0, 0, 0],
             CastInput::Normed(n) => [0, 0, p(Some(n.gain)), p(n.shift), p(Some(n.rstd)), p(n.mean)],
         }
@@ -363,6 +367,17 @@ impl CudaBackend {
         let ty = op_type(how)?;
         let fmt = fmt_code(ty);
         x.check(rows, cols)?;
+        if let CastInput::Held(b) = x {
+            // In its own layout: held transposed for a use that takes it transposed.
+            if ty.is_fp8() || fault != OperandFault::NONE || report || !b.is_bf16() || b.len() < rows * cols {
+                return Err(CudaError::Unsupported(format!(
+                    "a buffer of {} {} values taken as a {rows} x {cols} GEMM operand as it is (only BF16 values, for a BF16 operand with no fault and nothing recorded)",
+                    b.len(),
+                    if b.is_bf16() { "BF16" } else { "f32" }
+                )));
+            }
+            return Ok((self.prepared(ty, self.ptr(b.raw()), None, at.transposed), None));
+        }
         let key = CastKey::new(self.input_ptr(x), rows, cols, fmt, how, fault);
         let kept_key = kept_key(at);
         if let Some(k) = self.usable_kept(key, at, level, report) {
@@ -441,6 +456,7 @@ impl CudaBackend {
     fn input_ptr(&self, x: CastInput) -> u64 {
         match x {
             CastInput::Buf(b) => self.ptr(b),
+            CastInput::Held(b) => self.ptr(b.raw()),
             CastInput::Computed { like, .. } | CastInput::Normed(NormSrc { like, .. }) => self.ptr(like.raw()),
         }
     }
@@ -482,6 +498,7 @@ impl CudaBackend {
         }
         let xp = match x {
             CastInput::Buf(b) => self.ptr(b),
+            CastInput::Held(_) => return Err(CudaError::Unsupported("internal: a held BF16 operand reached a cast kernel".into())),
             CastInput::Computed { .. } => 0,
             CastInput::Normed(n) => self.ptr(n.x.raw()),
         };

@@ -1,13 +1,14 @@
 //! Cross-entropy on the GPU: the launchers of `kernels/loss.cu` (the CPU reference is
 //! `layers/loss.rs`). One block per token computes its loss and overwrites its row of logits with
-//! the dlogits in the same pass (forward and backward fused, as on the CPU). Three kernels give the
-//! same bits: `crossentropy_split_fwd` where the row's part past its first [`SPLIT_SPAN`] logits
+//! the dlogits in the same pass (forward and backward fused, as on the CPU), in the logits' own
+//! storage: f32, or BF16 (the lm_head writes its logits so, and its backward takes the BF16
+//! dlogits as its operand). Three kernels give the same bits: `crossentropy_split_fwd` where the row's part past its first [`SPLIT_SPAN`] logits
 //! (which it holds in registers) fits in [`SPLIT_SMEM_MAX`] of shared memory, two blocks an SM
 //! (V up to 44,544); else `crossentropy_smem_fwd` where the whole row fits in a block's shared
 //! memory (one block an SM; both read the logits once); `crossentropy_fwd` (three reads)
 //! otherwise.
 
-use super::{CudaBackend, CudaError, CudaTokens, cfg};
+use super::{CudaBackend, CudaError, CudaTokens, DevBuf, cfg};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
 use std::collections::HashMap;
@@ -53,22 +54,23 @@ impl CudaBackend {
     }
 
     /// losses (N) `=` −log softmax(logits)[target]; `logits` (N, V) is then overwritten with the
-    /// dlogits (softmax − onehot)·dloss.
-    pub(super) fn crossentropy_fwd_impl(&mut self, losses: &mut CudaSlice<f32>, logits: &mut CudaSlice<f32>, targets: &CudaTokens, v: usize, dloss: f32) -> Result<(), CudaError> {
+    /// dlogits (softmax − onehot)·dloss, in the logits' storage: f32, or BF16 (rounded to nearest
+    /// even, the operand the lm_head's backward takes as it is).
+    pub(super) fn crossentropy_fwd_impl(&mut self, losses: &mut CudaSlice<f32>, logits: &mut DevBuf, targets: &CudaTokens, v: usize, dloss: f32) -> Result<(), CudaError> {
         let n = logits.len().checked_div(v).ok_or_else(|| CudaError::Unsupported("crossentropy_fwd with V = 0".into()))?;
-        let (l, x, t) = (self.ptr(losses), self.ptr(logits), self.ptr(&targets.ids));
+        let (l, x, t, bf16) = (self.ptr(losses), self.ptr(logits.raw()), self.ptr(&targets.ids), logits.is_bf16() as i32);
         let row_bytes = 4 * v;
         let rest_bytes = 4 * v.saturating_sub(SPLIT_SPAN);
         if self.loss_split_smem > 0 && rest_bytes <= self.loss_split_smem {
             let mut lc = cfg((n as u32, 1, 1), THREADS);
             lc.shared_mem_bytes = rest_bytes as u32;
-            launch!(self, "crossentropy_split_fwd", lc, l, x, t, v as i32, dloss)
+            launch!(self, "crossentropy_split_fwd", lc, l, x, bf16, t, v as i32, dloss)
         } else if row_bytes <= self.loss_row_smem {
             let mut lc = cfg((n as u32, 1, 1), THREADS);
             lc.shared_mem_bytes = row_bytes as u32;
-            launch!(self, "crossentropy_smem_fwd", lc, l, x, t, v as i32, dloss)
+            launch!(self, "crossentropy_smem_fwd", lc, l, x, bf16, t, v as i32, dloss)
         } else {
-            launch!(self, "crossentropy_fwd", cfg((n as u32, 1, 1), THREADS), l, x, t, v as i32, dloss)
+            launch!(self, "crossentropy_fwd", cfg((n as u32, 1, 1), THREADS), l, x, bf16, t, v as i32, dloss)
         }
     }
 }

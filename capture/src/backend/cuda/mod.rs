@@ -410,6 +410,15 @@ impl CudaBackend {
         self.expire_kept_casts();
     }
 
+    /// `data` rounded to BF16 (to nearest even) and uploaded into a BF16 buffer, two values a word
+    /// (the first in the lower half), as the kernels read one: for tests of the 16-bit paths.
+    pub fn upload_bf16(&mut self, data: &[f32]) -> Result<DevBuf, CudaError> {
+        let bits = |x: Option<&f32>| x.map_or(0u32, |&x| u32::from(half::bf16::from_f32(x).to_bits()));
+        let words: Vec<f32> = data.chunks(2).map(|c| f32::from_bits(bits(c.first()) | (bits(c.get(1)) << 16))).collect();
+        let mem = if words.is_empty() { self.stream.alloc_zeros::<f32>(1)? } else { self.stream.clone_htod(&words)? };
+        Ok(DevBuf::bf16(mem, data.len()))
+    }
+
     /// `len` values of `buf` from `offset` on, `stride` apart, copied to the host.
     fn download_impl(&mut self, buf: &DevBuf, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
         if len == 0 {
@@ -769,17 +778,20 @@ impl CudaBackend {
     }
 
     /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
+    /// A `dout` held in BF16 (the cross-entropy's gradient of BF16 logits) is the operand as it is;
+    /// an f32 one is cast once and kept for the wgrad.
     fn matmul_bf16_bwd_impl(
         &mut self,
         dinp: &mut DevBuf,
         dw: &mut DevBuf,
-        dout: &CudaSlice<f32>,
+        dout: &DevBuf,
         inp: &CudaSlice<f32>,
         w: &CudaSlice<f32>,
         dims: LinearDims,
     ) -> Result<(), CudaError> {
-        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, cast::CastInput::Buf(dout), w, None, None, false, false, true)?;
-        self.linear(&plain_call(Gemm::Wgrad, dims), dw, cast::CastInput::Buf(dout), inp, None, None, true, false, true)
+        let a = || if dout.is_bf16() { cast::CastInput::Held(dout) } else { cast::CastInput::Buf(dout.raw()) };
+        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, a(), w, None, None, false, false, true)?;
+        self.linear(&plain_call(Gemm::Wgrad, dims), dw, a(), inp, None, None, true, false, true)
     }
 
     /// Every element of `x` rounded to BF16 in place (`round_bf16_fwd`, a kernel of cast.cu, whose
