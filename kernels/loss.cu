@@ -3,10 +3,12 @@
 // then the row of logits is overwritten in place with dlogits = (softmax - onehot) * dloss (the
 // logits are not needed after the loss; a second (N,V) buffer would cost a gigabyte at V = 32000).
 // A target of IGNORE_TARGET (0xFFFFFFFF, PyTorch's ignore_index) marks an unsupervised position:
-// its loss and its gradient row are 0 (as on the CPU).
+// its loss and its gradient row are 0 (as on the CPU). The logits are f32, or BF16 with x_bf16 (the
+// lm_head writes them so); their gradient is written in the same storage, rounded to BF16 (to
+// nearest even) in the second case: the operand the lm_head's backward then takes as it is.
 // Launch: one block (LOSS_THREADS) per row; reductions are fixed-order trees.
-// Three kernels. Two share one body (crossentropy_row): crossentropy_fwd reads the row from memory in each of
-// its three passes (max, sum, gradient); crossentropy_smem_fwd first copies it into shared memory
+// Three kernels. Two share one body (crossentropy_row): crossentropy_fwd reads the row from memory
+// in each of its three passes (max, sum, gradient); crossentropy_smem_fwd first copies it into shared memory
 // (dynamic, V floats: one block an SM at V = 32000) and runs the passes there, one read of the
 // logits instead of three (capture/src/backend/cuda/loss.rs picks it where the row fits), and one
 // exp a logit instead of two. The threads take the same elements in the same order in both: the
