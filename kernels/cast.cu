@@ -19,7 +19,9 @@
 // (s without a planted mis-scale: dequantisation uses it, as a stale scale would be used),
 // slot[SLOT_INV] = 1/slot[SLOT_BASE], the
 // dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both 16-byte aligned, as
-// cuBLASLt requires of scale pointers.
+// cuBLASLt requires of scale pointers. slot[SLOT_RISKY] (a u32) is set by a cast that met a
+// non-finite value or one past RISKY_ABS (stats_commit); the GEMM's non-finite count reads it
+// (gemm_nonfinite_count), and slot_flags_clear clears it before the slots are reused.
 //
 // Stat fields, in order (keep in step with backend/cuda/mod.rs: Stat):
 //  0 finite count, 1 sum, 2 sum of squares, 3 min, 4 max, 5 amax, 6 min |x| over non-zeros,
@@ -32,6 +34,10 @@
 #define STAT_FIELDS 17
 #define SLOT_BASE 1
 #define SLOT_INV 4
+#define SLOT_RISKY 7
+#define SLOT_FLOATS 8
+// Past this magnitude a value may make a GEMM's output overflow (gemm_nonfinite_count's bound).
+#define RISKY_ABS 1099511627776.0f
 #define CAST_THREADS 256
 // Transposed casts go through 64 x 64 tiles in shared memory; each of the CAST_THREADS (256) threads
 // moves 16 elements a tile: 4 columns in each of 4 rows, 16 threads across a row (cast_transposed).
@@ -121,10 +127,15 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
     __shared__ double sh[STAT_FIELDS * 32];
     __shared__ double res[STAT_FIELDS];
     __shared__ bool last;
-    if (partials == nullptr) return;
-    u64 G = gridDim.x;
     // From the cheap level on, plain values reach the amax through the min and max (plain_stats).
     if (L >= 1) a.amax = fmaxf(a.amax, fmaxf(-a.mn, a.mx));
+    if (slot != nullptr) {
+        // The RISKY flag: a warp vote, one atomic a warp that saw a non-finite or huge value.
+        bool risky = (a.nan_ | a.inf_) != 0 || a.amax > RISKY_ABS;
+        if (__any_sync(0xffffffffu, risky) && (threadIdx.x & 31) == 0) atomicOr((u32*)(slot + SLOT_RISKY), 1u);
+    }
+    if (partials == nullptr) return;
+    u64 G = gridDim.x;
     double v[STAT_FIELDS] = {(double)a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
                              (double)a.under, (double)a.sat, (double)a.nan_, (double)a.inf_, (double)a.zeros,
                              a.d2, a.dot, a.a2, a.b2, (double)a.np};
@@ -1044,6 +1055,65 @@ extern "C" __global__ void gemm_epilogue(void* out, const void* d, int d_bf16, u
         bad = __reduce_add_sync(0xffffffffu, bad);
         if ((threadIdx.x & 31) == 0 && bad) atomicAdd(nonfinite, (u64)bad);
     }
+}
+
+// Counts the non-finite values of a GEMM's BF16 output (n values) into *nonfinite, unless the GEMM
+// cannot have produced one. It cannot when each operand was cast by a kernel that met only finite
+// values of magnitude at most RISKY_ABS (its slot's RISKY flag clear), an FP8 operand's values as
+// the GEMM dequantises them are at most fmax * slot[SLOT_INV], and the bias (bias_flag, when the
+// GEMM added one) is likewise finite and at most RISKY_ABS: then every |output| is at most
+// k * A * B + RISKY_ABS, below BF16's largest finite value, and the count is exactly 0 without
+// reading the output. An operand with no slot (slot null: taken as it is, never cast) always
+// counts. fmax_a, fmax_b: the FP8 format's largest value, 0 for a BF16 operand. Grid-stride, 8
+// values a thread a step where n allows.
+extern "C" __global__ void gemm_nonfinite_count(const unsigned short* __restrict__ out, u64 n, const float* __restrict__ slot_a,
+                                                float fmax_a, const float* __restrict__ slot_b, float fmax_b, int k,
+                                                const u32* __restrict__ bias_flag, u64* __restrict__ nonfinite) {
+    bool count = slot_a == nullptr || slot_b == nullptr;
+    if (!count) {
+        const u32 flag_a = __ldcg((const u32*)(slot_a + SLOT_RISKY)), flag_b = __ldcg((const u32*)(slot_b + SLOT_RISKY));
+        double A = fmax_a > 0.0f ? (double)fmax_a * (double)__ldcg(slot_a + SLOT_INV) : (double)RISKY_ABS * 1.01;
+        double B = fmax_b > 0.0f ? (double)fmax_b * (double)__ldcg(slot_b + SLOT_INV) : (double)RISKY_ABS * 1.01;
+        bool bias_risky = bias_flag != nullptr && __ldcg(bias_flag) != 0;
+        // !(x <= bound) also counts when a factor is NaN.
+        count = flag_a != 0 || flag_b != 0 || bias_risky || !((double)k * A * B <= 1e36);
+    }
+    if (!count) return;
+    u64 stride = (u64)gridDim.x * blockDim.x;
+    u32 bad = 0;
+    u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    bool vec = ((u64)out & 15) == 0;
+    u64 n8 = vec ? n / 8 : 0;
+    for (u64 i8 = first; i8 < n8; i8 += stride) {
+        uint4 h = ((const uint4*)out)[i8];
+        u32 w[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) bad += ((w[j] & 0x7f80u) == 0x7f80u) + ((w[j] & 0x7f800000u) == 0x7f800000u);
+    }
+    for (u64 i = 8 * n8 + first; i < n; i += stride) bad += (out[i] & 0x7f80u) == 0x7f80u;
+    bad = __reduce_add_sync(0xffffffffu, bad);
+    if ((threadIdx.x & 31) == 0 && bad) atomicAdd(nonfinite, (u64)bad);
+}
+
+// The bias rounded to BF16 (out: n BF16 values) for cuBLASLt's bias epilogue, which then adds the
+// values gemm_epilogue adds (round_bf16(bias[col])); *flag = whether any bias value is non-finite
+// or past RISKY_ABS (gemm_nonfinite_count). Launch: one block.
+extern "C" __global__ void bias_to_bf16(const float* __restrict__ bias, unsigned short* __restrict__ out, int n,
+                                        u32* __restrict__ flag) {
+    int risky = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float b = bias[i];
+        out[i] = (unsigned short)(__float_as_uint(round_bf16(b)) >> 16);
+        risky |= !(fabsf(b) <= RISKY_ABS);
+    }
+    risky = __syncthreads_or(risky);
+    if (threadIdx.x == 0) *flag = (u32)risky;
+}
+
+// Clears the RISKY flag of scale slots 0 .. n-1 (before the next step reuses them).
+extern "C" __global__ void slot_flags_clear(float* __restrict__ slots, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ((u32*)slots)[(u64)i * SLOT_FLOATS + SLOT_RISKY] = 0u;
 }
 
 // A batch of casts' statistics reductions (capture/src/backend/cuda/stat_batch.rs: StatJob,

@@ -15,6 +15,8 @@
 //!   are the rereading kernel's, bit for bit;
 //! - the step's multi-tensor launches (AdamW, the gradient norm, the zeroing) give the bits of one
 //!   launch a buffer;
+//! - each GEMM's reported count of non-finite outputs equals a count of its output, with and
+//!   without non-finite or huge operands and biases;
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
 //!   the fprop bit for bit);
 //! - GEMM operands computed in the cast (the activation function and its backward, RMSNorm and
@@ -1071,6 +1073,75 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
         }
     }
     assert!(failed.is_empty(), "kept BF16 casts read transposed disagree with the TN layout:\n{}", failed.join("\n"));
+}
+
+/// Each GEMM's reported count of non-finite outputs equals a count of the output it wrote,
+/// whether the GEMM could have produced a non-finite value or not (the count reads the output only
+/// when an operand's cast met a non-finite or huge value, or the bias holds one: otherwise it is
+/// exactly 0 without reading): finite operands, a NaN in the activation, an Inf in the weight,
+/// activations near BF16's largest value, a NaN in the bias; BF16 and FP8 operands (current and
+/// delayed scaling), with and without a bias (added in cuBLASLt's epilogue), into BF16 and f32
+/// outputs; every GEMM kind, each operand in the layout its kind casts.
+#[test]
+fn gemm_nonfinite_counts_match_a_count_of_the_output() {
+    let Some(mut gpu) = cuda_common::gpu("GEMM non-finite counts") else { return };
+    let mut rng = Pcg64::seed_from_u64(23);
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let dims = LinearDims { n: 64, k: 128, m: 96 };
+    let (n, k, m) = (dims.n, dims.k, dims.m);
+    let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng)).collect() };
+    let (x0, w0, dy0, b0) = (draw(n * k), draw(m * k), draw(n * m), draw(m));
+    let fp8_current = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+    let fp8_delayed = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 8.0, amax_used: 56.0 } };
+    let mut checked = 0;
+    for (case, plant) in [("finite", 0), ("NaN in x and dY", 1), ("Inf in W", 2), ("x and dY near BF16's max", 3), ("NaN in the bias", 4)] {
+        let (mut x, mut w, mut dy, mut b) = (x0.clone(), w0.clone(), dy0.clone(), b0.clone());
+        match plant {
+            1 => (x[5 * k + 3], dy[6 * m + 2]) = (f32::NAN, f32::NAN),
+            2 => w[7 * k + 1] = f32::INFINITY,
+            3 => {
+                x[2 * k..3 * k].iter_mut().for_each(|v| *v *= 1e38);
+                dy[4 * m..5 * m].iter_mut().for_each(|v| *v *= 1e38);
+            }
+            4 => b[3] = f32::NAN,
+            _ => {}
+        }
+        let (xb, wb, dyb, bb) = (gpu.upload(&x), gpu.upload(&w), gpu.upload(&dy), gpu.upload(&b));
+        for (label, cast) in [("bf16", OperandCast::Bf16), ("fp8 current", fp8_current), ("fp8 delayed", fp8_delayed)] {
+            for with_bias in [false, true] {
+                for gemm in [Gemm::Fprop, Gemm::Dgrad, Gemm::Wgrad] {
+                    if (with_bias && gemm != Gemm::Fprop) || (plant == 4 && !with_bias) {
+                        continue;
+                    }
+                    let call = GemmCall { cast_a: cast, cast_b: cast, stats: StatsLevel::Cheap, ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims) };
+                    // Fprop X·Wᵀ (n × m), dgrad dY·W (n × k), wgrad dYᵀ·X (m × k).
+                    let (a, bop, len) = match gemm {
+                        Gemm::Fprop => (&xb, &wb, n * m),
+                        Gemm::Dgrad => (&dyb, &wb, n * k),
+                        Gemm::Wgrad => (&dyb, &xb, m * k),
+                    };
+                    for out_bf16 in [false, true] {
+                        let mut out = if out_bf16 { gpu.zeros_bf16(len) } else { gpu.zeros(len) };
+                        let bias = with_bias.then_some(&bb);
+                        gpu.gemm(&call, &mut out, a, bop, bias, None);
+                        let reported = gpu.take_reports()[0].output_nonfinite;
+                        let counted = gpu.count_nonfinite(&out);
+                        let what = format!("{case}, {label}, {gemm:?}{}, {} output", if with_bias { " + bias" } else { "" }, if out_bf16 { "BF16" } else { "f32" });
+                        assert_eq!(gpu.take_error(), None, "{what}");
+                        assert_eq!(reported, counted, "{what}: the reported non-finite count against a count of the output");
+                        if plant == 0 {
+                            assert_eq!(counted, 0, "{what}: finite operands gave a non-finite output");
+                        }
+                        if plant == 1 || plant == 4 || (plant == 3 && label == "bf16") {
+                            assert!(counted > 0, "{what}: the planted value reached no output");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("{checked} GEMMs' non-finite counts checked");
 }
 
 /// fc2's fprop and fc1's dgrad with their operand computed as it is cast (the activation function

@@ -77,6 +77,8 @@ struct Key {
     q_t: bool,
     /// FP8 only: cuBLASLt's fast accumulation (no periodic promotion of the partial sums to FP32).
     fast: bool,
+    /// A BF16 bias vector (one value a column of D) added by cuBLASLt's epilogue; BF16 D only.
+    bias: bool,
 }
 
 /// How an operand of [`Lt::matmul`] lies in memory: `ptr` to `ty` values, dequantised through the
@@ -88,6 +90,9 @@ pub struct Operand {
     pub ty: OpType,
     pub inv: u64,
     pub transposed: bool,
+    /// The cast's scale slot (kernels/cast.cu: its RISKY flag and dequantisation factor), 0 for an
+    /// operand taken as it is.
+    pub slot: u64,
 }
 
 struct Plan {
@@ -178,6 +183,10 @@ impl Lt {
             if key.fast {
                 set_desc(desc, A::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
             }
+            if key.bias {
+                set_desc(desc, A::CUBLASLT_MATMUL_DESC_EPILOGUE, &lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS)?;
+                set_desc(desc, A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &lt::cudaDataType_t::CUDA_R_16BF)?;
+            }
             let layout = |ty: lt::cudaDataType, r: u64, c: u64, ld: i64| -> Result<lt::cublasLtMatrixLayout_t, CudaError> {
                 let mut l = std::ptr::null_mut();
                 // SAFETY: l is written by the call.
@@ -200,6 +209,9 @@ impl Lt {
                 }
                 if key.p.is_fp8() {
                     set_desc(desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &wsp)?;
+                }
+                if key.bias {
+                    set_desc(desc, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &wsp)?;
                 }
             }
             let mut pref = std::ptr::null_mut();
@@ -253,14 +265,18 @@ impl Lt {
     }
 
     /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
-    /// FP8 operands multiplied by their device-side dequantisation factors. With `fast` and an FP8
-    /// operand, the tensor cores accumulate in their own reduced precision (cuBLASLt's fast
-    /// accumulation); BF16 products ignore it.
+    /// FP8 operands multiplied by their device-side dequantisation factors, plus `bias` (a device
+    /// pointer to `cols` BF16 values, 0 for none; BF16 D only) added in cuBLASLt's epilogue before
+    /// D's rounding. With `fast` and an FP8 operand, the tensor cores accumulate in their own
+    /// reduced precision (cuBLASLt's fast accumulation); BF16 products ignore it.
     #[allow(clippy::too_many_arguments)]
-    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool) -> Result<(), CudaError> {
+    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64) -> Result<(), CudaError> {
         let (pt, qt) = (p.ty, q.ty);
         if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
             return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
+        }
+        if bias != 0 && !d_bf16 {
+            return Err(CudaError::Unsupported("a bias added in cuBLASLt's epilogue with f32 D".into()));
         }
         let key = Key {
             rows: rows as u64,
@@ -272,27 +288,33 @@ impl Lt {
             p_t: p.transposed,
             q_t: q.transposed,
             fast: fast && (pt.is_fp8() || qt.is_fp8()),
+            bias: bias != 0,
         };
-        let r = self.matmul_key(key, p.ptr, p.inv, q.ptr, q.inv, d);
+        let r = self.matmul_key(key, p.ptr, p.inv, q.ptr, q.inv, d, bias);
         r.map_err(|e| match e {
             CudaError::Blas { what, status } => CudaError::Blas {
                 what,
                 status: format!(
-                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {}{})",
+                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {}{}{})",
                     if p.transposed { " (held transposed)" } else { "" },
                     if q.transposed { " (held transposed)" } else { "" },
                     if d_bf16 { "bf16" } else { "f32" },
-                    if key.fast { ", fast accumulation" } else { "" }
+                    if key.fast { ", fast accumulation" } else { "" },
+                    if key.bias { ", BF16 bias in the epilogue" } else { "" }
                 ),
             },
             e => e,
         })
     }
 
-    fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64) -> Result<(), CudaError> {
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64, bias: u64) -> Result<(), CudaError> {
         self.plan(key)?;
         let plan = &self.plans[&key];
         use lt::cublasLtMatmulDescAttributes_t as A;
+        if key.bias {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)?;
+        }
         if key.q.is_fp8() {
             set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &q_inv)?;
         }
@@ -383,7 +405,8 @@ impl Lt {
 
 /// A GEMM's entry in the algorithm cache: its shape, types, layouts and accumulation.
 fn shape_name(key: &Key) -> String {
-    format!("{key:?}")
+    // Without a bias, the name the cache used before the bias epilogue existed.
+    format!("{key:?}").replace(", bias: false", "")
 }
 
 /// cuBLAS handle for attention's strided-batched BF16 products (f32 out).

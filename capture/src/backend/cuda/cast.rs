@@ -479,7 +479,7 @@ impl CudaBackend {
 
     /// A cast operand at `ptr` for cuBLASLt, dequantised through `slot`'s inverse scale.
     fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>, transposed: bool) -> Operand {
-        Operand { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64, transposed }
+        Operand { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64, transposed, slot: self.slot_ptr(slot) }
     }
 
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
@@ -647,6 +647,7 @@ impl CudaBackend {
         self.flush_channels()?;
         b.record(&self.stream)?;
         self.stream.synchronize()?;
+        self.clear_slot_flags(self.next_slot)?;
         self.next_slot = 0;
         self.chan.reset();
         self.expire_kept_casts();

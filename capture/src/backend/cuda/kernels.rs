@@ -21,11 +21,12 @@ const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 33] = [
+const CAST_KERNELS: [&str; 36] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
     "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd", "cast_stats_reduce",
+    "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear",
 ];
 
 /// Which layouts a cast writes: the operand's own, its transpose, or both from one read.

@@ -207,7 +207,12 @@ pub struct CudaBackend {
     stat: stat_batch::StatArena,
     pending: Vec<PendingGemm>,
     /// GEMM shapes cuBLASLt runs only with BF16 output.
-    bf16_out: std::collections::HashSet<(usize, usize, usize, OpType, OpType, bool)>,
+    bf16_out: std::collections::HashSet<gemm_output::ShapeKey>,
+    /// GEMM shapes whose bias cuBLASLt's epilogue refuses ([`gemm_output`]).
+    bias_refused: std::collections::HashSet<gemm_output::ShapeKey>,
+    /// A bias rounded to BF16 for cuBLASLt's epilogue, and its RISKY flag ([`gemm_output`]).
+    bias16: CudaSlice<f32>,
+    bias_flag: CudaSlice<u32>,
     prof: Option<prof::Profiler>,
     /// Which attention path runs, and the unfused path's scratch ([`attention`]).
     attn: attention::AttentionState,
@@ -258,6 +263,7 @@ macro_rules! launch {
 mod attention;
 mod cast;
 mod channels;
+mod gemm_output;
 mod stat_batch;
 
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
@@ -331,6 +337,9 @@ impl CudaBackend {
             next_gemm: 0,
             pending: Vec::new(),
             bf16_out: Default::default(),
+            bias_refused: Default::default(),
+            bias16: s.alloc_zeros(1 << 12)?,
+            bias_flag: s.alloc_zeros(1)?,
             prof: prof::Profiler::from_env(&ctx),
             ctx,
             stream,
@@ -515,53 +524,6 @@ impl CudaBackend {
         let (pa, slot_a) = self.span(a.span_name(), |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
         let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
-        if out.len() < n_out {
-            return Err(CudaError::Unsupported(format!("a GEMM of {rows} × {cols} into a buffer of {}", out.len())));
-        }
-        let outp = self.ptr(out.raw());
-        // FP32 output where cuBLASLt offers it; if it refuses a shape/type (some FP8 combinations),
-        // BF16 output instead (the epilogue rounds to BF16 either way).
-        let key = (rows, cols, k, pa.ty, pb.ty, call.fast_accumulation);
-        // Without a bias, BF16 output rounds exactly as the epilogue would (round(acc)), and moves
-        // half the bytes; with a bias, FP32 output keeps the CPU's single rounding of acc + bias.
-        let mut d_bf16 = bias.is_none() || self.bf16_out.contains(&key);
-        let mut dptr = 0;
-        if !d_bf16 {
-            // Into `out` itself when it holds f32 and is assigned, else into scratch.
-            let f32_dst = if accumulate || out_bf16 {
-                grow(&self.stream, &mut self.d_tmp, n_out)?;
-                self.ptr(&self.d_tmp)
-            } else {
-                outp
-            };
-            match self.lt.matmul(rows, cols, k, pa, pb, f32_dst, false, call.fast_accumulation) {
-                Ok(()) => dptr = f32_dst,
-                Err(e) => {
-                    if !(pa.ty.is_fp8() || pb.ty.is_fp8()) {
-                        return Err(e);
-                    }
-                    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
-                        eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
-                    }
-                    self.bf16_out.insert(key);
-                    d_bf16 = true;
-                }
-            }
-        }
-        if d_bf16 {
-            // Into `out` itself when it holds BF16 and is assigned (then nothing is left to convert),
-            // else into scratch.
-            dptr = if out_bf16 {
-                outp
-            } else {
-                grow(&self.stream, &mut self.d_tmp, n_out)?;
-                self.ptr(&self.d_tmp)
-            };
-            self.lt.matmul(rows, cols, k, pa, pb, dptr, true, call.fast_accumulation)?;
-        }
-        if let Some(db) = dbias {
-            self.bias_grad(pa, rows, k, db)?;
-        }
         let gemm_slot = self.next_gemm;
         let nf_ptr = if report {
             if gemm_slot >= MAX_SLOTS {
@@ -572,24 +534,10 @@ impl CudaBackend {
         } else {
             0
         };
-        let bias_ptr = bias.map(|b| self.ptr(b)).unwrap_or(0);
-        // A BF16 result already in place needs the epilogue only to count or plant.
-        if !(dptr == outp && out_bf16 && nf_ptr == 0 && !call.nan_output) {
-            launch!(
-                self,
-                "gemm_epilogue",
-                grid_for(n_out, 256),
-                outp,
-                dptr,
-                d_bf16 as i32,
-                rows as u64,
-                cols as i32,
-                bias_ptr,
-                accumulate as i32,
-                call.nan_output as i32,
-                nf_ptr,
-                out_bf16 as i32
-            )?;
+        let g = gemm_output::LinearGemm { rows, cols, k, p: pa, q: pb, fast: call.fast_accumulation };
+        self.linear_output(&g, out, bias, accumulate, call.nan_output, nf_ptr)?;
+        if let Some(db) = dbias {
+            self.span("gemm.bias_grad", |me| me.bias_grad(pa, rows, k, db))?;
         }
         if !report {
             return Ok(());
@@ -707,6 +655,7 @@ impl CudaBackend {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;
         }
+        self.clear_slot_flags(ns)?;
         self.next_slot = 0;
         self.next_gemm = 0;
         self.expire_kept_casts();
