@@ -522,3 +522,20 @@ impl Blas {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Key, OpType, shape_name};
+
+    fn key(bias: bool) -> Key {
+        Key { rows: 8192, cols: 2048, k: 2048, p: OpType::E4M3, q: OpType::E4M3, d_bf16: true, p_t: false, q_t: false, fast: false, bias }
+    }
+
+    /// A GEMM without a bias keeps the algorithm-cache name it had before the bias epilogue
+    /// existed (caches written then still apply); one with a bias gets a name of its own.
+    #[test]
+    fn the_cache_names_a_bias_gemm_apart_and_keeps_the_old_names() {
+        assert_eq!(shape_name(&key(false)), "Key { rows: 8192, cols: 2048, k: 2048, p: E4M3, q: E4M3, d_bf16: true, p_t: false, q_t: false, fast: false }");
+        assert!(shape_name(&key(true)).ends_with("fast: false, bias: true }"), "{}", shape_name(&key(true)));
+    }
+}
