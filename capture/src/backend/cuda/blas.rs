@@ -88,11 +88,17 @@ struct Key {
 pub struct Operand {
     pub ptr: u64,
     pub ty: OpType,
-    pub inv: u64,
     pub transposed: bool,
     /// The cast's scale slot (kernels/cast.cu: its RISKY flag and dequantisation factor), 0 for an
     /// operand taken as it is.
     pub slot: u64,
+}
+
+impl Operand {
+    /// Device address of the dequantisation factor cuBLASLt reads for an FP8 operand.
+    pub fn inv(&self) -> u64 {
+        self.slot + (super::SLOT_INV * 4) as u64
+    }
 }
 
 struct Plan {
@@ -290,7 +296,7 @@ impl Lt {
             fast: fast && (pt.is_fp8() || qt.is_fp8()),
             bias: bias != 0,
         };
-        let r = self.matmul_key(key, p.ptr, p.inv, q.ptr, q.inv, d, bias);
+        let r = self.matmul_key(key, p.ptr, p.inv(), q.ptr, q.inv(), d, bias);
         r.map_err(|e| match e {
             CudaError::Blas { what, status } => CudaError::Blas {
                 what,

@@ -16,7 +16,7 @@
 use super::blas::{OpType, Operand};
 use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
-use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, DevBuf, PendingGemm, PendingOp, SLOT_FLOATS, SLOT_INV, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
+use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, DevBuf, PendingGemm, PendingOp, SLOT_FLOATS, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
 use crate::backend::operands::{operand_shapes, outlier_indices};
 use crate::backend::{CastReport, GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -479,7 +479,7 @@ impl CudaBackend {
 
     /// A cast operand at `ptr` for cuBLASLt, dequantised through `slot`'s inverse scale.
     fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>, transposed: bool) -> Operand {
-        Operand { ty, ptr, inv: self.slot_ptr(slot) + (SLOT_INV * 4) as u64, transposed, slot: self.slot_ptr(slot) }
+        Operand { ty, ptr, transposed, slot: self.slot_ptr(slot) }
     }
 
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last

@@ -90,9 +90,10 @@ impl CudaBackend {
         let n_out = g.rows * g.cols;
         let key = g.key();
         let outp = self.ptr(out.raw());
-        // BF16 D lands in `out` itself when it holds BF16, is assigned and nothing is left to add.
-        let bf16_dst = |me: &mut Self, direct: bool| -> Result<u64, CudaError> {
-            if direct && out.is_bf16() && !accumulate {
+        // D lands in `out` itself when `out` holds D's type, is assigned and nothing is left to
+        // add to it; else in scratch.
+        let dst = |me: &mut Self, into_out: bool| -> Result<u64, CudaError> {
+            if into_out && !accumulate {
                 Ok(outp)
             } else {
                 grow(&me.stream, &mut me.d_tmp, n_out)?;
@@ -100,10 +101,10 @@ impl CudaBackend {
             }
         };
         if let Some(b) = bias.filter(|_| !self.bias_refused.contains(&key)) {
-            let dst = bf16_dst(self, true)?;
+            let d = dst(self, out.is_bf16())?;
             let bias16 = self.span("gemm.bias_round", |me| me.bias_to_bf16(b))?;
-            match self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, dst, true, g.fast, bias16)) {
-                Ok(()) => return Ok(Product { ptr: dst, bf16: true, bias_added: true }),
+            match self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, d, true, g.fast, bias16)) {
+                Ok(()) => return Ok(Product { ptr: d, bf16: true, bias_added: true }),
                 Err(e) => {
                     if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
                         eprintln!("cuBLASLt: {e}; adding the bias after the GEMM for this shape");
@@ -116,13 +117,7 @@ impl CudaBackend {
         // the bytes; with one, FP32 D keeps the single rounding of acc + bias, unless cuBLASLt
         // refuses FP32 D for the shape (some FP8 combinations).
         if bias.is_some() && !self.bf16_out.contains(&key) {
-            // Into `out` itself when it holds f32 and is assigned, else into scratch.
-            let f32_dst = if accumulate || out.is_bf16() {
-                grow(&self.stream, &mut self.d_tmp, n_out)?;
-                self.ptr(&self.d_tmp)
-            } else {
-                outp
-            };
+            let f32_dst = dst(self, !out.is_bf16())?;
             match self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, f32_dst, false, g.fast, 0)) {
                 Ok(()) => return Ok(Product { ptr: f32_dst, bf16: false, bias_added: false }),
                 Err(e) => {
@@ -136,9 +131,9 @@ impl CudaBackend {
                 }
             }
         }
-        let dst = bf16_dst(self, bias.is_none())?;
-        self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, dst, true, g.fast, 0))?;
-        Ok(Product { ptr: dst, bf16: true, bias_added: false })
+        let bf16_dst = dst(self, out.is_bf16() && bias.is_none())?;
+        self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, bf16_dst, true, g.fast, 0))?;
+        Ok(Product { ptr: bf16_dst, bf16: true, bias_added: false })
     }
 
     /// `bias` rounded to BF16 into scratch (and its RISKY flag set), for cuBLASLt's epilogue;

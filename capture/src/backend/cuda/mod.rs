@@ -474,7 +474,7 @@ impl CudaBackend {
     fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>) -> Result<(), CudaError> {
         let dbp = self.ptr(db);
         if !pa.transposed {
-            return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.inv - (SLOT_INV * 4) as u64, rows as i32, k as i32, dbp);
+            return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.slot, rows as i32, k as i32, dbp);
         }
         // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in order.
         const COLSUM_ROWS: usize = 256;
