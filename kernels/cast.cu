@@ -922,22 +922,59 @@ CAST_SRC_KERNELS(7)
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.
+// Each value (an FP8 code times the slot's inverse scale, rounded to f32, or a BF16 value) is added
+// in f64, where such sums are exact unless their exponents span about 2^29: the order of the adds
+// does not change the result. Each thread reads 16 bytes at a time (16 FP8 codes or 8 BF16 values)
+// when the row starts 16-byte aligned, the rest one value at a time.
 // Launch: one block (256 threads) per row.
+__device__ __forceinline__ double sum_fp8x16(uint4 w, int fmt, float inv) {
+    __nv_fp8_interpretation_t t = fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    u32 words[4] = {w.x, w.y, w.z, w.w};
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(words[j] >> (16 * h)), t);
+            float2 f = __half22float2(__half2(r));
+            acc += (double)(f.x * inv);
+            acc += (double)(f.y * inv);
+        }
+    }
+    return acc;
+}
+
+__device__ __forceinline__ double sum_bf16x8(uint4 w) {
+    u32 words[4] = {w.x, w.y, w.z, w.w};
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        acc += (double)__uint_as_float(words[j] << 16);
+        acc += (double)__uint_as_float(words[j] & 0xffff0000u);
+    }
+    return acc;
+}
+
 extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, const float* __restrict__ slot,
                                           int rows, int cols, float* __restrict__ dbias) {
     __shared__ double sh[32];
     int r = blockIdx.x;
     if (r >= rows) return;
     float inv = fmt == FMT_BF16 ? 1.0f : slot[SLOT_INV];
+    int per16 = fmt == FMT_BF16 ? 8 : 16;
+    const u8* row = (const u8*)q + (u64)r * cols * (fmt == FMT_BF16 ? 2 : 1);
+    int vec = ((u64)row & 15) == 0 ? cols / per16 : 0;
     double acc = 0.0;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        u64 i = (u64)r * cols + c;
+    for (int v = threadIdx.x; v < vec; v += blockDim.x) {
+        uint4 w = ((const uint4*)row)[v];
+        acc += fmt == FMT_BF16 ? sum_bf16x8(w) : sum_fp8x16(w, fmt, inv);
+    }
+    for (int c = vec * per16 + threadIdx.x; c < cols; c += blockDim.x) {
         float v;
         if (fmt == FMT_BF16) {
-            unsigned short b = ((const unsigned short*)q)[i];
-            v = __uint_as_float(((u32)b) << 16);
+            v = __uint_as_float(((u32)((const unsigned short*)row)[c]) << 16);
         } else {
-            v = from_fp8(((const u8*)q)[i], fmt) * inv;
+            v = from_fp8(row[c], fmt) * inv;
         }
         acc += (double)v;
     }
@@ -949,31 +986,43 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
 // wgrad GEMM reads dY in its own layout (a BF16 operand held untransposed, so rowsum_dequant's
 // rows are this matrix's columns). Summed in f64 as rowsum_dequant sums, then rounded once, so
 // both give the same bias gradient (a sum of BF16 values in f64 is exact unless their exponents
-// span about 2^29). colsum_bf16_partial: partial[chunk][col] = the sum of the chunk's rows; launch
-// grid (ceil(cols / 64), chunks), block (32, 8). colsum_bf16_reduce: dbias[col] += the chunks'
-// sums in order; launch ceil(cols / 256) blocks of 256.
+// span about 2^29). colsum_bf16_partial: partial[chunk][col] = the sum of the chunk's rows, each
+// lane summing 8 adjacent columns (one 16-byte load a row when cols is a multiple of 8 and q is
+// 16-byte aligned); launch grid (ceil(cols / 256), chunks), block (32, 8). colsum_bf16_reduce:
+// dbias[col] += the chunks' sums in order; launch ceil(cols / 256) blocks of 256.
 extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict__ q, int rows, int cols,
                                                int rows_per_chunk, double* __restrict__ partial) {
-    __shared__ double sh[8][64];
+    __shared__ double sh[8][256];
     int lane = threadIdx.x, g = threadIdx.y;
-    int c0 = blockIdx.x * 64 + 2 * lane;
+    int c0 = blockIdx.x * 256 + 8 * lane;
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
-    double a0 = 0.0, a1 = 0.0;
-#pragma unroll 4
+    bool vec = (cols & 7) == 0 && ((u64)q & 15) == 0 && c0 + 8 <= cols;
+    double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     for (int r = r0 + g; r < r1; r += 8) {
         const unsigned short* row = q + (u64)r * cols;
-        if (c0 < cols) a0 += (double)__uint_as_float(((u32)row[c0]) << 16);
-        if (c0 + 1 < cols) a1 += (double)__uint_as_float(((u32)row[c0 + 1]) << 16);
+        if (vec) {
+            uint4 w = *(const uint4*)(row + c0);
+            u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                a[2 * j] += (double)__uint_as_float(words[j] << 16);
+                a[2 * j + 1] += (double)__uint_as_float(words[j] & 0xffff0000u);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (c0 + j < cols) a[j] += (double)__uint_as_float(((u32)row[c0 + j]) << 16);
+            }
+        }
     }
-    sh[g][2 * lane] = a0;
-    sh[g][2 * lane + 1] = a1;
+#pragma unroll
+    for (int j = 0; j < 8; j++) sh[g][8 * lane + j] = a[j];
     __syncthreads();
-    if (g != 0) return;
-    for (int j = 0; j < 2; j++) {
-        double s = 0.0;
-        for (int k = 0; k < 8; k++) s += sh[k][2 * lane + j];
-        if (c0 + j < cols) partial[(u64)blockIdx.y * cols + c0 + j] = s;
-    }
+    int t = g * 32 + lane, c = blockIdx.x * 256 + t;
+    if (c >= cols) return;
+    double s = 0.0;
+    for (int k = 0; k < 8; k++) s += sh[k][t];
+    partial[(u64)blockIdx.y * cols + c] = s;
 }
 
 extern "C" __global__ void colsum_bf16_reduce(const double* __restrict__ partial, int cols, int chunks,

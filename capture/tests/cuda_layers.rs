@@ -1075,6 +1075,59 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
     assert!(failed.is_empty(), "kept BF16 casts read transposed disagree with the TN layout:\n{}", failed.join("\n"));
 }
 
+/// The bias gradient equals, bit for bit, an f64 sum of the values the wgrad GEMM multiplies,
+/// rounded to f32 once and added to the gradient it started from: round_bf16(dY) for BF16 (summed
+/// along dYᵀ's rows in the TN layout, down dY's columns when the wgrad reads the dgrad's kept
+/// cast), the FP8 codes times the inverse scale for FP8. Token counts whose rows take the 16-byte
+/// loads (128), half of them (72: BF16 only) and none (50) are each checked.
+#[test]
+fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
+    let Some(mut gpu) = cuda_common::gpu("bias gradients") else { return };
+    let mut rng = Pcg64::seed_from_u64(29);
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let mut checked = 0;
+    for n in [128usize, 72, 50] {
+        let (c, f) = (24usize, 40usize);
+        let dims = LinearDims { n, k: c, m: f };
+        let mut draw = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng) * s).collect() };
+        let (xh, wh, bh, dyh, db0) = (draw(n * c, 1.0), draw(f * c, 0.1), draw(f, 0.1), draw(n * f, 0.01), draw(f, 0.1));
+        let (x, w, bias, dy) = (gpu.upload(&xh), gpu.upload(&wh), gpu.upload(&bh), gpu.upload(&dyh));
+        let sum_down = |v: &dyn Fn(usize) -> f32| -> Vec<f32> { (0..f).map(|j| db0[j] + (0..n).map(|i| v(i * f + j) as f64).sum::<f64>() as f32).collect() };
+        let mut check = |what: String, got: &[f32], want: &[f32]| {
+            let differ = got.iter().zip(want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            println!("{what:<32} {differ} of {f} differ");
+            assert_eq!(differ, 0, "{what}: the bias gradient differs from the f64 sum: got {got:?}, want {want:?}");
+            checked += 1;
+        };
+        let want_bf16 = sum_down(&|i| half::bf16::from_f32(dyh[i]).to_f32());
+        for back_to_back in [false, true] {
+            let out = bf16_site(&mut gpu, &x, &w, &bias, &dy, &db0, dims, back_to_back);
+            let got = &out.iter().find(|(k, _)| k.ends_with("wgrad.dbias")).expect("dbias").1;
+            check(format!("n {n} bf16{}", if back_to_back { " (kept cast)" } else { "" }), got, &want_bf16);
+        }
+        for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            let cast = OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 0 } };
+            let call = GemmCall {
+                cast_a: cast,
+                cast_b: cast,
+                keep_quantized: [true, false],
+                stats: StatsLevel::Full,
+                ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Wgrad }, dims)
+            };
+            let (mut dw, mut db) = (gpu.zeros(f * c), gpu.upload(&db0));
+            gpu.gemm(&call, &mut dw, &dy, &x, None, Some(&mut db));
+            let rep = gpu.take_reports().pop().expect("the wgrad's report");
+            let codes = rep.a.quantized.expect("dY's FP8 codes");
+            assert_eq!(codes.len(), n * f);
+            let inv = 1.0f32 / rep.a.scale;
+            let want = sum_down(&|i| fp8::decode(format, codes[i]) * inv);
+            check(format!("n {n} {}", format.name()), &gpu.download(&db, 0, f, 1), &want);
+        }
+    }
+    assert_eq!(gpu.take_error(), None);
+    println!("{checked} bias gradients equal their f64 sums");
+}
+
 /// Each GEMM's reported count of non-finite outputs equals a count of the output it wrote,
 /// whether the GEMM could have produced a non-finite value or not (the count reads the output only
 /// when an operand's cast met a non-finite or huge value, or the bias holds one: otherwise it is

@@ -481,7 +481,7 @@ impl CudaBackend {
         let chunks = k.div_ceil(COLSUM_ROWS).max(1);
         grow(&self.stream, &mut self.colsum_partial, chunks * rows)?;
         let part = self.ptr(&self.colsum_partial);
-        let grid = (rows.div_ceil(64) as u32, chunks as u32, 1);
+        let grid = (rows.div_ceil(256) as u32, chunks as u32, 1);
         launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
         launch!(self, "colsum_bf16_reduce", cfg((rows.div_ceil(256) as u32, 1, 1), 256), part, rows as i32, chunks as i32, dbp)
     }
