@@ -161,13 +161,14 @@ impl Lt {
         // SAFETY: h is written by cublasLtCreate.
         ck(unsafe { lt::cublasLtCreate(&mut h) }, "cublasLtCreate")?;
         let ws = stream.alloc_zeros::<u8>(32 << 20)?;
+        // SAFETY: a plain query of the loaded library.
+        let cache = TuneCache::from_env(&stream.context().name()?, unsafe { lt::cublasLtGetVersion() }).map_err(CudaError::Setting)?;
         Ok(Lt {
             h,
             ws,
             plans: HashMap::new(),
             stream: stream.clone(),
-            // SAFETY: a plain query of the loaded library.
-            cache: TuneCache::from_env(&stream.context().name()?, unsafe { lt::cublasLtGetVersion() }),
+            cache,
         })
     }
 
@@ -233,11 +234,13 @@ impl Lt {
                     8,
                 )
             };
+            // As many proposals as are timed (one when nothing is timed).
+            let wanted = self.cache.as_ref().map_or(1, |c| c.candidates).max(1);
             // SAFETY: a zeroed heuristic result is a valid out-parameter.
-            let mut res: [lt::cublasLtMatmulHeuristicResult_t; 8] = unsafe { std::mem::zeroed() };
+            let mut res: Vec<lt::cublasLtMatmulHeuristicResult_t> = vec![unsafe { std::mem::zeroed() }; wanted];
             let mut cnt = 0i32;
-            // SAFETY: all handles are live; res has room for 8 results.
-            let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, 8, res.as_mut_ptr(), &mut cnt) };
+            // SAFETY: all handles are live; res has room for `wanted` results.
+            let st = unsafe { lt::cublasLtMatmulAlgoGetHeuristic(self.h, desc, la, lb, ld, ld, pref, wanted as i32, res.as_mut_ptr(), &mut cnt) };
             // SAFETY: pref was created above.
             unsafe { lt::cublasLtMatmulPreferenceDestroy(pref) };
             // A cached algorithm is used once cuBLASLt confirms it for this plan.

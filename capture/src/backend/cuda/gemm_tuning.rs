@@ -8,6 +8,8 @@
 //! bits.
 //!
 //! `FP8SCOPE_GEMM_TUNE=0` turns timing off (the heuristic's first choice, as before the cache);
+//! `FP8SCOPE_GEMM_TUNE=N` times the heuristic's first N proposals instead of 8 (its choices are kept
+//! apart from the default's, under "top N" in the cache);
 //! `FP8SCOPE_GEMM_CACHE=FILE` moves the cache from `$XDG_CACHE_HOME/fp8scope/gemm-algorithms.json`
 //! (or `~/.cache/…`). A cache that cannot be read is ignored and rewritten; one that cannot be
 //! written is reported once on stderr, and the run goes on timing its shapes itself.
@@ -17,6 +19,11 @@ use std::path::{Path, PathBuf};
 
 /// The file's layout version; a file of another version is ignored and replaced.
 const FORMAT: u32 = 1;
+
+/// How many of the heuristic's proposals are timed unless `FP8SCOPE_GEMM_TUNE` says otherwise.
+pub const DEFAULT_CANDIDATES: usize = 8;
+/// The most `FP8SCOPE_GEMM_TUNE` may ask for.
+pub const MAX_CANDIDATES: usize = 64;
 
 #[derive(serde::Serialize, serde::Deserialize, Default)]
 struct File {
@@ -32,14 +39,22 @@ pub struct TuneCache {
     scope: String,
     known: BTreeMap<String, [u64; 8]>,
     warned: bool,
+    /// How many of the heuristic's proposals to time for a shape not in the cache.
+    pub candidates: usize,
 }
 
 impl TuneCache {
-    /// The cache for this process's GPU and cuBLASLt, or None when `FP8SCOPE_GEMM_TUNE=0`.
-    pub fn from_env(gpu: &str, cublaslt_version: usize) -> Option<TuneCache> {
-        if std::env::var_os("FP8SCOPE_GEMM_TUNE").is_some_and(|v| v == "0") {
-            return None;
-        }
+    /// The cache for this process's GPU and cuBLASLt, or None when `FP8SCOPE_GEMM_TUNE=0`; an
+    /// `FP8SCOPE_GEMM_TUNE` that is not a count from 0 to [`MAX_CANDIDATES`] is an error.
+    pub fn from_env(gpu: &str, cublaslt_version: usize) -> Result<Option<TuneCache>, String> {
+        let candidates = match std::env::var("FP8SCOPE_GEMM_TUNE") {
+            Err(_) => DEFAULT_CANDIDATES,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(0) => return Ok(None),
+                Ok(n) if n <= MAX_CANDIDATES => n,
+                _ => return Err(format!("FP8SCOPE_GEMM_TUNE={v}: expected 0 (no timing) or how many of cuBLASLt's proposals to time, 1 to {MAX_CANDIDATES}")),
+            },
+        };
         let path = match std::env::var_os("FP8SCOPE_GEMM_CACHE") {
             Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
             _ => std::env::var_os("XDG_CACHE_HOME")
@@ -48,14 +63,24 @@ impl TuneCache {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
                 .map(|d| d.join("fp8scope").join("gemm-algorithms.json")),
         };
-        Some(TuneCache::at(path, gpu, cublaslt_version))
+        let mut cache = TuneCache::at(path, gpu, cublaslt_version);
+        cache.set_candidates(candidates);
+        Ok(Some(cache))
+    }
+
+    /// Times `n` proposals for new shapes; a count other than the default keeps its choices under
+    /// its own scope, so that they neither replace nor take the default's.
+    pub fn set_candidates(&mut self, n: usize) {
+        let base = self.scope.split(" | top ").next().unwrap_or_default().to_string();
+        self.scope = if n == DEFAULT_CANDIDATES { base } else { format!("{base} | top {n}") };
+        self.candidates = n;
     }
 
     /// The cache in `path` (None: in memory only, said on stderr at the first entry).
     pub fn at(path: Option<PathBuf>, gpu: &str, cublaslt_version: usize) -> TuneCache {
         let scope = format!("{gpu} | cuBLASLt {cublaslt_version}");
         let known = path.as_deref().map(read).unwrap_or_default();
-        TuneCache { path, scope, known, warned: false }
+        TuneCache { path, scope, known, warned: false, candidates: DEFAULT_CANDIDATES }
     }
 
     fn entry(&self, shape: &str) -> String {
@@ -129,6 +154,17 @@ mod tests {
         assert_eq!(TuneCache::at(Some(path.clone()), "NVIDIA H100", 130000).get("8192x2048x2048 E4M3"), None);
         assert_eq!(TuneCache::at(Some(path.clone()), "NVIDIA H200", 130100).get("8192x2048x2048 E4M3"), None);
         assert!(std::fs::read_dir(path.parent().unwrap()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+        // Choices among another number of proposals are kept apart, both ways.
+        let mut top32 = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
+        top32.set_candidates(32);
+        assert_eq!(top32.get("8192x2048x2048 E4M3"), None);
+        top32.put("8192x2048x2048 E4M3", [7; 8]);
+        let mut again = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
+        assert_eq!(again.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
+        again.set_candidates(32);
+        assert_eq!(again.get("8192x2048x2048 E4M3"), Some([7; 8]));
+        again.set_candidates(DEFAULT_CANDIDATES);
+        assert_eq!(again.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub enum CudaError {
     Blas { what: &'static str, status: String },
     #[error("not supported on the CUDA backend: {0}")]
     Unsupported(String),
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// The GPU the backend would use: (name, (major, minor)), or why there is none.
