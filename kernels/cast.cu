@@ -965,6 +965,7 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     const u8* row = (const u8*)q + (u64)r * cols * (fmt == FMT_BF16 ? 2 : 1);
     int vec = ((u64)row & 15) == 0 ? cols / per16 : 0;
     double acc = 0.0;
+#pragma unroll 4
     for (int v = threadIdx.x; v < vec; v += blockDim.x) {
         uint4 w = ((const uint4*)row)[v];
         acc += fmt == FMT_BF16 ? sum_bf16x8(w) : sum_fp8x16(w, fmt, inv);
@@ -989,7 +990,8 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
 // span about 2^29). colsum_bf16_partial: partial[chunk][col] = the sum of the chunk's rows, each
 // lane summing 8 adjacent columns (one 16-byte load a row when cols is a multiple of 8 and q is
 // 16-byte aligned); launch grid (ceil(cols / 256), chunks), block (32, 8). colsum_bf16_reduce:
-// dbias[col] += the chunks' sums in order; launch ceil(cols / 256) blocks of 256.
+// dbias[col] += the chunks' sums, warp g adding chunks g, g + 8, ... and warp 0 the eight warps'
+// sums in order; launch ceil(cols / 32) blocks of (32, 8).
 extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict__ q, int rows, int cols,
                                                int rows_per_chunk, double* __restrict__ partial) {
     __shared__ double sh[8][256];
@@ -998,6 +1000,7 @@ extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict_
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
     bool vec = (cols & 7) == 0 && ((u64)q & 15) == 0 && c0 + 8 <= cols;
     double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+#pragma unroll 4
     for (int r = r0 + g; r < r1; r += 8) {
         const unsigned short* row = q + (u64)r * cols;
         if (vec) {
@@ -1027,11 +1030,19 @@ extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict_
 
 extern "C" __global__ void colsum_bf16_reduce(const double* __restrict__ partial, int cols, int chunks,
                                               float* __restrict__ dbias) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+    __shared__ double sh[8][32];
+    int lane = threadIdx.x, g = threadIdx.y, c = blockIdx.x * 32 + lane;
     double s = 0.0;
-    for (int k = 0; k < chunks; k++) s += partial[(u64)k * cols + c];
-    dbias[c] += (float)s;
+    if (c < cols) {
+#pragma unroll 4
+        for (int k = g; k < chunks; k += 8) s += partial[(u64)k * cols + c];
+    }
+    sh[g][lane] = s;
+    __syncthreads();
+    if (g != 0 || c >= cols) return;
+    double t = 0.0;
+    for (int k = 0; k < 8; k++) t += sh[k][lane];
+    dbias[c] += (float)t;
 }
 
 // One element of gemm_epilogue: d's value v at flat index i (column col), biased, rounded, planted

@@ -478,14 +478,17 @@ impl CudaBackend {
         if !pa.transposed {
             return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.slot, rows as i32, k as i32, dbp);
         }
-        // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in order.
-        const COLSUM_ROWS: usize = 256;
+        // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in
+        // order. A block sums 256 columns of a chunk, so chunks are short enough for the grid to
+        // fill the GPU at seed's C = 1024 (4 blocks across, 256 chunks down at 16,384 tokens).
+        const COLSUM_ROWS: usize = 64;
         let chunks = k.div_ceil(COLSUM_ROWS).max(1);
         grow(&self.stream, &mut self.colsum_partial, chunks * rows)?;
         let part = self.ptr(&self.colsum_partial);
         let grid = (rows.div_ceil(256) as u32, chunks as u32, 1);
         launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
-        launch!(self, "colsum_bf16_reduce", cfg((rows.div_ceil(256) as u32, 1, 1), 256), part, rows as i32, chunks as i32, dbp)
+        let reduce = LaunchConfig { grid_dim: (rows.div_ceil(32) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        launch!(self, "colsum_bf16_reduce", reduce, part, rows as i32, chunks as i32, dbp)
     }
 
     /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
