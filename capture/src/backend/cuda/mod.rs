@@ -8,14 +8,16 @@
 //!   `rope.rs` (the RoPE kernels of attention.cu), `attention.rs` (the fused flash-style kernels and
 //!   the unfused fallback), `residual.rs`, `loss.rs`, `adamw.rs`, `stats.rs` (reductions) and
 //!   `channels.rs` (per-channel statistics). `primitives.rs` is the [`Backend`] impl over them:
-//!   a profiler span, the launcher, and the error handling below. This file keeps the GEMM
-//!   pipeline (with `cast.rs`, `blas.rs`) and `round_bf16_fwd`, a kernel of cast.cu.
+//!   a profiler span, the launcher, and the error handling below. `matmul.rs` runs the linear
+//!   layers' GEMMs (beside `layers/matmul.rs`), `reports.rs` copies the step's reports to the host;
+//!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
 //!   `error`), returns a harmless value in place of the result, and skips the device work of every
 //!   later primitive until [`Backend::take_error`] hands the error over; the training loop checks
 //!   it once per step and stops the run with it.
-//! - Linear-layer GEMMs: cuBLASLt in the TN layout with FP8 (E4M3/E5M2) or BF16 operands, FP32
-//!   accumulation and output, then one epilogue kernel (bias, BF16 rounding, non-finite count).
+//! - Linear-layer GEMMs: cuBLASLt with FP8 (E4M3/E5M2, in the TN layout) or BF16 operands and FP32
+//!   accumulation, writing BF16 D into the layer's buffer with the bias in cuBLASLt's epilogue
+//!   (`gemm_output.rs`; a pass over D only for f32 outputs, accumulation and planted NaNs).
 //!   Operands are cast by the `cast_fwd_*` kernels, which also transpose where dgrad and wgrad need
 //!   it and reduce the cast statistics in the same pass; each operand is cast once per step for its
 //!   two GEMMs ([`cast`]). Scales stay on the device: a delayed scale is a
@@ -35,13 +37,12 @@ mod prof;
 
 pub use buffer::DevBuf;
 
-use crate::backend::operands::operand_shapes;
-use crate::backend::{AdamW, Backend, CastReport, GemmCall, GemmReport, LinearDims, Moments, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
+use crate::backend::{AdamW, Backend, GemmCall, GemmReport, LinearDims, OperandCast, ShadowError, StatsLevel};
 use crate::fp8::Fp8Format;
-use blas::{Blas, Lt, OpType, Operand};
+use blas::{Blas, Lt, OpType};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg};
 use fp8scope_schemas::manifest::DeviceInfo;
-use fp8scope_schemas::names::{Gemm, Role};
+use fp8scope_schemas::names::Role;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -471,283 +472,6 @@ impl CudaBackend {
         Ok(self.next_slot - 1)
     }
 
-    /// dbias += the row sums of dequant(P), P being wgrad's dYᵀ (rows = m × k = n): summed along
-    /// P's rows, or down the columns of dY when the BF16 operand lies in dY's own layout.
-    fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>) -> Result<(), CudaError> {
-        let dbp = self.ptr(db);
-        if !pa.transposed {
-            return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.slot, rows as i32, k as i32, dbp);
-        }
-        // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in
-        // order. A block sums 256 columns of a chunk, so chunks are short enough for the grid to
-        // fill the GPU at seed's C = 1024 (4 blocks across, 256 chunks down at 16,384 tokens).
-        const COLSUM_ROWS: usize = 64;
-        let chunks = k.div_ceil(COLSUM_ROWS).max(1);
-        grow(&self.stream, &mut self.colsum_partial, chunks * rows)?;
-        let part = self.ptr(&self.colsum_partial);
-        let grid = (rows.div_ceil(256) as u32, chunks as u32, 1);
-        launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
-        let reduce = LaunchConfig { grid_dim: (rows.div_ceil(32) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
-        launch!(self, "colsum_bf16_reduce", reduce, part, rows as i32, chunks as i32, dbp)
-    }
-
-    /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
-    /// pending report when `report` is set. With `share`, each operand is cast once for the two
-    /// GEMMs of its site that use it ([`cast`]); the BF16 shadow GEMMs, which cast the same
-    /// operands another way, do not share.
-    #[allow(clippy::too_many_arguments)]
-    fn linear(
-        &mut self,
-        call: &GemmCall,
-        out: &mut DevBuf,
-        a: cast::CastInput,
-        b: &CudaSlice<f32>,
-        bias: Option<&CudaSlice<f32>>,
-        dbias: Option<&mut CudaSlice<f32>>,
-        accumulate: bool,
-        report: bool,
-        share: bool,
-    ) -> Result<(), CudaError> {
-        let out_bf16 = out.is_bf16();
-        if out_bf16 && accumulate {
-            return Err(CudaError::Unsupported("a GEMM cannot accumulate into a BF16 buffer".into()));
-        }
-        let d = call.dims;
-        let [(ar, ac), (br, bc)] = operand_shapes(call.id.gemm, d);
-        // (rows, cols, k) of D = P·Qᵀ with P from A, Q from B (transposed as `operands_transposed`).
-        let [ta, tb] = cast::operands_transposed(call.id.gemm);
-        let (rows, cols, k) = match call.id.gemm {
-            Gemm::Fprop => (d.n, d.m, d.k),
-            Gemm::Dgrad => (d.n, d.k, d.m),
-            Gemm::Wgrad => (d.m, d.k, d.n),
-        };
-        let level = if report { call.stats } else { StatsLevel::Amax };
-        let [role_a, role_b] = call.id.gemm.operands();
-        let site = (call.id.layer, call.id.module);
-        let use_a = cast::CastUse { site, role: role_a, transposed: ta, share };
-        let use_b = cast::CastUse { site, role: role_b, transposed: tb, share };
-        let (pa, slot_a) = self.span(a.span_name(), |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
-        let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
-        let n_out = rows * cols;
-        let gemm_slot = self.next_gemm;
-        let nf_ptr = if report {
-            if gemm_slot >= MAX_SLOTS {
-                return Err(CudaError::Unsupported(format!("more than {MAX_SLOTS} GEMMs in one step")));
-            }
-            self.next_gemm += 1;
-            self.ptr(&self.nonfinite) + (gemm_slot * 8) as u64
-        } else {
-            0
-        };
-        let g = gemm_output::LinearGemm { rows, cols, k, p: pa, q: pb, fast: call.fast_accumulation };
-        self.linear_output(&g, out, bias, accumulate, call.nan_output, nf_ptr)?;
-        if let Some(db) = dbias {
-            self.span("gemm.bias_grad", |me| me.bias_grad(pa, rows, k, db))?;
-        }
-        if !report {
-            return Ok(());
-        }
-        let qa = if call.keep_quantized[0] && pa.ty.is_fp8() { Some(self.operand_bytes(&pa, ar, ac, ta)?) } else { None };
-        let qb = if call.keep_quantized[1] && pb.ty.is_fp8() { Some(self.operand_bytes(&pb, br, bc, tb)?) } else { None };
-        let is_fp8 = pa.ty.is_fp8() || pb.ty.is_fp8();
-        let shadow = if call.shadow && is_fp8 {
-            // The same GEMM in BF16 on the same inputs, compared on the host (dump steps only).
-            let got = self.download_impl(out, 0, n_out, 1)?;
-            let bf = GemmCall {
-                cast_a: OperandCast::Bf16,
-                cast_b: OperandCast::Bf16,
-                fault_a: OperandFault::NONE,
-                fault_b: OperandFault::NONE,
-                nan_output: false,
-                shadow: false,
-                keep_quantized: [false; 2],
-                ..call.clone()
-            };
-            let mut reference = DevBuf::f32(self.stream.alloc_zeros::<f32>(n_out)?);
-            self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
-            let want = self.stream.clone_dtoh(&*reference)?;
-            let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
-            Some(ShadowError {
-                numel: n_out as u64,
-                cosine,
-                mse,
-                rel_l2,
-                max_abs_diff,
-            })
-        } else {
-            None
-        };
-        let given = |c: OperandCast| match c {
-            OperandCast::Fp8Tensor {
-                scale: ScaleSource::Given { amax_used, .. },
-                ..
-            } => Some(amax_used),
-            _ => None,
-        };
-        let (sa, sb) = (slot_a.unwrap_or(0), slot_b.unwrap_or(0));
-        self.pending.push(PendingGemm {
-            id: call.id,
-            a: PendingOp {
-                slot: sa,
-                role: role_a,
-                format: pa.ty.name(),
-                fp8: pa.ty.is_fp8(),
-                level,
-                given_amax: given(call.cast_a),
-                numel: (ar * ac) as u64,
-                quantized: qa,
-            },
-            b: PendingOp {
-                slot: sb,
-                role: role_b,
-                format: pb.ty.name(),
-                fp8: pb.ty.is_fp8(),
-                level,
-                given_amax: given(call.cast_b),
-                numel: (br * bc) as u64,
-                quantized: qb,
-            },
-            gemm_slot,
-            shadow,
-        });
-        Ok(())
-    }
-
-    fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
-        let t0 = std::time::Instant::now();
-        self.flush_stats()?;
-        self.flush_channels()?;
-        // Prefetched (`gemms_done`), these are summarised while the stream finishes the step.
-        let chans = self.channel_summaries()?;
-        let t1 = std::time::Instant::now();
-        self.stream.synchronize()?;
-        let t2 = std::time::Instant::now();
-        if let Some(p) = self.prof.as_mut() {
-            p.collect();
-            p.add_host("reports.channels", t1 - t0);
-            p.add_host("reports.wait", t2 - t1);
-        }
-        // Timed from here: the profiler's own collection above is not the reports' work.
-        let t3 = std::time::Instant::now();
-        let reports = self.download_reports(chans);
-        if let Some(p) = self.prof.as_mut() {
-            p.add_host("reports.host", t3.elapsed());
-        }
-        reports
-    }
-
-    /// The step's reports from its records and channel summaries, after the stream is
-    /// synchronised (`download_all`): copies them, and frees the step's statistics slots.
-    fn download_reports(&mut self, chans: Vec<Option<crate::channel_stats::ChannelStats>>) -> Result<Vec<GemmReport>, CudaError> {
-        let ns = self.next_slot;
-        let ng = self.next_gemm;
-        let recs = if ns > 0 {
-            self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))?
-        } else {
-            Vec::new()
-        };
-        let scales = if ns > 0 {
-            self.stream.clone_dtoh(&self.scales.slice(0..ns * SLOT_FLOATS))?
-        } else {
-            Vec::new()
-        };
-        let nf = if ng > 0 {
-            self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))?
-        } else {
-            Vec::new()
-        };
-        if ng > 0 {
-            let mut v = self.nonfinite.slice_mut(0..ng);
-            self.stream.memset_zeros(&mut v)?;
-        }
-        self.clear_slot_flags(ns)?;
-        self.next_slot = 0;
-        self.next_gemm = 0;
-        self.expire_kept_casts();
-        let pending = std::mem::take(&mut self.pending);
-        let report = |p: PendingOp| -> CastReport {
-            let r = &recs[p.slot * STAT_FIELDS..(p.slot + 1) * STAT_FIELDS];
-            let amax = r[stat::AMAX] as f32;
-            let scale = if p.fp8 { scales[p.slot * SLOT_FLOATS] } else { 1.0 };
-            let moments = (p.level >= StatsLevel::Cheap).then(|| {
-                let n = r[stat::COUNT];
-                if n == 0.0 {
-                    return Moments::default();
-                }
-                let mean = r[stat::SUM] / n;
-                let var = (r[stat::SUMSQ] / n - mean * mean).max(0.0);
-                let minabs = r[stat::MINABS];
-                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() {
-                    (amax as f64 / minabs).log2()
-                } else {
-                    0.0
-                };
-                Moments {
-                    min: r[stat::MIN] as f32,
-                    max: r[stat::MAX] as f32,
-                    mean,
-                    std: var.sqrt(),
-                    dynamic_range_log2,
-                }
-            });
-            let quant_error = (p.level >= StatsLevel::Full).then(|| {
-                let np = r[stat::NP];
-                let mse = if np == 0.0 { 0.0 } else { r[stat::D2] / np };
-                (mse, crate::tensor_stats::cosine_from(r[stat::DOT], r[stat::A2], r[stat::B2]))
-            });
-            CastReport {
-                role: Some(p.role),
-                format: p.format,
-                scale,
-                amax,
-                amax_used: p.given_amax.unwrap_or(amax),
-                numel: p.numel,
-                underflow: r[stat::UNDER] as u64,
-                saturated: r[stat::SAT] as u64,
-                nan: r[stat::NAN] as u64,
-                inf: r[stat::INF] as u64,
-                zeros: r[stat::ZEROS] as u64,
-                moments,
-                quant_error,
-                channels: (p.level >= StatsLevel::Cheap).then(|| chans.get(p.slot).copied().flatten()).flatten(),
-                quantized: p.quantized,
-                block_scales: None,
-            }
-        };
-        Ok(pending
-            .into_iter()
-            .map(|g| GemmReport {
-                id: g.id,
-                output_nonfinite: nf[g.gemm_slot],
-                shadow: g.shadow,
-                a: report(g.a),
-                b: report(g.b),
-            })
-            .collect())
-    }
-
-    /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
-    fn matmul_bf16_fwd_impl(&mut self, out: &mut DevBuf, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
-        self.linear(&plain_call(Gemm::Fprop, dims), out, cast::CastInput::Buf(inp), w, None, None, false, false, true)
-    }
-
-    /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
-    /// A `dout` held in BF16 (the cross-entropy's gradient of BF16 logits) is the operand as it is;
-    /// an f32 one is cast once and kept for the wgrad.
-    fn matmul_bf16_bwd_impl(
-        &mut self,
-        dinp: &mut DevBuf,
-        dw: &mut DevBuf,
-        dout: &DevBuf,
-        inp: &CudaSlice<f32>,
-        w: &CudaSlice<f32>,
-        dims: LinearDims,
-    ) -> Result<(), CudaError> {
-        let a = || if dout.is_bf16() { cast::CastInput::Held(dout) } else { cast::CastInput::Buf(dout.raw()) };
-        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, a(), w, None, None, false, false, true)?;
-        self.linear(&plain_call(Gemm::Wgrad, dims), dw, a(), inp, None, None, true, false, true)
-    }
-
     /// Every element of `x` rounded to BF16 in place (`round_bf16_fwd`, a kernel of cast.cu, whose
     /// launchers are in `cast.rs`; the CPU reference is `backend/cpu/cast.rs`'s `round_bf16_inplace`).
     fn round_bf16_fwd_impl(&mut self, x: &mut CudaSlice<f32>) -> Result<(), CudaError> {
@@ -755,13 +479,6 @@ impl CudaBackend {
         let p = self.ptr(x);
         launch!(self, "round_bf16_fwd", grid_for(n, 256), p, n as u64)
     }
-}
-
-/// A BF16 GEMM call with nothing recorded (the lm_head).
-fn plain_call(gemm: Gemm, dims: LinearDims) -> GemmCall {
-    // The lm_head: a site of its own (outside the layer stack) for the casts it keeps.
-    let id = crate::backend::GemmId { layer: u32::MAX, module: fp8scope_schemas::names::Module::Qkv, gemm };
-    GemmCall::bf16(id, dims)
 }
 
 // After the macros above, which they use.
@@ -772,9 +489,11 @@ mod gelu;
 mod gemm_tuning;
 mod layernorm;
 mod loss;
+mod matmul;
 mod multi_tensor;
 mod norm_gemm;
 mod primitives;
+mod reports;
 mod residual;
 mod rmsnorm;
 mod rope;
