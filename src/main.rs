@@ -52,7 +52,7 @@ fn analyze(args: &[String]) -> anyhow::Result<bool> {
     let argv: Vec<&str> = std::iter::once("fp8-analyze").chain(args.iter().map(String::as_str)).collect();
     println!("\n== {}", argv.join(" "));
     let cli = fp8_analyze::Cli::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags").to_string()))?;
+        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags")))?;
     let outcome = fp8_analyze::run(cli).map_err(|e| anyhow::anyhow!("{e}"))?;
     print!("{}", outcome.stdout);
     Ok(outcome.findings)

@@ -127,10 +127,10 @@ impl TensorCursor {
     /// Makes sure a current row exists; false at the end of the table.
     fn fill(&mut self) -> Result<bool, AnalyzeError> {
         loop {
-            if let Some(b) = &self.batch {
-                if self.row < b.len() {
-                    return Ok(true);
-                }
+            if let Some(b) = &self.batch
+                && self.row < b.len()
+            {
+                return Ok(true);
             }
             let Some(rx) = &self.rx else { return Ok(false) };
             match rx.recv() {
@@ -157,13 +157,13 @@ impl TensorCursor {
     /// the steps go backwards: the analyzer relies on the recording order.
     pub fn peek_step(&mut self) -> Result<Option<i64>, AnalyzeError> {
         let step = if self.fill()? { self.batch.as_ref().map(|b| b.step(self.row)) } else { None };
-        if let (Some(s), Some(last)) = (step, self.last_step) {
-            if s < last {
-                return Err(AnalyzeError::Malformed {
-                    run: self.run.clone(),
-                    message: format!("its dumped tensors are not in step order (step {s} follows step {last})"),
-                });
-            }
+        if let (Some(s), Some(last)) = (step, self.last_step)
+            && s < last
+        {
+            return Err(AnalyzeError::Malformed {
+                run: self.run.clone(),
+                message: format!("its dumped tensors are not in step order (step {s} follows step {last})"),
+            });
         }
         Ok(step)
     }
@@ -177,10 +177,10 @@ impl TensorCursor {
     }
 
     pub fn advance(&mut self) {
-        if let Some(b) = &self.batch {
-            if self.row < b.len() {
-                self.last_step = Some(b.step(self.row));
-            }
+        if let Some(b) = &self.batch
+            && self.row < b.len()
+        {
+            self.last_step = Some(b.step(self.row));
         }
         self.row += 1;
     }

@@ -545,10 +545,10 @@ impl TrainArgs {
             if !data_kind_is_synthetic(self.data) && s.needs_synthetic() {
                 bail!("--scenario {} plants its tokens in the synthetic language; use --data synthetic", s.name);
             }
-            if let Some(&last) = s.steps.iter().max() {
-                if self.steps <= last && !self.quiet {
-                    eprintln!("fp8-capture: note: --scenario {} plants its batch at step {last}; a run of {} steps ends before the step after it, so it shows nothing", s.name, self.steps);
-                }
+            if let Some(&last) = s.steps.iter().max()
+                && self.steps <= last && !self.quiet
+            {
+                eprintln!("fp8-capture: note: --scenario {} plants its batch at step {last}; a run of {} steps ends before the step after it, so it shows nothing", s.name, self.steps);
             }
         }
         let injections = self.inject.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;

@@ -38,7 +38,7 @@ pub struct UsageError(pub anyhow::Error);
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Presets => {
-            println!("{:<6} {:>6} {:>5} {:>5} {:>3} {:>3} {:>9}  {}", "preset", "V", "C", "F", "NH", "L", "B x T", "for");
+            println!("{:<6} {:>6} {:>5} {:>5} {:>3} {:>3} {:>9}  for", "preset", "V", "C", "F", "NH", "L", "B x T");
             for p in config::PRESETS {
                 let (v, c, f, nh, l, b, t) = p.dims;
                 println!("{:<6} {v:>6} {c:>5} {f:>5} {nh:>3} {l:>3} {:>9}  {}", p.name, format!("{b} x {t}"), p.about);

@@ -84,9 +84,9 @@ fn recording(cfg: &RunConfig, n_layers: u32) -> anyhow::Result<Recording> {
 
 fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32) -> StepPlan {
     let r = &cfg.record;
-    let stats_step = r.stats_every > 0 && (step % r.stats_every == 0 || step == 1);
-    let dump_step = r.dump_every > 0 && (step % r.dump_every == 0 || step == 1);
-    let full = dump_step || (stats_step && r.quant_error_every > 0 && (step == 1 || step % (r.stats_every * r.quant_error_every) == 0));
+    let stats_step = r.stats_every > 0 && (step.is_multiple_of(r.stats_every) || step == 1);
+    let dump_step = r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1);
+    let full = dump_step || (stats_step && r.quant_error_every > 0 && (step == 1 || step.is_multiple_of(r.stats_every * r.quant_error_every)));
     let stats = if full && stats_step { StatsLevel::Full } else if stats_step { StatsLevel::Cheap } else { StatsLevel::Amax };
     let mut casts = HashMap::new();
     let mut faults = HashMap::new();

@@ -267,22 +267,22 @@ pub fn drift_past(steps: &[i64], run: &[f64], base: &[f64], p: DriftParams, boun
             (true, true) => streak_start,
             (true, false) => Some(i),
         };
-        if let Some(s) = streak_start {
-            if i + 1 - s >= p.steps.max(1) {
-                let (first_step, _, first_gap) = gaps[s];
-                let final_bound = bound(final_step);
-                return Some(Drift {
-                    first_step,
-                    confirmed_step: gaps[i].0,
-                    sign: if first_gap > 0.0 { "above" } else { "below" },
-                    first_gap,
-                    final_step,
-                    final_gap,
-                    final_raw_gap,
-                    final_bound,
-                    persists: final_gap.abs() > final_bound && final_gap.signum() == first_gap.signum(),
-                });
-            }
+        if let Some(s) = streak_start
+            && i + 1 - s >= p.steps.max(1)
+        {
+            let (first_step, _, first_gap) = gaps[s];
+            let final_bound = bound(final_step);
+            return Some(Drift {
+                first_step,
+                confirmed_step: gaps[i].0,
+                sign: if first_gap > 0.0 { "above" } else { "below" },
+                first_gap,
+                final_step,
+                final_gap,
+                final_raw_gap,
+                final_bound,
+                persists: final_gap.abs() > final_bound && final_gap.signum() == first_gap.signum(),
+            });
         }
     }
     None

@@ -499,10 +499,10 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                     // The dump step at or just before the wanted one.
                     let Some(step) = dump_steps.range(..=want).next_back().or(dump_steps.iter().next()).copied() else { continue };
                     for role in Gemm::parse(&g.gemm).map(|x| x.operands().to_vec()).unwrap_or_default() {
-                        if seen.insert((g.layer, g.module.clone(), role.as_str(), step)) {
-                            if let Some(t) = tensor_sample(run, step, g.layer, &g.module, role.as_str())? {
-                                tensors.push(t);
-                            }
+                        if seen.insert((g.layer, g.module.clone(), role.as_str(), step))
+                            && let Some(t) = tensor_sample(run, step, g.layer, &g.module, role.as_str())?
+                        {
+                            tensors.push(t);
                         }
                     }
                 }

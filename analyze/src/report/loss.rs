@@ -242,7 +242,7 @@ fn segments(c: &Curve) -> Vec<Vec<(f64, f64)>> {
     let mut out = vec![Vec::new()];
     for (&s, &l) in c.steps.iter().zip(&c.loss) {
         if l.is_finite() {
-            out.last_mut().map(|v| v.push((s as f64, l)));
+            if let Some(v) = out.last_mut() { v.push((s as f64, l)) }
         } else if out.last().is_some_and(|v| !v.is_empty()) {
             out.push(Vec::new());
         }

@@ -32,11 +32,11 @@ use super::{check_len, rows_per_task};
 #[track_caller]
 fn head_size(layer: &str, c: usize, nh: usize, kvh: usize) -> usize {
     assert!(
-        nh > 0 && c % nh == 0,
+        nh > 0 && c.is_multiple_of(nh),
         "{layer}: C = {c} is not a positive multiple of NH = {nh}"
     );
     assert!(
-        kvh > 0 && nh % kvh == 0,
+        kvh > 0 && nh.is_multiple_of(kvh),
         "{layer}: NH = {nh} is not a positive multiple of KVH = {kvh}"
     );
     c / nh

@@ -66,16 +66,16 @@ pub fn matmul_fwd(
             1,
         );
     }
-    if let Some(bias) = bias {
-        if m > 0 {
-            out.par_chunks_mut(m)
-                .with_min_len(rows_per_task(m))
-                .for_each(|row| {
-                    for (o, &b) in row.iter_mut().zip(bias) {
-                        *o += b;
-                    }
-                });
-        }
+    if let Some(bias) = bias
+        && m > 0
+    {
+        out.par_chunks_mut(m)
+            .with_min_len(rows_per_task(m))
+            .for_each(|row| {
+                for (o, &b) in row.iter_mut().zip(bias) {
+                    *o += b;
+                }
+            });
     }
 }
 

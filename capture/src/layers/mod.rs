@@ -76,7 +76,7 @@ pub(crate) fn rows_of(layer: &str, tensor: &str, len: usize, cols: usize) -> usi
         "{layer}: the row length of {tensor} must be positive"
     );
     assert!(
-        len % cols == 0,
+        len.is_multiple_of(cols),
         "{layer}: {tensor} has {len} elements, not a whole number of rows of {cols}"
     );
     len / cols

@@ -35,7 +35,7 @@ use super::{check_len, rows_per_task};
 
 /// The (T, HD) table of cosines and sines (see the module doc).
 pub fn rope_table(t: usize, hd: usize, theta: f32) -> Vec<f32> {
-    assert!(hd > 0 && hd % 2 == 0, "rope: head size HD = {hd} must be even and positive");
+    assert!(hd > 0 && hd.is_multiple_of(2), "rope: head size HD = {hd} must be even and positive");
     let half = hd / 2;
     let inv_freq: Vec<f64> = (0..half).map(|i| f64::from(theta).powf(-((2 * i) as f64) / hd as f64)).collect();
     let mut tab = vec![0.0f32; t * hd];
@@ -53,7 +53,7 @@ pub fn rope_table(t: usize, hd: usize, theta: f32) -> Vec<f32> {
 /// Checks the dimensions shared by forward and backward; returns the row width W.
 #[track_caller]
 fn check_dims(layer: &str, tab: &[f32], t: usize, nh: usize, kvh: usize, hd: usize) -> usize {
-    assert!(hd > 0 && hd % 2 == 0, "{layer}: head size HD = {hd} must be even and positive");
+    assert!(hd > 0 && hd.is_multiple_of(2), "{layer}: head size HD = {hd} must be even and positive");
     assert!(nh > 0 && kvh > 0, "{layer}: NH = {nh} and KVH = {kvh} must be positive");
     check_len(layer, "table", tab.len(), t * hd);
     (nh + 2 * kvh) * hd

@@ -62,7 +62,7 @@ fn flash_kernels(d: usize) -> Result<[&'static str; 3], CudaError> {
 /// Whether the fused kernels take attention of `c` channels over `nh` heads (its head size is one
 /// of [`FLASH_HEAD_SIZES`]).
 fn has_fused_kernel(c: usize, nh: usize) -> bool {
-    nh > 0 && c % nh == 0 && FLASH_HEAD_SIZES.contains(&(c / nh))
+    nh > 0 && c.is_multiple_of(nh) && FLASH_HEAD_SIZES.contains(&(c / nh))
 }
 
 /// Why attention of `c` channels over `nh` heads runs unfused on the GPU, in one line for the
@@ -124,7 +124,7 @@ pub fn flash_smem(d: usize) -> [u32; 3] {
 /// rows of `w` values with head size `hs`: 128 threads of V columns each across a row (V = 8 when
 /// `hs` is a multiple of 8, else 1), and the rows strided over at most 65535 blocks down.
 pub(super) fn split_grid(rows: usize, w: usize, hs: usize) -> cudarc::driver::LaunchConfig {
-    let per_thread = if hs % 8 == 0 { 8 } else { 1 };
+    let per_thread = if hs.is_multiple_of(8) { 8 } else { 1 };
     cfg(((w / per_thread).div_ceil(128) as u32, rows.clamp(1, 65535) as u32, 1), 128)
 }
 
@@ -343,7 +343,7 @@ impl CudaBackend {
         nh: usize,
         kvh: usize,
     ) -> Result<(usize, usize), CudaError> {
-        if nh == 0 || kvh == 0 || c % nh != 0 || nh % kvh != 0 {
+        if nh == 0 || kvh == 0 || !c.is_multiple_of(nh) || !nh.is_multiple_of(kvh) {
             return Err(CudaError::Unsupported(format!(
                 "attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)"
             )));

@@ -169,7 +169,7 @@ fn launch_kind(kind: i32, cols: usize) -> i32 {
 /// SwiGLU's backward) of a multiple of 4 values.
 pub(super) fn computable(kind: i32, cols: usize, h: &DevBuf, b: Option<&DevBuf>) -> bool {
     let width = if kind == SRC_DSWIGLU { cols / 2 } else { cols };
-    let even = kind != SRC_DSWIGLU || cols % 2 == 0;
+    let even = kind != SRC_DSWIGLU || cols.is_multiple_of(2);
     h.is_bf16() && b.is_none_or(|b| b.is_bf16()) && even && width % 4 == 0
 }
 
@@ -225,7 +225,7 @@ impl CastInput<'_> {
         let n = rows * cols;
         let (want_h, want_b) = match kind {
             SRC_SWIGLU => (2 * n, None),
-            SRC_DSWIGLU if cols % 2 == 0 => (n, Some(n / 2)),
+            SRC_DSWIGLU if cols.is_multiple_of(2) => (n, Some(n / 2)),
             SRC_GELU => (n, None),
             SRC_DGELU => (n, Some(n)),
             _ => return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}"))),

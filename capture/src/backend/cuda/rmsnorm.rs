@@ -21,7 +21,7 @@ pub(super) fn norm_reduce_cfg(c: usize) -> LaunchConfig {
 
 /// Rows of a (rows, c) buffer, or an error naming the layer when `c` does not divide its length.
 fn rows(layer: &str, len: usize, c: usize) -> Result<usize, CudaError> {
-    if c == 0 || len % c != 0 {
+    if c == 0 || !len.is_multiple_of(c) {
         return Err(CudaError::Unsupported(format!("{layer}: {len} values are not rows of C = {c}")));
     }
     Ok(len / c)

@@ -62,7 +62,7 @@ impl CudaBackend {
         theta: f32,
     ) -> Result<(), CudaError> {
         let kernel = dir.kernel();
-        if hd == 0 || hd % 2 != 0 || nh == 0 || kvh == 0 {
+        if hd == 0 || !hd.is_multiple_of(2) || nh == 0 || kvh == 0 {
             return Err(CudaError::Unsupported(format!("{kernel} with HD = {hd}, NH = {nh}, KVH = {kvh} (HD must be even, the head counts positive)")));
         }
         let rows = b * t;

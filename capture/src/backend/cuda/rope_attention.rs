@@ -25,7 +25,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 impl CudaBackend {
     /// Whether `rope_attention_fwd` keeps q, k, v head-major in `saved` (see the module's doc).
     fn rope_saves_heads(&self, saved: &DevBuf, shape: &AttentionShape) -> bool {
-        saved.is_bf16() && self.attention_fused(shape.c, shape.nh) && (shape.c / shape.nh) % 8 == 0
+        saved.is_bf16() && self.attention_fused(shape.c, shape.nh) && (shape.c / shape.nh).is_multiple_of(8)
     }
 
     /// The device pointers of q (B,NH,T,HS), k and v (B,KVH,T,HS), one after the other in a BF16

@@ -18,7 +18,7 @@ fn grid(n: usize, f: usize) -> (u32, u32, u32) {
 
 /// Rows N of an (N, 2F) input, or an error naming the layer.
 fn rows(layer: &str, len: usize, f: usize) -> Result<usize, CudaError> {
-    if f == 0 || len % (2 * f) != 0 {
+    if f == 0 || !len.is_multiple_of(2 * f) {
         return Err(CudaError::Unsupported(format!("{layer}: {len} values are not rows of 2F = {}", 2 * f)));
     }
     Ok(len / (2 * f))
