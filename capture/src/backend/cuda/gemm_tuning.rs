@@ -47,13 +47,8 @@ impl TuneCache {
     /// The cache for this process's GPU and cuBLASLt, or None when `FP8SCOPE_GEMM_TUNE=0`; an
     /// `FP8SCOPE_GEMM_TUNE` that is not a count from 0 to [`MAX_CANDIDATES`] is an error.
     pub fn from_env(gpu: &str, cublaslt_version: usize) -> Result<Option<TuneCache>, String> {
-        let candidates = match std::env::var("FP8SCOPE_GEMM_TUNE") {
-            Err(_) => DEFAULT_CANDIDATES,
-            Ok(v) => match v.trim().parse::<usize>() {
-                Ok(0) => return Ok(None),
-                Ok(n) if n <= MAX_CANDIDATES => n,
-                _ => return Err(format!("FP8SCOPE_GEMM_TUNE={v}: expected 0 (no timing) or how many of cuBLASLt's proposals to time, 1 to {MAX_CANDIDATES}")),
-            },
+        let Some(candidates) = candidates_from(std::env::var("FP8SCOPE_GEMM_TUNE").ok().as_deref())? else {
+            return Ok(None);
         };
         let path = match std::env::var_os("FP8SCOPE_GEMM_CACHE") {
             Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
@@ -107,6 +102,17 @@ impl TuneCache {
                 "fp8scope: {why}; each run times its GEMM algorithms again, so reruns may differ in their last bits (FP8SCOPE_GEMM_CACHE=FILE sets the cache, FP8SCOPE_GEMM_TUNE=0 turns timing off)"
             );
         }
+    }
+}
+
+/// How many proposals to time for an `FP8SCOPE_GEMM_TUNE` of `value` (unset: the default); None
+/// for 0 (no timing); an error for anything but a count up to [`MAX_CANDIDATES`].
+fn candidates_from(value: Option<&str>) -> Result<Option<usize>, String> {
+    let Some(v) = value else { return Ok(Some(DEFAULT_CANDIDATES)) };
+    match v.trim().parse::<usize>() {
+        Ok(0) => Ok(None),
+        Ok(n) if n <= MAX_CANDIDATES => Ok(Some(n)),
+        _ => Err(format!("FP8SCOPE_GEMM_TUNE={v}: expected 0 (no timing) or how many of cuBLASLt's proposals to time, 1 to {MAX_CANDIDATES}")),
     }
 }
 
@@ -165,6 +171,18 @@ mod tests {
         assert_eq!(again.get("8192x2048x2048 E4M3"), Some([7; 8]));
         again.set_candidates(DEFAULT_CANDIDATES);
         assert_eq!(again.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
+    }
+
+    #[test]
+    fn the_tuning_setting_is_a_count_of_proposals_or_a_clear_error() {
+        assert_eq!(candidates_from(None), Ok(Some(DEFAULT_CANDIDATES)));
+        assert_eq!(candidates_from(Some("0")), Ok(None));
+        assert_eq!(candidates_from(Some(" 32 ")), Ok(Some(32)));
+        assert_eq!(candidates_from(Some("64")), Ok(Some(MAX_CANDIDATES)));
+        for bad in ["65", "-1", "many", ""] {
+            let e = candidates_from(Some(bad)).unwrap_err();
+            assert!(e.starts_with(&format!("FP8SCOPE_GEMM_TUNE={bad}: expected 0")), "{e}");
+        }
     }
 
     #[test]
