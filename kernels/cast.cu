@@ -944,14 +944,24 @@ __device__ __forceinline__ double sum_fp8x16(uint4 w, int fmt, float inv) {
     return acc;
 }
 
-__device__ __forceinline__ double sum_bf16x8(uint4 w) {
-    u32 words[4] = {w.x, w.y, w.z, w.w};
-    double acc = 0.0;
+// The 8 BF16 values of a 16-byte load, in memory order (common.cuh: unpack_bf16x4).
+__device__ __forceinline__ void unpack_bf16x8(uint4 w, float (&v)[8]) {
+    float lo[4], hi[4];
+    unpack_bf16x4(make_uint2(w.x, w.y), lo);
+    unpack_bf16x4(make_uint2(w.z, w.w), hi);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        acc += (double)__uint_as_float(words[j] << 16);
-        acc += (double)__uint_as_float(words[j] & 0xffff0000u);
+        v[j] = lo[j];
+        v[4 + j] = hi[j];
     }
+}
+
+__device__ __forceinline__ double sum_bf16x8(uint4 w) {
+    float v[8];
+    unpack_bf16x8(w, v);
+    double acc = 0.0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc += (double)v[j];
     return acc;
 }
 
@@ -973,7 +983,7 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     for (int c = vec * per16 + threadIdx.x; c < cols; c += blockDim.x) {
         float v;
         if (fmt == FMT_BF16) {
-            v = __uint_as_float(((u32)((const unsigned short*)row)[c]) << 16);
+            v = load_value(row, c, 1);
         } else {
             v = from_fp8(row[c], fmt) * inv;
         }
@@ -1003,20 +1013,15 @@ extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict_
 #pragma unroll 4
     for (int r = r0 + g; r < r1; r += 8) {
         const unsigned short* row = q + (u64)r * cols;
+        float v[8];
         if (vec) {
-            uint4 w = *(const uint4*)(row + c0);
-            u32 words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                a[2 * j] += (double)__uint_as_float(words[j] << 16);
-                a[2 * j + 1] += (double)__uint_as_float(words[j] & 0xffff0000u);
-            }
+            unpack_bf16x8(*(const uint4*)(row + c0), v);
         } else {
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (c0 + j < cols) a[j] += (double)__uint_as_float(((u32)row[c0 + j]) << 16);
-            }
+            for (int j = 0; j < 8; j++) v[j] = c0 + j < cols ? load_value(row, c0 + j, 1) : 0.0f;
         }
+#pragma unroll
+        for (int j = 0; j < 8; j++) a[j] += (double)v[j];
     }
 #pragma unroll
     for (int j = 0; j < 8; j++) sh[g][8 * lane + j] = a[j];

@@ -1078,9 +1078,9 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
 /// The bias gradient equals, bit for bit, an f64 sum of the values the wgrad GEMM multiplies,
 /// rounded to f32 once and added to the gradient it started from: round_bf16(dY) for BF16 (summed
 /// along dYᵀ's rows in the TN layout, down dY's columns when the wgrad reads the dgrad's kept
-/// cast), the FP8 codes times the inverse scale for FP8 (dY in E4M3 and in E5M2). Token counts whose rows all take 16-byte
-/// loads (128: BF16 and FP8), half of them (72) and none (50) are each checked (BF16 only: an FP8
-/// GEMM takes a multiple of 16 tokens, so its rows always take them).
+/// cast), the FP8 codes times the inverse scale for FP8 (dY in E4M3 and in E5M2). Token counts
+/// whose rows all take 16-byte loads (128: BF16 and FP8), half of them (72) and none (50) are each
+/// checked (BF16 only: an FP8 GEMM takes a multiple of 16 tokens, so its rows always take them).
 #[test]
 fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
     let Some(mut gpu) = cuda_common::gpu("bias gradients") else { return };

@@ -39,7 +39,9 @@ pub struct TuneCache {
     scope: String,
     known: BTreeMap<String, [u64; 8]>,
     warned: bool,
-    /// How many of the heuristic's proposals to time for a shape not in the cache.
+    /// How many of the heuristic's proposals to time for a shape not in the cache; a count other
+    /// than [`DEFAULT_CANDIDATES`] keeps its choices apart, under "top N" ([`TuneCache::entry`]),
+    /// so that they neither replace nor take the default's.
     pub candidates: usize,
 }
 
@@ -58,17 +60,7 @@ impl TuneCache {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
                 .map(|d| d.join("fp8scope").join("gemm-algorithms.json")),
         };
-        let mut cache = TuneCache::at(path, gpu, cublaslt_version);
-        cache.set_candidates(candidates);
-        Ok(Some(cache))
-    }
-
-    /// Times `n` proposals for new shapes; a count other than the default keeps its choices under
-    /// its own scope, so that they neither replace nor take the default's.
-    pub fn set_candidates(&mut self, n: usize) {
-        let base = self.scope.split(" | top ").next().unwrap_or_default().to_string();
-        self.scope = if n == DEFAULT_CANDIDATES { base } else { format!("{base} | top {n}") };
-        self.candidates = n;
+        Ok(Some(TuneCache { candidates, ..TuneCache::at(path, gpu, cublaslt_version) }))
     }
 
     /// The cache in `path` (None: in memory only, said on stderr at the first entry).
@@ -79,7 +71,10 @@ impl TuneCache {
     }
 
     fn entry(&self, shape: &str) -> String {
-        format!("{} | {shape}", self.scope)
+        match self.candidates {
+            DEFAULT_CANDIDATES => format!("{} | {shape}", self.scope),
+            n => format!("{} | top {n} | {shape}", self.scope),
+        }
     }
 
     /// The algorithm timed for `shape` (any stable description of the GEMM), if any.
@@ -162,14 +157,14 @@ mod tests {
         assert!(std::fs::read_dir(path.parent().unwrap()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
         // Choices among another number of proposals are kept apart, both ways.
         let mut top32 = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
-        top32.set_candidates(32);
+        top32.candidates = 32;
         assert_eq!(top32.get("8192x2048x2048 E4M3"), None);
         top32.put("8192x2048x2048 E4M3", [7; 8]);
         let mut again = TuneCache::at(Some(path.clone()), "NVIDIA H200", 130000);
         assert_eq!(again.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
-        again.set_candidates(32);
+        again.candidates = 32;
         assert_eq!(again.get("8192x2048x2048 E4M3"), Some([7; 8]));
-        again.set_candidates(DEFAULT_CANDIDATES);
+        again.candidates = DEFAULT_CANDIDATES;
         assert_eq!(again.get("8192x2048x2048 E4M3"), Some([1, 2, 3, 4, 5, 6, 7, 8]));
     }
 
