@@ -3,7 +3,7 @@
 // (a cast that computes out as it reads x follows: cast.cu, SRC_LAYERNORM).
 // Backward: dinp (+=), dw (+=), db (+=), deterministically: layernorm_bwd takes a chunk of LN_CHUNK
 // rows per block, computes dinp and writes the chunk's column sums of dout * norm and dout;
-// layernorm_bwd_reduce adds the chunks in order (the kernel is RMSNorm's too: norms.cuh,
+// layernorm_bwd_reduce adds the chunks in a fixed order, in f64 (the kernel is RMSNorm's too: norms.cuh,
 // norm_bwd_chunk). One pass over dout and x for all three gradients (they used to take two
 // kernels, each reading both: 166 µs a call at seed batch 32's 16384 x 1024).
 #include "common.cuh"
@@ -70,8 +70,8 @@ extern "C" __global__ void __launch_bounds__(32 * LN_CHUNK, 2)
     norm_bwd_chunk<true, LN_CHUNK, 3>(dinp, partial, dout, dout_bf16, inp, w, mean, rstd, n, c);
 }
 
-// dw[col] += sum over chunks (in order) of partial[2 chunk][col]; db likewise from partial[2 chunk + 1].
-// Launch: ceil(C / blockDim.x) blocks.
+// dw[col] += the sum over chunks of partial[2 chunk][col]; db likewise from partial[2 chunk + 1]; in
+// f64 in a fixed order (norms.cuh: norm_bwd_reduce, which gives the launch).
 extern "C" __global__ void layernorm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db,
                                                 const float* __restrict__ partial, int c, int n_chunks) {
     norm_bwd_reduce<2>(dw, db, partial, c, n_chunks);

@@ -126,20 +126,39 @@ __device__ __forceinline__ void norm_bwd_chunk(float* __restrict__ dinp, float* 
     }
 }
 
-// The chunks' reduction: dw[col] += the sum over chunks, in order, of partial[SUMS chunk][col], and for
-// LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]; one thread a column. Launch:
-// ceil(C / blockDim.x) blocks. (Staging the chunks through shared memory, 8 warps loading 32
-// columns' rows for one warp to add, was slower: bench/results/2026-12-02-norm-backward.)
+// The chunks' reduction: dw[col] += the sum over chunks of partial[SUMS chunk][col], and for
+// LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]. A block takes 32 columns
+// (a lane each) with NORM_REDUCE_WARPS warps: warp g adds chunks g, g + NORM_REDUCE_WARPS, ... in
+// order, in f64, and warp 0 adds the warps' sums in order, adds that to dw (and db) and rounds once to f32: a fixed order
+// (reruns are bit-identical), and a sum as exact as f64 makes it. Launch: ceil(C / 32) blocks of
+// (32, NORM_REDUCE_WARPS) (capture/src/backend/cuda/rmsnorm.rs: norm_reduce_cfg). One thread a
+// column adding the chunks in f32 took 46 µs a call at seed batch 32 (512 chunks, C = 1024: 8 blocks
+// of 128 threads, too few loads in flight), 1.16 ms a step; staging the chunks through shared
+// memory for one warp to add was slower still (bench/results/2026-12-02-norm-backward).
+#define NORM_REDUCE_WARPS 16
 template <int SUMS>
 __device__ __forceinline__ void norm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db, const float* __restrict__ partial,
                                                 int c, int n_chunks) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= c) return;
-    float a = 0.0f, b = 0.0f;
-    for (int k = 0; k < n_chunks; k++) {
-        a += partial[((u64)k * SUMS) * c + col];
-        if (SUMS == 2) b += partial[((u64)k * 2 + 1) * c + col];
+    __shared__ double sh[SUMS][NORM_REDUCE_WARPS][32];
+    int lane = threadIdx.x, g = threadIdx.y;
+    int col = blockIdx.x * 32 + lane;
+    double a = 0.0, b = 0.0;
+    if (col < c) {
+#pragma unroll 4
+        for (int k = g; k < n_chunks; k += NORM_REDUCE_WARPS) {
+            a += (double)partial[((u64)k * SUMS) * c + col];
+            if (SUMS == 2) b += (double)partial[((u64)k * 2 + 1) * c + col];
+        }
     }
-    dw[col] += a;
-    if (SUMS == 2) db[col] += b;
+    sh[0][g][lane] = a;
+    if (SUMS == 2) sh[SUMS - 1][g][lane] = b;
+    __syncthreads();
+    if (g != 0 || col >= c) return;
+    double ta = 0.0, tb = 0.0;
+    for (int k = 0; k < NORM_REDUCE_WARPS; k++) {
+        ta += sh[0][k][lane];
+        if (SUMS == 2) tb += sh[SUMS - 1][k][lane];
+    }
+    dw[col] = (float)((double)dw[col] + ta);
+    if (SUMS == 2) db[col] = (float)((double)db[col] + tb);
 }

@@ -3,7 +3,7 @@
 // computes out as it reads x follows: cast.cu, SRC_RMSNORM).
 // Backward: dinp (+=) and dw (+=), deterministically: rmsnorm_bwd takes a chunk of RMS_CHUNK rows
 // per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
-// adds the chunks in order (the kernel is LayerNorm's too: norms.cuh, norm_bwd_chunk). One pass over
+// adds the chunks in a fixed order, in f64 (the kernel is LayerNorm's too: norms.cuh, norm_bwd_chunk). One pass over
 // dout and x for both gradients (they used to take two kernels, each reading both: 141 µs a call at
 // llama-1b's 8192 x 2048). Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs, the CPU
 // reference).
@@ -60,7 +60,8 @@ extern "C" __global__ void __launch_bounds__(32 * RMS_CHUNK, 2)
     norm_bwd_chunk<false, RMS_CHUNK, 4>(dinp, partial, dout, dout_bf16, inp, w, nullptr, rstd, n, c);
 }
 
-// dw[col] += sum over chunks (in order) of partial[chunk][col]. Launch: ceil(C / blockDim.x) blocks.
+// dw[col] += the sum over chunks of partial[chunk][col], in f64 in a fixed order (norms.cuh:
+// norm_bwd_reduce, which gives the launch).
 extern "C" __global__ void rmsnorm_bwd_reduce(float* __restrict__ dw, const float* __restrict__ partial,
                                               int c, int n_chunks) {
     norm_bwd_reduce<1>(dw, nullptr, partial, c, n_chunks);

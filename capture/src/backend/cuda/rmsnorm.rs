@@ -11,12 +11,14 @@ const ROWS_PER_BLOCK: usize = 8;
 /// Rows per block of the backward, a warp each (kernels/rmsnorm.cu: RMS_CHUNK): the chunk whose
 /// column sums of the weight gradient the block writes.
 const RMS_CHUNK: usize = 32;
-/// Columns per block of the chunks' reduction (RMSNorm's and LayerNorm's).
-const COLS_PER_BLOCK: u32 = 128;
+/// Warps per block of the chunks' reduction, each adding every NORM_REDUCE_WARPS-th chunk of its
+/// block's 32 columns (kernels/norms.cuh: NORM_REDUCE_WARPS).
+const NORM_REDUCE_WARPS: u32 = 16;
 
-/// The launch of `rmsnorm_bwd_reduce` or `layernorm_bwd_reduce` over C columns, a thread each.
+/// The launch of `rmsnorm_bwd_reduce` or `layernorm_bwd_reduce` over C columns: 32 a block, a lane
+/// each, with NORM_REDUCE_WARPS warps down the chunks.
 pub(super) fn norm_reduce_cfg(c: usize) -> LaunchConfig {
-    cfg(((c as u32).div_ceil(COLS_PER_BLOCK), 1, 1), COLS_PER_BLOCK)
+    LaunchConfig { grid_dim: ((c as u32).div_ceil(32), 1, 1), block_dim: (32, NORM_REDUCE_WARPS, 1), shared_mem_bytes: 0 }
 }
 
 /// Rows of a (rows, c) buffer, or an error naming the layer when `c` does not divide its length.
@@ -107,5 +109,14 @@ mod tests {
     #[test]
     fn the_chunk_of_rows_matches_the_kernel() {
         assert_eq!(Family::RmsNorm.define("RMS_CHUNK"), super::RMS_CHUNK);
+    }
+
+    /// The reduction's launch has the warps the kernel's shared memory is sized for.
+    #[test]
+    fn the_reduction_launch_matches_the_kernel() {
+        let norms = include_str!("../../../../kernels/norms.cuh");
+        assert!(norms.lines().any(|l| l == format!("#define NORM_REDUCE_WARPS {}", super::NORM_REDUCE_WARPS)), "kernels/norms.cuh: #define NORM_REDUCE_WARPS {}", super::NORM_REDUCE_WARPS);
+        let cfg = super::norm_reduce_cfg(1000);
+        assert_eq!((cfg.grid_dim.0, cfg.block_dim), (32, (32, super::NORM_REDUCE_WARPS, 1)));
     }
 }
