@@ -3,9 +3,9 @@
 // (a cast that computes out as it reads x follows: cast.cu, SRC_LAYERNORM).
 // Backward: dinp (+=), dw (+=), db (+=), deterministically: layernorm_bwd takes a chunk of LN_CHUNK
 // rows per block, computes dinp and writes the chunk's column sums of dout * norm and dout;
-// layernorm_bwd_reduce adds the chunks in a fixed order, in f64 (the kernel is RMSNorm's too: norms.cuh,
-// norm_bwd_chunk). One pass over dout and x for all three gradients (they used to take two
-// kernels, each reading both: 166 µs a call at seed batch 32's 16384 x 1024).
+// layernorm_bwd_reduce adds the chunks in a fixed order, in f64 (the kernels are RMSNorm's too:
+// norms.cuh). One pass over dout and x for all three gradients (they used to take two kernels, each
+// reading both: 166 µs a call at seed batch 32's 16384 x 1024).
 #include "common.cuh"
 #include "norms.cuh"
 

@@ -3,9 +3,9 @@
 // computes out as it reads x follows: cast.cu, SRC_RMSNORM).
 // Backward: dinp (+=) and dw (+=), deterministically: rmsnorm_bwd takes a chunk of RMS_CHUNK rows
 // per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
-// adds the chunks in a fixed order, in f64 (the kernel is LayerNorm's too: norms.cuh, norm_bwd_chunk). One pass over
-// dout and x for both gradients (they used to take two kernels, each reading both: 141 µs a call at
-// llama-1b's 8192 x 2048). Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs, the CPU
+// adds the chunks in a fixed order, in f64 (the kernels are LayerNorm's too: norms.cuh). One pass
+// over dout and x for both gradients (they used to take two kernels, each reading both: 141 µs a
+// call at llama-1b's 8192 x 2048). Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs, the CPU
 // reference).
 #include "common.cuh"
 #include "norms.cuh"
