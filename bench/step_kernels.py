@@ -17,8 +17,11 @@ STEP_START = "embedding_fwd"
 
 def launches(path):
     """(kernel name, µs) a launch, in launch order."""
-    with open(path, newline="") as f:
-        lines = [l for l in f if l.startswith('"')]  # ncu's own messages are not CSV rows
+    try:
+        with open(path, newline="") as f:
+            lines = [l for l in f if l.startswith('"')]  # ncu's own messages are not CSV rows
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
     rows = list(csv.DictReader(lines))
     if not rows:
         sys.exit(f"{path}: no ncu rows (see the .err file beside it)")
@@ -29,7 +32,10 @@ def launches(path):
         unit = r.get("Metric Unit", "nsecond")
         if unit not in UNITS:
             sys.exit(f"{path}: unknown time unit {unit!r}")
-        value = float(r["Metric Value"].replace(",", ""))
+        try:
+            value = float(r["Metric Value"].replace(",", ""))
+        except (KeyError, ValueError):
+            sys.exit(f"{path}: row {r.get('ID', '?')} has no time value")
         out.append((r["Kernel Name"], value * UNITS[unit]))
     return out
 
@@ -65,7 +71,7 @@ def main():
             us[name] += t
     n = len(kept)
     total = sum(us.values()) / n
-    print(f"{n} steps after the first; kernels' GPU time a step {total / 1000:.3f} ms, {sum(calls.values()) / n:.0f} launches")
+    print(f"{n} steps after the first; kernels' GPU time a step {total / 1000:.3f} ms, {sum(calls.values()) / n:.1f} launches")
     print(f"{'ms a step':>10} {'launches':>9} {'µs each':>9}  kernel")
     for name in sorted(us, key=lambda k: -us[k])[: a.top]:
         print(f"{us[name] / n / 1000:10.3f} {calls[name] / n:9.1f} {us[name] / calls[name]:9.1f}  {name[:150]}")

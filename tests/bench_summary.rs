@@ -2,7 +2,8 @@
 //! written here (no GPU needed): a target measured once is met or missed; the statistics cost and
 //! the FP8 speed-up, measured over repeated pairs of runs, are met only when every pair meets them,
 //! missed when none does, and unsettled when the pairs straddle the target; the repeats stay out of
-//! the table; bad input gets one line and a non-zero exit.
+//! the table; bad input gets one line and a non-zero exit. Also `bench/step_kernels.py`, which turns
+//! Nsight Compute's CSV of a training run (`bench/step_kernels.sh`) into a step's kernels by name.
 
 mod common;
 
@@ -110,4 +111,60 @@ fn a_missing_rows_file_gets_one_line_and_a_failure() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("absent.jsonl"), "{err}");
     assert!(!dir.path().join("rows.md").exists(), "a table was written from nothing");
+}
+
+/// Nsight Compute's CSV of `step_kernels.sh`: a message line, one launch before the first step, and
+/// three steps, the first to be left out; times in ns, µs and ms (ncu picks the unit a row).
+const NCU_CSV: &str = r#"==PROF== Connected to process 1 (fp8-capture)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","fp8-capture","h","fill_zero","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","9.00"
+"1","1","fp8-capture","h","embedding_fwd","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","50.00"
+"2","1","fp8-capture","h","nvjet_sm90_tst_256x128","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","3.00"
+"3","1","fp8-capture","h","embedding_fwd","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","50.00"
+"4","1","fp8-capture","h","nvjet_sm90_tst_256x128","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,000,000"
+"5","1","fp8-capture","h","gemm_nonfinite_count","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2.50"
+"6","1","fp8-capture","h","gemm_nonfinite_count","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2.70"
+"7","1","fp8-capture","h","embedding_fwd","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","50.00"
+"8","1","fp8-capture","h","nvjet_sm90_tst_256x128","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","1.20"
+"9","1","fp8-capture","h","gemm_nonfinite_count","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2.80"
+"#;
+
+fn step_kernels(csv: &Path) -> Output {
+    Command::new("python3").arg(repo_root().join("bench/step_kernels.py")).arg(csv).args(["--steps", "3"]).output().expect("python3 must be installed")
+}
+
+#[test]
+fn a_steps_kernels_are_summed_by_name_past_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("kernels.csv");
+    std::fs::write(&csv, NCU_CSV).unwrap();
+    let out = step_kernels(&csv);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Steps 2 and 3: the GEMM 1.0 + 1.2 ms, the count 2.5 + 2.7 + 2.8 µs, the embedding 2 x 50 µs;
+    // the first step's 3 ms GEMM and the launch before it are left out.
+    assert!(text.starts_with("2 steps after the first; kernels' GPU time a step 1.154 ms, 3.5 launches"), "{text}");
+    let gemm = text.lines().find(|l| l.contains("nvjet")).expect("no GEMM row");
+    assert_eq!(gemm.split_whitespace().take(3).collect::<Vec<_>>(), ["1.100", "1.0", "1100.0"], "{gemm}");
+    let count = text.lines().find(|l| l.contains("gemm_nonfinite_count")).expect("no count row");
+    assert_eq!(count.split_whitespace().take(3).collect::<Vec<_>>(), ["0.004", "1.5", "2.7"], "{count}");
+    assert!(!text.contains("fill_zero"), "{text}");
+}
+
+#[test]
+fn step_kernels_refuses_bad_input_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.csv");
+    let bad_unit = dir.path().join("unit.csv");
+    std::fs::write(&bad_unit, NCU_CSV.replace("\"msecond\"", "\"fortnight\"")).unwrap();
+    let one_step = dir.path().join("one.csv");
+    std::fs::write(&one_step, NCU_CSV.lines().take(5).collect::<Vec<_>>().join("\n")).unwrap();
+    for (csv, says) in [(&missing, "No such file"), (&bad_unit, "unknown time unit 'fortnight'"), (&one_step, "fewer than two steps")] {
+        let out = step_kernels(csv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{csv:?}");
+        let last = err.trim().lines().last().unwrap_or("");
+        assert!(last.contains(says), "{csv:?}: {err}");
+        assert!(!err.contains("Traceback"), "{csv:?}: {err}");
+    }
 }
