@@ -129,12 +129,13 @@ __device__ __forceinline__ void norm_bwd_chunk(float* __restrict__ dinp, float* 
 // The chunks' reduction: dw[col] += the sum over chunks of partial[SUMS chunk][col], and for
 // LayerNorm (SUMS 2) db[col] += that of partial[SUMS chunk + 1][col]. A block takes 32 columns
 // (a lane each) with NORM_REDUCE_WARPS warps: warp g adds chunks g, g + NORM_REDUCE_WARPS, ... in
-// order, in f64, and warp 0 adds the warps' sums in order, adds that to dw (and db) and rounds once to f32: a fixed order
-// (reruns are bit-identical), and a sum as exact as f64 makes it. Launch: ceil(C / 32) blocks of
-// (32, NORM_REDUCE_WARPS) (capture/src/backend/cuda/rmsnorm.rs: norm_reduce_cfg). One thread a
-// column adding the chunks in f32 took 46 µs a call at seed batch 32 (512 chunks, C = 1024: 8 blocks
-// of 128 threads, too few loads in flight), 1.16 ms a step; staging the chunks through shared
-// memory for one warp to add was slower still (bench/results/2026-12-02-norm-backward).
+// order, in f64, and warp 0 adds the warps' sums in order, adds that to dw (and db) and rounds
+// once to f32: a fixed order (reruns are bit-identical), and a sum as exact as f64 makes it.
+// Launch: ceil(C / 32) blocks of (32, NORM_REDUCE_WARPS) (capture/src/backend/cuda/rmsnorm.rs:
+// norm_reduce_cfg). One thread a column adding the chunks in f32 took 46 µs a call at seed batch
+// 32 (512 chunks, C = 1024: 8 blocks of 128 threads, too few loads in flight), 1.16 ms a step;
+// staging the chunks through shared memory for one warp to add was slower still
+// (bench/results/2026-12-02-norm-backward).
 #define NORM_REDUCE_WARPS 16
 template <int SUMS>
 __device__ __forceinline__ void norm_bwd_reduce(float* __restrict__ dw, float* __restrict__ db, const float* __restrict__ partial,

@@ -5,8 +5,8 @@
 // per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
 // adds the chunks in a fixed order, in f64 (the kernels are LayerNorm's too: norms.cuh). One pass
 // over dout and x for both gradients (they used to take two kernels, each reading both: 141 µs a
-// call at llama-1b's 8192 x 2048). Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs, the CPU
-// reference).
+// call at llama-1b's 8192 x 2048). Nothing is rounded to BF16 (as in capture/src/layers/rmsnorm.rs,
+// the CPU reference).
 #include "common.cuh"
 #include "norms.cuh"
 
