@@ -3,7 +3,8 @@
 //! the FP8 speed-up, measured over repeated pairs of runs, are met only when every pair meets them,
 //! missed when none does, and unsettled when the pairs straddle the target; the repeats stay out of
 //! the table; bad input gets one line and a non-zero exit. Also `bench/step_kernels.py`, which turns
-//! Nsight Compute's CSV of a training run (`bench/step_kernels.sh`) into a step's kernels by name.
+//! Nsight Compute's CSV of a training run (`bench/step_kernels.sh`) into a step's kernels by name,
+//! and `bench/power_summary.py`, which reads the clock and power of a run from an nvidia-smi log.
 
 mod common;
 
@@ -166,5 +167,62 @@ fn step_kernels_refuses_bad_input_with_one_line() {
         let last = err.trim().lines().last().unwrap_or("");
         assert!(last.contains(says), "{csv:?}: {err}");
         assert!(!err.contains("Traceback"), "{csv:?}: {err}");
+    }
+}
+
+/// nvidia-smi's CSV of a run (bench/power.sh): loading and compiling at low power, then the steps.
+const SMI_CSV: &str = "\
+2026/12/03 19:49:30.100, 1980 MHz, 3201 MHz, 90.12 W, 40, 0x0000000000000000
+2026/12/03 19:49:30.200, 1980 MHz, 3201 MHz, [N/A], 40, 0x0000000000000000
+2026/12/03 19:49:30.300, 1700 MHz, 3201 MHz, 690.00 W, 55, 0x0000000000000004
+2026/12/03 19:49:30.400, 1600 MHz, 3201 MHz, 698.00 W, 57, 0x0000000000000004
+2026/12/03 19:49:30.500, 1800 MHz, 3201 MHz, 600.00 W, 56, 0x0000000000000000
+not a sample
+";
+
+fn power_summary(log: &Path, extra: &[&str]) -> Output {
+    Command::new("python3").arg(repo_root().join("bench/power_summary.py")).arg(log).args(extra).output().expect("python3 must be installed")
+}
+
+fn json_field(text: &str, key: &str) -> Option<String> {
+    let at = text.find(&format!("\"{key}\": "))? + key.len() + 4;
+    Some(text[at..].split([',', '}']).next()?.trim().to_string())
+}
+
+#[test]
+fn the_power_of_a_run_is_read_from_its_busy_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.smi.csv");
+    std::fs::write(&log, SMI_CSV).unwrap();
+    let out = power_summary(&log, &["--step-ms", "100", "--name", "bf16"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The three samples over 200 W: clocks 1600, 1700, 1800; power 600, 690, 698 W.
+    for (key, want) in [("busy_samples", "3"), ("sm_mhz_median", "1700.0"), ("sm_mhz_min", "1600.0"), ("power_w_median", "690.0"), ("power_capped_share", "0.667"), ("joules_per_step", "69.0")] {
+        assert_eq!(json_field(&text, key).as_deref(), Some(want), "{key}: {text}");
+    }
+    // A held run's samples mix the hold's power with the steps': no energy.
+    let held = power_summary(&log, &["--step-ms", "100", "--held"]);
+    let text = String::from_utf8_lossy(&held.stdout);
+    assert_eq!(json_field(&text, "held").as_deref(), Some("true"), "{text}");
+    assert!(json_field(&text, "joules_per_step").is_none(), "{text}");
+}
+
+#[test]
+fn power_summary_refuses_bad_input_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.smi.csv");
+    std::fs::write(&log, SMI_CSV).unwrap();
+    let missing = dir.path().join("absent.csv");
+    for (args, says) in [
+        (vec![missing.to_str().unwrap()], "No such file"),
+        (vec![log.to_str().unwrap(), "--busy-w", "900"], "no sample draws more than 900 W (4 readable samples)"),
+        (vec![log.to_str().unwrap(), "--step-ms", "fast"], "--step-ms fast: not a number"),
+    ] {
+        let out = Command::new("python3").arg(repo_root().join("bench/power_summary.py")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }

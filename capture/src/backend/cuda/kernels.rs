@@ -79,10 +79,11 @@ pub enum Family {
     FlashAttention,
     Loss,
     AdamW,
+    Probe,
 }
 
 impl Family {
-    pub const ALL: [Family; 13] = [
+    pub const ALL: [Family; 14] = [
         Family::Cast,
         Family::CastSrc,
         Family::Stats,
@@ -96,6 +97,7 @@ impl Family {
         Family::FlashAttention,
         Family::Loss,
         Family::AdamW,
+        Family::Probe,
     ];
 
     pub fn file(self) -> &'static str {
@@ -112,6 +114,7 @@ impl Family {
             Family::FlashAttention => "flash_attention.cu",
             Family::Loss => "loss.cu",
             Family::AdamW => "adamw.cu",
+            Family::Probe => "probe.cu",
         }
     }
 
@@ -129,6 +132,7 @@ impl Family {
             Family::FlashAttention => include_str!("../../../../kernels/flash_attention.cu"),
             Family::Loss => include_str!("../../../../kernels/loss.cu"),
             Family::AdamW => include_str!("../../../../kernels/adamw.cu"),
+            Family::Probe => include_str!("../../../../kernels/probe.cu"),
         }
     }
 
@@ -166,6 +170,7 @@ impl Family {
             Family::FlashAttention => &super::attention::FLASH_KERNELS,
             Family::Loss => &["crossentropy_fwd", "crossentropy_smem_fwd", "crossentropy_split_fwd"],
             Family::AdamW => &["adamw_fwd", "adamw_multi"],
+            Family::Probe => &["hold_device"],
         }
     }
 

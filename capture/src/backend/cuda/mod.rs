@@ -217,6 +217,8 @@ pub struct CudaBackend {
     bias16: CudaSlice<f32>,
     bias_flag: CudaSlice<u32>,
     prof: Option<prof::Profiler>,
+    /// The hold queued at the start of each step's forward, ns ([`probe`]; 0: none).
+    lead_ns: u64,
     /// Which attention path runs, and the unfused path's scratch ([`attention`]).
     attn: attention::AttentionState,
     /// Per-chunk column sums of the LayerNorm and RMSNorm weight gradients.
@@ -344,6 +346,7 @@ impl CudaBackend {
             bias16: s.alloc_zeros(1 << 12)?,
             bias_flag: s.alloc_zeros(1)?,
             prof: prof::Profiler::from_env(&ctx),
+            lead_ns: probe::lead_ns_from_env()?,
             ctx,
             stream,
             funcs,
@@ -493,6 +496,7 @@ mod matmul;
 mod multi_tensor;
 mod norm_gemm;
 mod primitives;
+mod probe;
 mod reports;
 mod residual;
 mod rmsnorm;

@@ -70,6 +70,9 @@ impl Backend for CudaBackend {
     }
 
     fn embedding_fwd(&mut self, out: &mut DevBuf, tokens: &CudaTokens, wte: &DevBuf, c: usize) {
+        if self.lead_ns > 0 {
+            self.spanned("lead", |me| me.lead());
+        }
         self.spanned("embedding_fwd", |me| me.embedding_fwd_impl(out, tokens, wte, c));
     }
 

@@ -2,6 +2,10 @@
 //! primitive give its GPU time, a host clock its launch-side time; the totals per primitive are
 //! printed to stderr when the backend is dropped, leaving out the first steps (one-off costs). Off
 //! by default: events cost a little.
+//!
+//! It also prints where the GPU waited for the host inside a step: the time between one top-level
+//! span's end event and the next one's start, charged to the span that came after (any device
+//! work queued outside a span would count there too; every primitive is spanned).
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
 use std::collections::BTreeMap;
@@ -18,6 +22,9 @@ pub struct Profiler {
     used: usize,
     gpu_ms: BTreeMap<&'static str, (f64, u64)>,
     host_ms: BTreeMap<&'static str, f64>,
+    /// GPU ms between a top-level span's end and the next one's start (nothing queued between:
+    /// the GPU waiting for the host's launches), by the span that follows, and how often.
+    idle_ms: BTreeMap<&'static str, (f64, u64)>,
     steps: u64,
     /// Whether the warm-up steps have been dropped.
     warmed: bool,
@@ -34,6 +41,7 @@ impl Profiler {
             used: 0,
             gpu_ms: BTreeMap::new(),
             host_ms: BTreeMap::new(),
+            idle_ms: BTreeMap::new(),
             steps: 0,
             warmed: false,
             started: Instant::now(),
@@ -76,11 +84,25 @@ impl Profiler {
 
     /// After a synchronisation: folds this step's event pairs into the totals.
     pub fn collect(&mut self) {
+        let mut prev_top: Option<usize> = None;
         for &(name, i) in &self.open {
             if let Ok(ms) = self.pool[i].0.elapsed_ms(&self.pool[i].1) {
                 let e = self.gpu_ms.entry(name).or_default();
                 e.0 += ms as f64;
                 e.1 += 1;
+            }
+            // Top-level spans follow one another on the stream with nothing between them, so
+            // the time from one's end to the next one's start is time the GPU had nothing to do.
+            if !name.contains('.') {
+                if let Some(p) = prev_top
+                    && let Ok(ms) = self.pool[p].1.elapsed_ms(&self.pool[i].0)
+                    && ms > 0.0
+                {
+                    let e = self.idle_ms.entry(name).or_default();
+                    e.0 += ms as f64;
+                    e.1 += 1;
+                }
+                prev_top = Some(i);
             }
         }
         self.open.clear();
@@ -91,6 +113,7 @@ impl Profiler {
             self.warmed = true;
             self.gpu_ms.clear();
             self.host_ms.clear();
+            self.idle_ms.clear();
             self.steps = 0;
             self.started = Instant::now();
         }
@@ -117,5 +140,12 @@ impl Drop for Profiler {
             eprintln!("  {name:<24} {:>8.3} {:>8.3} {:>6.0}", ms / steps, h / steps, *n as f64 / steps);
         }
         eprintln!("  {:<24} {:>8.3} {:>8.3}", "total (top level)", tot.0, tot.1);
+        let mut idle: Vec<_> = self.idle_ms.iter().collect();
+        idle.sort_by(|a, b| b.1.0.partial_cmp(&a.1.0).unwrap_or(std::cmp::Ordering::Equal));
+        let total: f64 = idle.iter().map(|(_, (ms, _))| ms).sum::<f64>() / steps;
+        eprintln!("== GPU idle inside a step, waiting for the host's launches: {total:.3} ms a step; by the span it waited for: ms, gaps");
+        for (name, (ms, n)) in idle.iter().take(12) {
+            eprintln!("  {name:<24} {:>8.3} {:>6.0}", ms / steps, *n as f64 / steps);
+        }
     }
 }

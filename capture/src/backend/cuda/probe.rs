@@ -1,0 +1,47 @@
+//! A measurement aid (`kernels/probe.cu`): with `FP8SCOPE_LEAD_US=N`, every step's forward starts
+//! by holding the GPU for N µs, so that the host queues the whole step before the GPU starts it.
+//! The step's time less N is then the GPU's own time, with no wait for the host's launches;
+//! against a run without the hold, it tells how long the GPU waits for the host in a step
+//! (bench/host_wait.sh). Off by default, and it changes no value a run records but `step_ms`.
+
+use super::{CudaBackend, CudaError, cfg};
+use cudarc::driver::PushKernelArg;
+
+/// The hold in nanoseconds asked by `FP8SCOPE_LEAD_US` (0: none; a value that is not a whole
+/// number of µs is an error, rather than a silent run without the hold).
+pub(super) fn lead_ns_from_env() -> Result<u64, CudaError> {
+    match std::env::var("FP8SCOPE_LEAD_US") {
+        Err(_) => Ok(0),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(|us| us.saturating_mul(1000))
+            .map_err(|_| CudaError::Unsupported(format!("FP8SCOPE_LEAD_US={v}: expected a whole number of microseconds"))),
+    }
+}
+
+impl CudaBackend {
+    /// Queues the hold of `FP8SCOPE_LEAD_US` (nothing when it is unset).
+    pub(super) fn lead(&mut self) -> Result<(), CudaError> {
+        if self.lead_ns == 0 {
+            return Ok(());
+        }
+        let ns = self.lead_ns;
+        launch!(self, "hold_device", cfg((1, 1, 1), 1), ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lead_is_read_in_microseconds_and_refuses_what_is_not_a_number() {
+        // One test, so that the process's environment is changed by one thread only.
+        // SAFETY: no other test of this binary reads FP8SCOPE_LEAD_US.
+        unsafe { std::env::set_var("FP8SCOPE_LEAD_US", "250") };
+        assert_eq!(super::lead_ns_from_env().unwrap(), 250_000);
+        unsafe { std::env::set_var("FP8SCOPE_LEAD_US", "2.5ms") };
+        assert!(super::lead_ns_from_env().unwrap_err().to_string().contains("FP8SCOPE_LEAD_US=2.5ms"));
+        unsafe { std::env::remove_var("FP8SCOPE_LEAD_US") };
+        assert_eq!(super::lead_ns_from_env().unwrap(), 0);
+    }
+}
