@@ -1,7 +1,7 @@
 // Measurement aids, not part of any step's math. hold_device keeps the stream busy for `ns`
 // nanoseconds of the GPU's global timer: queued at the start of a step (FP8SCOPE_LEAD_US, see
 // capture/src/backend/cuda/probe.rs), it lets the host queue the whole step before the GPU starts
-// it, so that the step's time less the hold is the GPU's own time, with no wait for the host.
+// it, and the GPU start it rested (below its power limit): bench/power.sh compares such steps.
 #include "common.cuh"
 
 // Launch: one block of one thread.
