@@ -5,7 +5,7 @@ cd gpu-bundle
 W=/tmp/w5; mkdir -p $W
 export FP8SCOPE_GEMM_CACHE=$W/gemm-algorithms.json
 date +%T
-timeout 400 bash bench/power.sh bin $W/power 60 seed-b32; echo "power rc $?"
+timeout 300 bash bench/power.sh bin $W/power 60 seed-b32; echo "power rc $?"
 date +%T
 cp $W/power/power.jsonl $OUT/ 2>/dev/null
 cd $W/power && tar czf $OUT/results.tgz *.csv *.log 2>/dev/null
