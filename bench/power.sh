@@ -44,6 +44,7 @@ ours() {  # name lead_ms args...
   [ $rc -eq 0 ] || { echo "$name: rc $rc: $(tail -1 "$OUT/$name.log")"; return; }
   local ms
   ms=$(python3 "$HERE/runs.py" speed "$OUT/runs/$name" --skip 4 | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['median_ms'])")
+  [ -n "$ms" ] || { echo "$name: no median step (runs.py speed $OUT/runs/$name)"; return; }
   # A held step's time less the hold: the step at the clock of a rested GPU.
   summary "$name" "$(python3 -c "print($ms - $lead)")" "$([ "$lead" -gt 0 ] && echo --held)"
 }

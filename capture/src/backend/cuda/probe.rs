@@ -13,8 +13,18 @@ use cudarc::driver::PushKernelArg;
 /// number of µs is an error, rather than a silent run without the hold).
 pub(super) fn lead_ns_from_env() -> Result<u64, CudaError> {
     match std::env::var("FP8SCOPE_LEAD_US") {
-        Err(_) => Ok(0),
-        Ok(v) => v
+        Err(std::env::VarError::NotPresent) => lead_ns(None),
+        Ok(v) => lead_ns(Some(&v)),
+        // Not UTF-8: refused by the parse, with the value as far as it reads.
+        Err(std::env::VarError::NotUnicode(v)) => lead_ns(Some(&v.to_string_lossy())),
+    }
+}
+
+/// [`lead_ns_from_env`] of the variable's value (`None`: unset).
+fn lead_ns(value: Option<&str>) -> Result<u64, CudaError> {
+    match value {
+        None => Ok(0),
+        Some(v) => v
             .trim()
             .parse::<u64>()
             .map(|us| us.saturating_mul(1000))
@@ -23,11 +33,9 @@ pub(super) fn lead_ns_from_env() -> Result<u64, CudaError> {
 }
 
 impl CudaBackend {
-    /// Queues the hold of `FP8SCOPE_LEAD_US` (nothing when it is unset).
+    /// Queues the hold of `FP8SCOPE_LEAD_US` (the caller skips it, and its profiler span, when
+    /// the variable is unset).
     pub(super) fn lead(&mut self) -> Result<(), CudaError> {
-        if self.lead_ns == 0 {
-            return Ok(());
-        }
         let ns = self.lead_ns;
         launch!(self, "hold_device", cfg((1, 1, 1), 1), ns)
     }
@@ -35,15 +43,14 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::lead_ns;
+
     #[test]
     fn the_lead_is_read_in_microseconds_and_refuses_what_is_not_a_number() {
-        // One test, so that the process's environment is changed by one thread only.
-        // SAFETY: no other test of this binary reads FP8SCOPE_LEAD_US.
-        unsafe { std::env::set_var("FP8SCOPE_LEAD_US", "250") };
-        assert_eq!(super::lead_ns_from_env().unwrap(), 250_000);
-        unsafe { std::env::set_var("FP8SCOPE_LEAD_US", "2.5ms") };
-        assert!(super::lead_ns_from_env().unwrap_err().to_string().contains("FP8SCOPE_LEAD_US=2.5ms"));
-        unsafe { std::env::remove_var("FP8SCOPE_LEAD_US") };
-        assert_eq!(super::lead_ns_from_env().unwrap(), 0);
+        assert_eq!(lead_ns(Some("250")).unwrap(), 250_000);
+        assert_eq!(lead_ns(Some(" 7 ")).unwrap(), 7_000);
+        assert!(lead_ns(Some("2.5ms")).unwrap_err().to_string().contains("FP8SCOPE_LEAD_US=2.5ms"));
+        assert!(lead_ns(Some("-1")).is_err());
+        assert_eq!(lead_ns(None).unwrap(), 0);
     }
 }
