@@ -229,7 +229,7 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
     const float* __restrict__ x, int rows, int cols, float scale_arg, int scale_mode, float* __restrict__ slot, \
         void* __restrict__ out, void* __restrict__ out_t, double* partials, double* __restrict__ record, u32* __restrict__ counter,     \
         int margin, float mult, int overflow_nan, u64 o0, u64 o1, u64 o2, u64 o3, float outlier_factor,         \
-        double* __restrict__ ch_sq, float* __restrict__ ch_amax
+        double* __restrict__ ch_sq, float* __restrict__ ch_amax, double* __restrict__ ch_sum
 
 // The cast and dequantisation scales of a launch; block 0 publishes them to the slot (scale_mode 0).
 template <int FMT>
@@ -515,7 +515,9 @@ __device__ __forceinline__ void plain_row(const float (&vr)[4], bool channels, A
 
 // The shared tile of cast_transposed's codes: BF16 codes as u16 (rows padded by one word), FP8
 // codes as bytes, rows of TILE + 4 so that a thread's 4 codes of a row are one aligned u32 (the
-// tile itself is declared ALIGN-byte aligned: a byte array alone is not).
+// tile itself is declared ALIGN-byte aligned: a byte array alone is not). A BF16 row is 33 words,
+// so that in a word-aligned tile two adjacent codes of a row are one aligned word too
+// (tile_column_sums reads them so).
 template <int FMT> struct CodeTile {
     typedef unsigned short T;
     static constexpr int W = TILE + 2, ALIGN = 2;
@@ -653,6 +655,24 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
     }
 }
 
+// The column sums of a tile of BF16 codes (cast_transposed's shared tile, complete): thread t
+// adds rows 8 g .. 8 g + 7 (g = t / 32, its warp) of columns 2 p and 2 p + 1 (p = t % 32), read
+// as one word a row (a warp reads one row's 32 words: no bank conflict), each value in f64; the
+// two sums go into its own entries of csum[g], set at the start of a run (run_start) and added to
+// after. A code past the tensor's edge is 0 in the tile and adds nothing.
+__device__ __forceinline__ void tile_column_sums(const unsigned short (&tile)[TILE][TILE + 2], bool run_start, double (&csum)[8][TILE]) {
+    int p = threadIdx.x & 31, g = threadIdx.x >> 5;
+    double s0 = 0.0, s1 = 0.0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        u32 w = *reinterpret_cast<const u32*>(&tile[8 * g + i][2 * p]);
+        s0 += (double)__uint_as_float(w << 16);
+        s1 += (double)__uint_as_float(w & 0xffff0000u);
+    }
+    csum[g][2 * p] = run_start ? s0 : csum[g][2 * p] + s0;
+    csum[g][2 * p + 1] = run_start ? s1 : csum[g][2 * p + 1] + s1;
+}
+
 // out_t = cast(x)^T: (cols, rows), and with out not null also out = cast(x) in x's layout (both
 // layouts from one read: the dual cast). 64 x 64 tiles, strided over the blocks. Thread t of the
 // block takes rows ty + 16 j (j < 4, ty = t / 16) at columns 4 tx .. 4 tx + 3 (tx = t % 16): 16-byte
@@ -666,6 +686,12 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 // then sums the slots in order). A run is one tile unless the grid is a multiple of tiles_c: then
 // each block stays in one column tile, and writes its partials once instead of once a tile
 // (cast.rs: cast_grid picks such a grid for a recorded cast).
+// With ch_sum set (BF16 only: a gradient dY whose layer takes its bias gradient from this cast),
+// the block also sums each column's BF16 codes, the values the GEMMs read, in f64
+// (tile_column_sums), and writes them to ch_sum[slot * cols + col] at the end of each run as it
+// writes the channel partials: the bias gradient without a second read of dY (the caller reduces
+// the slots with colsum_bf16_reduce). Such sums are exact unless their exponents span about 2^29
+// (colsum_bf16_partial), so they equal colsum_bf16_partial's, bit for bit.
 // SRC (a CastSrc kind, 0 for none) computes the values from src instead of reading x. With
 // SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half (cols / 2 wide, a multiple
 // of TILE), and cast each one and then its pair in the up half, F columns on, from one read;
@@ -673,13 +699,20 @@ __device__ __forceinline__ void cast_tile_part(const float (&v)[4][4], int r0, i
 template <int FMT, int L, int SRC = 0>
 __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     constexpr bool PAIRS = SRC == SRC_DSWIGLU_PAIRS;
-    __shared__ __align__(CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
+    // The codes' column sums exist for the BF16 casts of a gradient only (a buffer's, or GELU's
+    // backward computed); the other kernels compile them out (cast.rs: column_sums_of). Their
+    // tile is word-aligned, for tile_column_sums (only theirs: the alignment moves ptxas's
+    // register allocation, and the RMSNorm cast's then spills).
+    constexpr bool COLSUM = FMT == FMT_BF16 && (SRC == 0 || SRC == SRC_DGELU);
+    __shared__ __align__(COLSUM ? 4 : CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
     // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
     // bank conflicts in the reduction below.
     __shared__ double csq[L >= 1 ? 16 : 1][TILE + 2];
     __shared__ float cam[L >= 1 ? 16 : 1][TILE + 2];
     // SRC_DSWIGLU_PAIRS: each thread's 16 values of the pair tile, kept while the gate tile is cast.
     __shared__ float pair_vals[PAIRS ? 16 : 1][PAIRS ? CAST_THREADS : 1];
+    // The BF16 column sums of the run so far, by row group (tile_column_sums).
+    __shared__ double csum[COLSUM ? 8 : 1][TILE];
     float s, base;
     cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
     Acc a;
@@ -692,6 +725,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
     // Channel statistics exist from the cheap level on; the amax level compiles them out.
     bool channels = L >= 1 && ch_sq != nullptr;
+    bool colsum = COLSUM && ch_sum != nullptr;
     // Tile (tr, tc): block b takes tiles b, b + G, b + 2G, ... in row-major order (G blocks),
     // stepping by (G / tiles_c, G % tiles_c) without a division per tile.
     int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
@@ -741,8 +775,13 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         // The run ends with the block's last tile or where the next tile is in another column tile.
-        bool flush = channels && (one_tile_runs || nr >= tiles_r || nc != tc);
+        bool run_end = one_tile_runs || nr >= tiles_r || nc != tc;
+        bool flush = channels && run_end;
         __syncthreads();
+        if (COLSUM && colsum) {
+            tile_column_sums(*reinterpret_cast<unsigned short (*)[TILE][TILE + 2]>(&tile), one_tile_runs || tr == first_tr,
+                             *reinterpret_cast<double (*)[8][TILE]>(&csum));
+        }
         if (flush) {
             // Each column's 16 row-group partials: 4 threads of one warp take 4 each (lanes
             // l, l + 8, l + 16, l + 24), then two xor-shuffles combine them in a fixed tree.
@@ -812,6 +851,14 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         __syncthreads();
+        if (COLSUM && colsum && run_end && threadIdx.x < TILE && c0 + threadIdx.x < cols) {
+            // The run's column sums: a column's 8 row groups in order. The next tile's sums write
+            // csum only after its first barrier, which this thread reaches after these reads.
+            double t = 0.0;
+#pragma unroll
+            for (int g = 0; g < 8; g++) t += csum[g][threadIdx.x];
+            ch_sum[(u64)(one_tile_runs ? tr : first_tr) * cols + c0 + threadIdx.x] = t;
+        }
     };
     while (tr < tiles_r) {
         int r0 = tr * TILE, c0 = tc * TILE;
@@ -878,10 +925,10 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
         if (T) cast_transposed<F, L>(x, rows, cols, scale_arg, scale_mode, slot, T == 2 ? out : nullptr, out_t, \
                                      partials, record, counter, margin, mult, overflow_nan, o0, o1, o2, o3,     \
-                                     outlier_factor, ch_sq, ch_amax);                                            \
+                                     outlier_factor, ch_sq, ch_amax, ch_sum);                                    \
         else cast_straight<F, L>(x, rows, cols, scale_arg, scale_mode, slot, out, nullptr, partials, record,   \
                                  counter, margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, nullptr,  \
-                                 nullptr);                                                                       \
+                                 nullptr, nullptr);                                                              \
     }
 #define CAST_KERNELS_F(L, F) CAST_KERNEL(L, F, 0) CAST_KERNEL(L, F, 1) CAST_KERNEL(L, F, 2)
 #define CAST_KERNELS_L(L) CAST_KERNELS_F(L, 0) CAST_KERNELS_F(L, 1) CAST_KERNELS_F(L, 2)
@@ -906,7 +953,7 @@ CAST_KERNELS_L(2)
         const float* __restrict__ src_gain, const float* __restrict__ src_shift, const float* __restrict__ src_rstd, \
         const float* __restrict__ src_mean) {                                                                    \
         cast_transposed<F, L, K>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter,  \
-                                 margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax,         \
+                                 margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax, ch_sum, \
                                  CastSrc{src_h, src_b, src_gain, src_shift, src_rstd, src_mean});                    \
     }
 #define CAST_SRC_KERNELS_L(K, L) CAST_SRC_KERNEL(K, L, 0) CAST_SRC_KERNEL(K, L, 1) CAST_SRC_KERNEL(K, L, 2)

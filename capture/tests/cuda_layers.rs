@@ -683,6 +683,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
                 keep_quantized: [true; 2],
                 shadow: false,
                 fast_accumulation,
+                a_column_sums: false,
             };
             let name = format!("gemm.{label}.{gemm}");
             match gemm {
@@ -720,7 +721,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     }
     // One site's three BF16 GEMMs back to back, as the model runs them (see `bf16_site`).
     let db0 = m("bias_f");
-    for (name, v) in bf16_site(be, &x, &w, &bias, &dy, db0, dims, true) {
+    for (name, v) in bf16_site(be, &x, &w, &bias, &dy, db0, dims, true, true, StatsLevel::Cheap) {
         out.borrow_mut().push((name, v));
     }
     if let Some(e) = be.take_error() {
@@ -733,11 +734,14 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
 /// taken after the three (`back_to_back`, as the model runs a step: the wgrad then takes the casts
 /// the fprop kept of X and the dgrad kept of dY — on the GPU BF16 values in the operands' own
 /// layouts, which cuBLASLt reads transposed, and the bias gradient is summed down dY's columns) or
-/// after each (every cast its own, in the TN layout). Returns the outputs, named `gemm.bf16_site.*`.
+/// after each (every cast its own, in the TN layout). With `column_sums` the dgrad's call says
+/// that the wgrad takes the bias gradient next (`GemmCall::a_column_sums`, as the model says it):
+/// on the GPU, back to back, dY's cast then sums its columns as it casts them. Statistics at
+/// `stats`. Returns the outputs, named `gemm.bf16_site.*`.
 #[allow(clippy::too_many_arguments)]
-fn bf16_site<B: Backend>(be: &mut B, x: &B::Buf, w: &B::Buf, bias: &B::Buf, dy: &B::Buf, db0: &[f32], dims: LinearDims, back_to_back: bool) -> Vec<(String, Vec<f32>)> {
+fn bf16_site<B: Backend>(be: &mut B, x: &B::Buf, w: &B::Buf, bias: &B::Buf, dy: &B::Buf, db0: &[f32], dims: LinearDims, back_to_back: bool, column_sums: bool, stats: StatsLevel) -> Vec<(String, Vec<f32>)> {
     let (n, c, f) = (dims.n, dims.k, dims.m);
-    let call = |gemm| GemmCall { stats: StatsLevel::Cheap, ..GemmCall::bf16(GemmId { layer: 3, module: Module::Fc1, gemm }, dims) };
+    let call = |gemm| GemmCall { stats, a_column_sums: column_sums && gemm == Gemm::Dgrad, ..GemmCall::bf16(GemmId { layer: 3, module: Module::Fc1, gemm }, dims) };
     let (mut y, mut dx, mut dw, mut db) = (be.zeros(n * f), be.zeros(n * c), be.zeros(f * c), be.upload(db0));
     let mut reports = 0;
     be.gemm(&call(Gemm::Fprop), &mut y, x, w, Some(bias), None);
@@ -1059,8 +1063,8 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
     let m = |k: &str| i.mats[k].as_slice();
     let dims = LinearDims { n: i.b * i.t, k: i.c, m: i.f };
     let (x, w, bias, dy) = (gpu.upload(m("x")), gpu.upload(m("w_fc1")), gpu.upload(m("bias_f")), gpu.upload(m("dy_f")));
-    let tn = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, false);
-    let kept = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, true);
+    let tn = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, false, false, StatsLevel::Cheap);
+    let kept = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, true, false, StatsLevel::Cheap);
     assert_eq!(gpu.take_error(), None);
     let mut failed = Vec::new();
     for ((name, a), (_, b)) in tn.iter().zip(&kept) {
@@ -1078,16 +1082,18 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
 /// The bias gradient equals, bit for bit, an f64 sum of the values the wgrad GEMM multiplies,
 /// rounded to f32 once and added to the gradient it started from: round_bf16(dY) for BF16 (summed
 /// along dYᵀ's rows in the TN layout, down dY's columns when the wgrad reads the dgrad's kept
-/// cast), the FP8 codes times the inverse scale for FP8 (dY in E4M3 and in E5M2). Token counts
-/// whose rows all take 16-byte loads (128: BF16 and FP8), half of them (72) and none (50) are each
-/// checked (BF16 only: an FP8 GEMM takes a multiple of 16 tokens, so its rows always take them).
+/// cast, or from the column sums that cast took as it cast dY, at the amax level and the cheap),
+/// the FP8 codes times the inverse scale for FP8 (dY in E4M3 and in E5M2). Token counts whose rows
+/// all take 16-byte loads (128: BF16 and FP8), half of them (72) and none (50) are each checked
+/// (BF16 only: an FP8 GEMM takes a multiple of 16 tokens, so its rows always take them), and
+/// 70,400, whose 1,100 row tiles outnumber the cast's blocks, so that a block sums runs of tiles.
 #[test]
 fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
     let Some(mut gpu) = cuda_common::gpu("bias gradients") else { return };
     let mut rng = Pcg64::seed_from_u64(29);
     let normal = Normal::new(0.0f32, 1.0).unwrap();
     let mut checked = 0;
-    for n in [128usize, 72, 50] {
+    for n in [128usize, 72, 50, 70_400] {
         let (c, f) = (24usize, 40usize);
         let dims = LinearDims { n, k: c, m: f };
         let mut draw = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng) * s).collect() };
@@ -1101,10 +1107,19 @@ fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
             checked += 1;
         };
         let want_bf16 = sum_down(&|i| half::bf16::from_f32(dyh[i]).to_f32());
-        for back_to_back in [false, true] {
-            let out = bf16_site(&mut gpu, &x, &w, &bias, &dy, &db0, dims, back_to_back);
+        let runs = [
+            (false, false, StatsLevel::Cheap, ""),
+            (true, false, StatsLevel::Cheap, " (kept cast)"),
+            (true, true, StatsLevel::Cheap, " (cast's column sums)"),
+            (true, true, StatsLevel::Amax, " (column sums, amax)"),
+        ];
+        for (back_to_back, column_sums, stats, label) in runs {
+            let fused_before = gpu.bias_grads_from_column_sums();
+            let out = bf16_site(&mut gpu, &x, &w, &bias, &dy, &db0, dims, back_to_back, column_sums, stats);
+            let fused = gpu.bias_grads_from_column_sums() - fused_before;
+            assert_eq!(fused, u64::from(column_sums), "n {n}{label}: the bias gradient came from the cast's column sums {fused} times");
             let got = &out.iter().find(|(k, _)| k.ends_with("wgrad.dbias")).expect("dbias").1;
-            check(format!("n {n} bf16{}", if back_to_back { " (kept cast)" } else { "" }), got, &want_bf16);
+            check(format!("n {n} bf16{label}"), got, &want_bf16);
         }
         // cuBLASLt's FP8 GEMMs take k (here the tokens) in multiples of 16 only, and not E5M2
         // against E5M2: dY in either format, X in E4M3 (the hybrid recipe's pairing).
@@ -1129,7 +1144,7 @@ fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
         }
     }
     assert_eq!(gpu.take_error(), None);
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 20);
     println!("{checked} bias gradients equal their f64 sums");
 }
 
@@ -1257,6 +1272,7 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
                 keep_quantized: [true; 2],
                 shadow: false,
                 fast_accumulation: false,
+                a_column_sums: false,
             };
             let (d2, d1) = (LinearDims { n, k: f, m: c }, LinearDims { n, k: c, m: f1 });
             // Per run: what must be bit-identical (outputs' bits, reports without their f64 sums),
@@ -1366,6 +1382,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 keep_quantized: [true; 2],
                 shadow: false,
                 fast_accumulation: false,
+                a_column_sums: false,
             };
             let (fprop, wgrad) = (call(Gemm::Fprop, act_cast, act_cast), call(Gemm::Wgrad, grad_cast, act_cast));
             let mut run = |fused: bool| -> Vec<(String, String)> {

@@ -138,6 +138,11 @@ pub struct GemmCall {
     /// With FP8 operands, accumulate in the tensor cores' reduced precision (cuBLASLt's fast
     /// accumulation; `RecipeConfig::accumulation`). The CPU accumulates in FP32 regardless.
     pub fast_accumulation: bool,
+    /// Operand a is the gradient dY of a layer with a bias, whose gradient (the sums of dY's
+    /// columns) the site's wgrad takes next from the same cast (set on dgrads): a backend may sum
+    /// the columns as it casts a, instead of reading the cast again for them. The CUDA backend's
+    /// BF16 casts do; the result is the same either way.
+    pub a_column_sums: bool,
 }
 
 impl GemmCall {
@@ -155,6 +160,7 @@ impl GemmCall {
             keep_quantized: [false; 2],
             shadow: false,
             fast_accumulation: false,
+            a_column_sums: false,
         }
     }
 }

@@ -335,6 +335,7 @@ impl<B: Backend> Model<B> {
             keep_quantized,
             shadow: plan.shadow && dumped,
             fast_accumulation: plan.accumulation.is_fast(gemm),
+            a_column_sums: gemm == Gemm::Dgrad && Layout::of(&self.dims).linear(layer, module).1.is_some(),
         }
     }
 

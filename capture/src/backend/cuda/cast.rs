@@ -102,6 +102,9 @@ pub(super) struct CastUse {
     pub role: Role,
     pub transposed: bool,
     pub share: bool,
+    /// Sum the columns of the BF16 codes as they are cast, when the cast is kept in its own
+    /// layout (a gradient dY whose bias gradient the site's wgrad takes next: `GemmCall::a_column_sums`).
+    pub column_sums: bool,
 }
 
 /// What a cast reads: the f32 values of a buffer, or values computed as they are read
@@ -158,6 +161,12 @@ const SRC_DSWIGLU_PAIRS: i32 = 5;
 /// A normalization's output (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
 const SRC_RMSNORM: i32 = 6;
 const SRC_LAYERNORM: i32 = 7;
+
+/// Whether the tiled BF16 cast of launch kind `src` (None: a buffer's values) can sum its codes'
+/// columns (kernels/cast.cu: COLSUM, the kinds a gradient with a bias is cast as).
+fn column_sums_of(src: Option<i32>) -> bool {
+    matches!(src, None | Some(SRC_DGELU))
+}
 
 /// The kernel kind a computed source of `kind` casting `cols` columns launches as.
 fn launch_kind(kind: i32, cols: usize) -> i32 {
@@ -299,6 +308,9 @@ pub(super) struct KeptCast {
     live: bool,
     /// The codes lie in the operand's own layout (BF16), not transposed (FP8).
     straight: bool,
+    /// The slots of the codes' column sums the cast wrote to `CudaBackend::column_sums` (kernels/cast.cu:
+    /// tile_column_sums), when it summed them.
+    column_slots: Option<usize>,
 }
 
 /// Kept casts by (layer, module, role); one entry for all gradients (see [`CudaBackend::cast`]).
@@ -352,6 +364,7 @@ impl CudaBackend {
             role: call.id.gemm.operands()[operand],
             transposed: operands_transposed(call.id.gemm)[operand],
             share: true,
+            column_sums: false,
         };
         let (how, fault) = if operand == 0 { (call.cast_a, call.fault_a) } else { (call.cast_b, call.fault_b) };
         let Ok(ty) = op_type(how) else { return false };
@@ -400,12 +413,12 @@ impl CudaBackend {
         let kept_dst = if keep {
             if !self.kept.contains_key(&kept_key) {
                 let codes = self.stream.alloc_zeros(bytes)?;
-                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false, straight: straight_keep });
+                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false, straight: straight_keep, column_slots: None });
             }
             let stream = self.stream.clone();
             let k = self.kept.get_mut(&kept_key).expect("inserted above");
             grow(&stream, &mut k.codes, bytes)?;
-            (k.key, k.slot, k.recorded, k.level, k.live, k.straight) = (key, slot, report, level, true, straight_keep);
+            (k.key, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots) = (key, slot, report, level, true, straight_keep, None);
             self.ptr(&self.kept[&kept_key].codes)
         } else {
             0
@@ -433,22 +446,39 @@ impl CudaBackend {
         // (the dual kernel without a transpose): the same statistics, from one read.
         let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
         let src = x.launch_kind(cols);
+        // The codes' column sums: by the tiled kernel, into slots of `column_sums` (the kept cast
+        // says how many, for the site's wgrad: `kept_column_sums`).
+        let sums = at.column_sums && straight_keep && column_sums_of(src) && rows > 0 && cols > 0;
         // A computed source has only the tiled kernel (which writes each layout given).
-        let kernel = if src.is_some() || (straight_keep && channels.is_some()) { CastLayout::Both } else { layout };
+        let kernel = if src.is_some() || (straight_keep && (channels.is_some() || sums)) { CastLayout::Both } else { layout };
+        // A tiled grid that sums per column (channels or codes) is column-aligned where it can be.
+        let tiled_slots = channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src);
         let fused = match channels {
-            Some(s) if kernel != CastLayout::Straight => {
-                let grid = self.tiled_cast_grid(rows, cols, src, true, level);
-                Some(self.channel_target(cols, channel_slots(rows, cols, grid as usize, src), s)?)
-            }
+            Some(s) if kernel != CastLayout::Straight => Some(self.channel_target(cols, tiled_slots, s)?),
             _ => None,
         };
-        self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused)?;
+        let sums_ptr = if sums {
+            let slots = tiled_slots;
+            grow(&self.stream, &mut self.column_sums, slots * cols)?;
+            self.kept.get_mut(&kept_key).expect("a straight kept cast is kept").column_slots = Some(slots);
+            self.ptr(&self.column_sums)
+        } else {
+            0
+        };
+        self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused, sums_ptr)?;
         // The partials wait for a batched reduction (channels.rs: flush_channels).
         if let (Some(s), None) = (channels, fused) {
             let CastInput::Buf(x) = x else { unreachable!("a computed source's channel statistics come from its tiled kernel") };
             self.span("gemm.cast.channels", |me| me.launch_channel_stats(x, rows, cols, fault, s))?
         }
         Ok((self.prepared(ty, dst, slot, false), reported))
+    }
+
+    /// The slots of the column sums of the cast behind operand `p`, if it is the kept cast for `at`
+    /// and summed them as it cast (`CastUse::column_sums`): `column_sums` holds them, slot-major.
+    pub(super) fn kept_column_sums(&self, at: CastUse, p: &Operand) -> Option<usize> {
+        let k = self.kept.get(&kept_key(at))?;
+        (k.live && k.straight && self.ptr(&k.codes) == p.ptr).then_some(k.column_slots?)
     }
 
     /// The address that keys a cast of `x`: its buffer's, or for a computed source the buffer it
@@ -485,8 +515,10 @@ impl CudaBackend {
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
     /// block writes the scale to the slot.
     #[allow(clippy::too_many_arguments)]
-    fn launch_cast(&mut self, x: CastInput, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>) -> Result<(), CudaError> {
+    fn launch_cast(&mut self, x: CastInput, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>, ch_sum: u64) -> Result<(), CudaError> {
         let (ch_sq, ch_amax) = channels.map(|t| (t.part_sq, t.part_amax)).unwrap_or((0, 0));
+        // Either per-column sum makes the grid column-aligned (`tiled_grid`).
+        let aligned = channels.is_some() || ch_sum != 0;
         let rec_ptr = record.map(|s| self.ptr(&self.records) + (s * STAT_FIELDS * 8) as u64).unwrap_or(0);
         let slot_ptr = self.slot_ptr(slot);
         let sms = self.info.parallelism.max(1) as usize;
@@ -515,7 +547,7 @@ impl CudaBackend {
                     let grid = cast_grid(rows, cols, false, false, 0, sms, self.cast_grid);
                     #[rustfmt::skip]
                     launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
-                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64)?;
+                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64, 0u64)?;
                     mode = 1;
                 }
             }
@@ -524,20 +556,20 @@ impl CudaBackend {
             if level > StatsLevel::Cheap {
                 return Err(CudaError::Unsupported("a computed cast source is cast with statistics at most cheap".into()));
             }
-            let grid = self.tiled_cast_grid(rows, cols, Some(kind), channels.is_some(), level);
+            let grid = self.tiled_cast_grid(rows, cols, Some(kind), aligned, level);
             let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
             let [hp, bp, gp, sp, rp, mp] = x.src_ptrs(self);
             #[rustfmt::skip]
             launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,
-                hp, bp, gp, sp, rp, mp)?;
+                ch_sum, hp, bp, gp, sp, rp, mp)?;
             return Ok(());
         }
-        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, channels.is_some(), level_code(level), sms, self.cast_grid);
+        let grid = cast_grid(rows, cols, layout != CastLayout::Straight, aligned, level_code(level), sms, self.cast_grid);
         let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
         #[rustfmt::skip]
         launch!(self, kernels::cast_kernel(level_code(level), fmt as usize, layout), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
-            slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax)?;
+            slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax, ch_sum)?;
         Ok(())
     }
 
@@ -582,7 +614,7 @@ impl CudaBackend {
     /// exposed for the tests that hold it against the CPU emulation.
     #[allow(clippy::too_many_arguments)]
     pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
-        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
+        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false, column_sums: false };
         let (p, slot) = self.cast(CastInput::Buf(x), rows, cols, at, how, fault, level, true, Side::P)?;
         let slot = slot.expect("a reported cast has a slot");
         let bytes = self.stream.clone_dtoh(&self.op_p.slice(0..rows * cols * p.ty.bytes()))?;
@@ -601,7 +633,7 @@ impl CudaBackend {
     /// wait), and returns their reports in order. With `prefetch_after` = Some(k), the channel
     /// records go to the host after the k-th cast, as `Backend::gemms_done` sends them.
     pub fn casts_for_test(&mut self, xs: &[(&CudaSlice<f32>, usize, usize)], transpose: bool, how: OperandCast, level: StatsLevel, prefetch_after: Option<usize>) -> Result<Vec<CastReport>, CudaError> {
-        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false };
+        let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false, column_sums: false };
         for (i, &(x, rows, cols)) in xs.iter().enumerate() {
             if prefetch_after == Some(i) {
                 self.prefetch_channels()?;
@@ -638,7 +670,7 @@ impl CudaBackend {
     pub fn time_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, dual: bool, how: OperandCast, level: StatsLevel, reps: usize) -> Result<f64, CudaError> {
         let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
         let (a, b) = (ev()?, ev()?);
-        let at = CastUse { site: (u32::MAX, Module::Qkv), role: Role::Activation, transposed: transpose && !dual, share: dual };
+        let at = CastUse { site: (u32::MAX, Module::Qkv), role: Role::Activation, transposed: transpose && !dual, share: dual, column_sums: false };
         self.cast(CastInput::Buf(x), rows, cols, at, how, OperandFault::NONE, level, true, Side::P)?;
         a.record(&self.stream)?;
         for _ in 0..reps {

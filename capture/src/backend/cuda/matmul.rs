@@ -13,11 +13,19 @@ use fp8scope_schemas::names::Gemm;
 
 impl CudaBackend {
     /// dbias += the row sums of dequant(P), P being wgrad's dYᵀ (rows = m × k = n): summed along
-    /// P's rows, or down the columns of dY when the BF16 operand lies in dY's own layout.
-    fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>) -> Result<(), CudaError> {
+    /// P's rows, or down the columns of dY when the BF16 operand lies in dY's own layout; or, when
+    /// dY's cast summed its columns as it cast them (`column_slots` of them, in `column_sums`),
+    /// those slots added in order: the same sums (kernels/cast.cu: tile_column_sums).
+    fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>, column_slots: Option<usize>) -> Result<(), CudaError> {
         let dbp = self.ptr(db);
         if !pa.transposed {
             return launch!(self, "rowsum_dequant", cfg((rows as u32, 1, 1), 256), pa.ptr, fmt_code(pa.ty), pa.slot, rows as i32, k as i32, dbp);
+        }
+        let reduce = LaunchConfig { grid_dim: (rows.div_ceil(32) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+        if let Some(slots) = column_slots {
+            self.fused_bias_grads += 1;
+            let part = self.ptr(&self.column_sums);
+            return launch!(self, "colsum_bf16_reduce", reduce, part, rows as i32, slots as i32, dbp);
         }
         // dY is k × rows, row-major: column sums, in chunks of COLSUM_ROWS rows, then the chunks in
         // order. A block sums 256 columns of a chunk, so chunks are short enough for the grid to
@@ -28,8 +36,13 @@ impl CudaBackend {
         let part = self.ptr(&self.colsum_partial);
         let grid = (rows.div_ceil(256) as u32, chunks as u32, 1);
         launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
-        let reduce = LaunchConfig { grid_dim: (rows.div_ceil(32) as u32, 1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
         launch!(self, "colsum_bf16_reduce", reduce, part, rows as i32, chunks as i32, dbp)
+    }
+
+    /// How many bias gradients came from the column sums a cast of dY took as it cast it (the
+    /// rest read the cast again): for the tests that hold both ways to the same bits.
+    pub fn bias_grads_from_column_sums(&self) -> u64 {
+        self.fused_bias_grads
     }
 
     /// The linear-layer GEMM of `call` into `out` (= or, with `accumulate`, +=). Returns the
@@ -65,8 +78,8 @@ impl CudaBackend {
         let level = if report { call.stats } else { StatsLevel::Amax };
         let [role_a, role_b] = call.id.gemm.operands();
         let site = (call.id.layer, call.id.module);
-        let use_a = cast::CastUse { site, role: role_a, transposed: ta, share };
-        let use_b = cast::CastUse { site, role: role_b, transposed: tb, share };
+        let use_a = cast::CastUse { site, role: role_a, transposed: ta, share, column_sums: call.a_column_sums };
+        let use_b = cast::CastUse { site, role: role_b, transposed: tb, share, column_sums: false };
         let (pa, slot_a) = self.span(a.span_name(), |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
         let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
@@ -83,7 +96,8 @@ impl CudaBackend {
         let g = gemm_output::LinearGemm { rows, cols, k, p: pa, q: pb, fast: call.fast_accumulation };
         self.linear_output(&g, out, bias, accumulate, call.nan_output, nf_ptr)?;
         if let Some(db) = dbias {
-            self.span("gemm.bias_grad", |me| me.bias_grad(pa, rows, k, db))?;
+            let column_slots = self.kept_column_sums(use_a, &pa);
+            self.span("gemm.bias_grad", |me| me.bias_grad(pa, rows, k, db, column_slots))?;
         }
         if !report {
             return Ok(());

@@ -188,6 +188,10 @@ pub struct CudaBackend {
     partials: CudaSlice<f64>,
     /// Chunk sums of the bias gradient's column sums ([`CudaBackend::bias_grad`]).
     colsum_partial: CudaSlice<f64>,
+    /// The kept gradient cast's column sums, slot-major (`cast.rs`: `CastUse::column_sums`).
+    column_sums: CudaSlice<f64>,
+    /// Bias gradients taken from a cast's column sums so far (`bias_grads_from_column_sums`).
+    fused_bias_grads: u64,
     records: CudaSlice<f64>,
     scales: CudaSlice<f32>,
     nonfinite: CudaSlice<u64>,
@@ -319,6 +323,8 @@ impl CudaBackend {
             d_tmp: s.alloc_zeros(1 << 16)?,
             partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
             colsum_partial: s.alloc_zeros(1)?,
+            column_sums: s.alloc_zeros(1)?,
+            fused_bias_grads: 0,
             cast_grid: 0,
             loss_row_smem,
             loss_split_smem,
