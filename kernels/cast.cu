@@ -778,7 +778,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         bool run_end = one_tile_runs || nr >= tiles_r || nc != tc;
         bool flush = channels && run_end;
         __syncthreads();
-        if (COLSUM && colsum) {
+        if (colsum) {
             tile_column_sums(*reinterpret_cast<unsigned short (*)[TILE][TILE + 2]>(&tile), one_tile_runs || tr == first_tr,
                              *reinterpret_cast<double (*)[8][TILE]>(&csum));
         }
@@ -851,7 +851,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
             }
         }
         __syncthreads();
-        if (COLSUM && colsum && run_end && threadIdx.x < TILE && c0 + threadIdx.x < cols) {
+        if (colsum && run_end && threadIdx.x < TILE && c0 + threadIdx.x < cols) {
             // The run's column sums: a column's 8 row groups in order. The next tile's sums write
             // csum only after its first barrier, which this thread reaches after these reads.
             double t = 0.0;

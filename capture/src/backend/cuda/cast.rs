@@ -309,7 +309,7 @@ pub(super) struct KeptCast {
     /// The codes lie in the operand's own layout (BF16), not transposed (FP8).
     straight: bool,
     /// The slots of the codes' column sums the cast wrote to `CudaBackend::column_sums` (kernels/cast.cu:
-    /// tile_column_sums), when it summed them.
+    /// tile_column_sums), when it summed them (a `straight` cast only).
     column_slots: Option<usize>,
 }
 
@@ -451,14 +451,15 @@ impl CudaBackend {
         let sums = at.column_sums && straight_keep && column_sums_of(src) && rows > 0 && cols > 0;
         // A computed source has only the tiled kernel (which writes each layout given).
         let kernel = if src.is_some() || (straight_keep && (channels.is_some() || sums)) { CastLayout::Both } else { layout };
-        // A tiled grid that sums per column (channels or codes) is column-aligned where it can be.
-        let tiled_slots = channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src);
-        let fused = match channels {
-            Some(s) if kernel != CastLayout::Straight => Some(self.channel_target(cols, tiled_slots, s)?),
-            _ => None,
+        // The slots of a tiled grid that sums per column (channels or codes): column-aligned
+        // where it can be.
+        let tiled_channels = channels.filter(|_| kernel != CastLayout::Straight);
+        let slots = if tiled_channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
+        let fused = match tiled_channels {
+            Some(s) => Some(self.channel_target(cols, slots, s)?),
+            None => None,
         };
         let sums_ptr = if sums {
-            let slots = tiled_slots;
             grow(&self.stream, &mut self.column_sums, slots * cols)?;
             self.kept.get_mut(&kept_key).expect("a straight kept cast is kept").column_slots = Some(slots);
             self.ptr(&self.column_sums)
@@ -478,7 +479,7 @@ impl CudaBackend {
     /// and summed them as it cast (`CastUse::column_sums`): `column_sums` holds them, slot-major.
     pub(super) fn kept_column_sums(&self, at: CastUse, p: &Operand) -> Option<usize> {
         let k = self.kept.get(&kept_key(at))?;
-        (k.live && k.straight && self.ptr(&k.codes) == p.ptr).then_some(k.column_slots?)
+        (k.live && self.ptr(&k.codes) == p.ptr).then_some(k.column_slots?)
     }
 
     /// The address that keys a cast of `x`: its buffer's, or for a computed source the buffer it
