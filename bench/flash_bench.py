@@ -15,7 +15,10 @@ kernels' order since they start their heaviest tiles first. Options, for builds 
 the kernels as they ship: `tiles-x` launches a build from before that order on (tiles, heads, B);
 `dkdv-bufs=N` gives dK/dV shared memory for N buffers of q and dout (the shipped kernel streams
 them through 2; bench/results/2026-12-02-attention-order/call7/dkdv_three_buffers.patch adds the
-FA_DKDV_BUFS knob that tried 3). The default shape is llama-1b's
+FA_DKDV_BUFS knob that tried 3); `ptr-args` passes q, k, v and dout as plain pointers to
+head-major matrices, for builds from before the kernels took strided tensors (FaTensor); `rows`
+has the kernels read q, k, v from BF16 qkv rows (B, T, (NH + 2 KVH) D) and dout from BF16 rows
+(B, T, NH D) in place, as the engine does for GPT's BF16 buffers. The default shape is llama-1b's
 attention (4, 2048, 32, 8, 64); the RoPE table is passed to the backward as llama-1b passes it.
 """
 import ctypes
@@ -28,6 +31,23 @@ import torch
 
 TILE = 64
 THREADS = 128
+
+
+class FaTensor(ctypes.Structure):
+    """flash_attention.cu's FaTensor: element (b, h, t, d) at p[b batch + h head + t row + d]."""
+    _fields_ = [("p", ctypes.c_uint64), ("batch", ctypes.c_int64), ("head", ctypes.c_uint32), ("row", ctypes.c_uint32)]
+
+
+def head_major(x):
+    """A contiguous (B, H, T, D) BF16 tensor."""
+    _, h, t, d = x.shape
+    return FaTensor(x.data_ptr(), h * t * d, t * d, d)
+
+
+def in_rows(rows, col0, d):
+    """Heads of D columns from column col0 of contiguous BF16 rows (B, T, W)."""
+    _, t, w = rows.shape
+    return FaTensor(rows.data_ptr() + 2 * col0, t * w, d, w)
 
 
 def die(msg):
@@ -61,7 +81,9 @@ class Driver:
     def launch(self, f, grid, smem, args):
         vals = []
         for a in args:
-            if isinstance(a, torch.Tensor):
+            if isinstance(a, ctypes.Structure):
+                vals.append(a)
+            elif isinstance(a, torch.Tensor):
                 vals.append(ctypes.c_uint64(a.data_ptr()))
             elif isinstance(a, float):
                 vals.append(ctypes.c_float(a))
@@ -117,23 +139,29 @@ def main():
         name, rest = s.split("=", 1)
         fields = rest.split(":")
         if len(fields) < 3:
-            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x][:dkdv-bufs=N]")
+            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x][:dkdv-bufs=N][:ptr-args][:rows]")
         path, mt_fwd, mt_dq = fields[0], int(fields[1]), int(fields[2])
         if d > 64:
             mt_fwd = mt_dq = 1
-        tiles_x, bufs = False, 2
+        tiles_x, bufs, ptr_args, rows = False, 2, False, False
         for opt in fields[3:]:
             if opt == "tiles-x":
                 tiles_x = True
+            elif opt == "ptr-args":
+                ptr_args = True
+            elif opt == "rows":
+                rows = True
             elif opt.startswith("dkdv-bufs="):
                 bufs = int(opt.split("=", 1)[1])
             else:
-                die(f"{s}: unknown option {opt} (tiles-x, dkdv-bufs=N)")
+                die(f"{s}: unknown option {opt} (tiles-x, dkdv-bufs=N, ptr-args, rows)")
+        if ptr_args and rows:
+            die(f"{s}: ptr-args builds read head-major matrices only (drop rows)")
         mod = drv.load(open(path, "rb").read())
         tb = tile_bytes(d)
         sm = {"fwd": (mt_fwd + 4) * tb, "dkdv": (2 + 2 * bufs) * tb, "dq": (2 * mt_dq + 4) * tb}
         variants.append({
-            "name": name, "mt_fwd": mt_fwd, "mt_dq": mt_dq, "smem": sm, "tiles_x": tiles_x,
+            "name": name, "mt_fwd": mt_fwd, "mt_dq": mt_dq, "smem": sm, "tiles_x": tiles_x, "ptr_args": ptr_args, "rows": rows,
             "fwd": drv.function(mod, f"flash_fwd_d{d}", sm["fwd"]),
             "dkdv": drv.function(mod, f"flash_bwd_dkdv_d{d}", sm["dkdv"]),
             "dq": drv.function(mod, f"flash_bwd_dq_d{d}", sm["dq"]),
@@ -141,19 +169,30 @@ def main():
         })
     q, k, v, dout, dy, rope = inputs(b, t, nh, kvh, d)
     w = (nh + 2 * kvh) * d
+    # The same values as rows, for `rows` variants.
+    qkv_rows = torch.cat([x.permute(0, 2, 1, 3).reshape(b, t, -1) for x in (q, k, v)], dim=2).contiguous()
+    dout_rows = dy.permute(0, 2, 1, 3).reshape(b, t, nh * d).contiguous()
+
+    def tensors(var):
+        """q, k, v, dy as the variant's kernels take them."""
+        if var["ptr_args"]:
+            return [q, k, v, dy]
+        if var["rows"]:
+            return [in_rows(qkv_rows, 0, d), in_rows(qkv_rows, nh * d, d), in_rows(qkv_rows, (nh + kvh) * d, d), in_rows(dout_rows, 0, d)]
+        return [head_major(x) for x in (q, k, v, dy)]
 
     def grid(var, heads, tiles):
         return (tiles, heads, b) if var["tiles_x"] else (heads, b, tiles)
 
     def fwd(var, out, lse):
         grid_ = grid(var, nh, (t + TILE * var["mt_fwd"] - 1) // (TILE * var["mt_fwd"]))
-        drv.launch(var["fwd"], grid_, var["smem"]["fwd"], [out, lse, q, k, v, t, nh, kvh, scale, 1])
+        drv.launch(var["fwd"], grid_, var["smem"]["fwd"], [out, lse, *tensors(var)[:3], t, nh, kvh, scale, 1])
 
     def dkdv(var, dqkv, lse, delta):
-        drv.launch(var["dkdv"], grid(var, kvh, (t + TILE - 1) // TILE), var["smem"]["dkdv"], [dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, 1, rope])
+        drv.launch(var["dkdv"], grid(var, kvh, (t + TILE - 1) // TILE), var["smem"]["dkdv"], [dqkv, *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope])
 
     def dq(var, dqkv, lse, delta):
-        drv.launch(var["dq"], grid(var, nh, (t + TILE * var["mt_dq"] - 1) // (TILE * var["mt_dq"])), var["smem"]["dq"], [dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, 1, rope])
+        drv.launch(var["dq"], grid(var, nh, (t + TILE * var["mt_dq"] - 1) // (TILE * var["mt_dq"])), var["smem"]["dq"], [dqkv, *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope])
 
     # The reference's forward and correction term feed every variant's backward.
     ref = variants[0]

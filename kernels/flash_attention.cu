@@ -2,9 +2,10 @@
 // tensor cores (mma.sync m16n8k16, f32 accumulation). No (T x T) matrix is ever written to memory,
 // and the scores, probabilities and their gradients never leave the registers.
 //
-// Layouts: q and dout (B, NH, T, D), k and v (B, KVH, T, D), BF16, split from the f32 qkv and dout
-// rows by attention.cu's attention_split_fwd / attention_split_bwd (one pass each); query head h
-// reads kv head h / (NH/KVH). out (B, T, NH*D) and dqkv (B, T, (NH + 2 KVH) D) are f32 rows.
+// Layouts: q and dout (B, NH, T, D), k and v (B, KVH, T, D), BF16, each read through a FaTensor
+// (its strides): BF16 qkv and dout rows in place, else the head-major matrices that attention.cu's
+// attention_split_fwd / attention_split_bwd (f32 rows) or rope_split_fwd (RoPE) write in one pass;
+// query head h reads kv head h / (NH/KVH). out (B, T, NH*D) and dqkv (B, T, (NH + 2 KVH) D) are f32 rows.
 // Tiles stream from global to shared memory with cp.async, double-buffered: the next tile loads
 // while the current one is multiplied.
 // Numerics: q, k, v, dout are the BF16 values the unfused path's cuBLAS GEMMs take; scores, the
@@ -53,6 +54,22 @@
 #define FA_THREADS (FA_WARPS * 32)
 
 typedef __nv_bfloat16 bf16;
+
+// Where the kernels read a (B, heads, T, D) BF16 tensor: element (b, h, t, d) lies at
+// p[b * batch + h * head + t * row + d]. The head-major matrices of attention_split_fwd and
+// rope_split_fwd have row = D and head = T * D; BF16 qkv and dout rows are read in place, with
+// row = the rows' width and head = D (capture/src/backend/cuda/attention.rs: HeadTensor mirrors it,
+// and checks that a batch's offsets, h * head + t * row + d, fit in 32 bits).
+struct FaTensor {
+    const bf16* p;
+    long long batch;
+    u32 head, row;
+};
+
+// Where batch b of x starts.
+__device__ __forceinline__ const bf16* fa_batch(const FaTensor& x, int b) { return x.p + (long long)b * x.batch; }
+// Where the (T, D) matrix of head h of batch b starts.
+__device__ __forceinline__ const bf16* fa_head(const FaTensor& x, int b, int h) { return fa_batch(x, b) + (u32)h * x.head; }
 
 template <int D> struct Fa {
     static constexpr int LD = D + 8;       // BF16 tile row stride (16-byte rows, no bank conflicts)
@@ -120,15 +137,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Waits until at most N committed groups are still in flight.
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Starts loading rows row0 .. row0+63 of a head's (T, D) BF16 matrix into a tile; rows past T are
-// zero-filled. All threads of the block take part; the caller commits and waits.
+// Starts loading rows row0 .. row0+63 of a head's (T, D) BF16 matrix, at `off` from `src` with its
+// rows `ld` values apart, into a tile; rows past T are zero-filled. All threads of the block take
+// part; the caller commits and waits.
 template <int D>
-__device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, int row0, int t) {
+__device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, u32 off, u32 ld, int row0, int t) {
     constexpr int V = D / 8;
     for (int e = threadIdx.x; e < FA_TILE * V; e += FA_THREADS) {
         int r = e / V, c = (e % V) * 8;
         bf16* d = dst + r * Fa<D>::LD + c;
-        if (row0 + r < t) cp_async16(d, src + (u64)(row0 + r) * D + c);
+        if (row0 + r < t) cp_async16(d, src + (off + (u32)(row0 + r) * ld + c));
         else *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
     }
 }
@@ -137,11 +155,12 @@ __device__ __forceinline__ void fa_load(bf16* dst, const bf16* src, int row0, in
 // loading tile kb + 1 into the other buffer, waits for tile kb's, and returns its buffer (0 or 1)
 // after the block's barrier. The forward and dQ loop so.
 template <int D>
-__device__ __forceinline__ int fa_stream_kv(int kb, int nkb, bf16* ks, bf16* vs, const bf16* kh, const bf16* vh, int t) {
+__device__ __forceinline__ int fa_stream_kv(int kb, int nkb, bf16* ks, bf16* vs, const bf16* kh, u32 kld, const bf16* vh,
+                                            u32 vld, int t) {
     int cur = kb & 1;
     if (kb + 1 < nkb) {
-        fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, (kb + 1) * FA_TILE, t);
-        fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, (kb + 1) * FA_TILE, t);
+        fa_load<D>(ks + (cur ^ 1) * Fa<D>::TILE, kh, 0, kld, (kb + 1) * FA_TILE, t);
+        fa_load<D>(vs + (cur ^ 1) * Fa<D>::TILE, vh, 0, vld, (kb + 1) * FA_TILE, t);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -364,8 +383,8 @@ __device__ __forceinline__ void fa_fwd_tile(float (&o)[MT][Fa<D>::NB][4], float 
 // under a causal mask) first; warp w owns query rows 16w .. 16w+15 of each of the block's MT query
 // tiles.
 template <int D>
-__device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                          const bf16* __restrict__ v, int t, int nh, int kvh, float scale, int causal) {
+__device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+                          int t, int nh, int kvh, float scale, int causal) {
     constexpr int MT = Fa<D>::MT_FWD;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16* qs = reinterpret_cast<bf16*>(fa_smem);  // MT tiles
@@ -375,17 +394,17 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
     int h = blockIdx.x, b = blockIdx.y, qb = gridDim.z - 1 - blockIdx.z;  // heaviest tiles first
     int grp = h / (nh / kvh);
     int c = nh * D;
-    const bf16* qh = q + ((u64)b * nh + h) * t * D;
-    const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
-    const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
+    const bf16* qh = fa_head(q, b, h);
+    const bf16* kh = fa_head(k, b, grp);
+    const bf16* vh = fa_head(v, b, grp);
     int q0 = qb * MT * FA_TILE;
     int nk[MT];
     int nkb = fa_block_key_tiles<MT>(qb, t, causal, nk);
 #pragma unroll
-    for (int i = 0; i < MT; i++) fa_load<D>(qs + i * Fa<D>::TILE, qh, q0 + i * FA_TILE, t);
+    for (int i = 0; i < MT; i++) fa_load<D>(qs + i * Fa<D>::TILE, qh, 0, q.row, q0 + i * FA_TILE, t);
     cp_async_commit();
-    fa_load<D>(ks, kh, 0, t);
-    fa_load<D>(vs, vh, 0, t);
+    fa_load<D>(ks, kh, 0, k.row, 0, t);
+    fa_load<D>(vs, vh, 0, v.row, 0, t);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -408,7 +427,7 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
             for (int e = 0; e < 4; e++) o[i][nb][e] = 0.0f;
     }
     for (int kb = 0; kb < nkb; kb++) {
-        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, vh, t);
+        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, k.row, vh, v.row, t);
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
         int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
@@ -467,8 +486,8 @@ __device__ __forceinline__ float fa_row(const float* v, int qi, int t) { return 
 // query tiles of P^T dO; dK = scale * sum dS^T Q. The (head, query tile) pairs run as one
 // sequence, so the next pair's q and dout tiles load during this one.
 template <int D>
-__device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                               const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
+__device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+                               const FaTensor& dy, const float* __restrict__ lse,
                                const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
                                const float* __restrict__ rope_tab) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -487,18 +506,19 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const bf16* __restrict_
     int qb0 = causal ? kb : 0;
     int per_head = ntiles - qb0;
     int iters = rep * per_head;
-    fa_load<D>(ks, k + ((u64)b * kvh + grp) * t * D, k0, t);
-    fa_load<D>(vs, v + ((u64)b * kvh + grp) * t * D, k0, t);
+    fa_load<D>(ks, fa_batch(k, b), grp * k.head, k.row, k0, t);
+    fa_load<D>(vs, fa_batch(v, b), grp * v.head, v.row, k0, t);
     cp_async_commit();
     // The (head, query tile) of iteration i.
     auto head_of = [&](int i) { return grp * rep + i / per_head; };
     auto tile_of = [&](int i) { return qb0 + i % per_head; };
     // Stages iteration i's q and dout tiles (cp.async) and its lse2 and delta rows into buffer buf.
     auto stage = [&](int i, int buf) {
-        u64 hr = ((u64)b * nh + head_of(i)) * t;
+        int hd = head_of(i);
+        u64 hr = ((u64)b * nh + hd) * t;
         int q0 = tile_of(i) * FA_TILE;
-        fa_load<D>(qs + buf * Fa<D>::TILE, q + hr * D, q0, t);
-        fa_load<D>(dos + buf * Fa<D>::TILE, dy + hr * D, q0, t);
+        fa_load<D>(qs + buf * Fa<D>::TILE, fa_batch(q, b), hd * q.head, q.row, q0, t);
+        fa_load<D>(dos + buf * Fa<D>::TILE, fa_batch(dy, b), hd * dy.head, dy.row, q0, t);
         // Copied asynchronously with the tiles (a plain load would stall its warp until the value
         // arrived); rows past T are 0.
         if (threadIdx.x < FA_TILE) {
@@ -605,8 +625,8 @@ __device__ __forceinline__ void fa_dq_tile(float (&dq)[MT][Fa<D>::NB][4], const 
 // dQ. Grid (NH, B, ceil(T / (64 MT))), FA_THREADS threads, the last query tiles first (as the
 // forward); warp w owns query rows 16w .. 16w+15 of each of the block's MT query tiles. dQ = scale * sum over key tiles of dS K.
 template <int D>
-__device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                             const bf16* __restrict__ v, const bf16* __restrict__ dy, const float* __restrict__ lse,
+__device__ void flash_bwd_dq(float* __restrict__ dqkv, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+                             const FaTensor& dy, const float* __restrict__ lse,
                              const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
                              const float* __restrict__ rope_tab) {
     constexpr int MT = Fa<D>::MT_DQ;
@@ -623,16 +643,16 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     int nk[MT];
     int nkb = fa_block_key_tiles<MT>(qb, t, causal, nk);
     u64 hrow = ((u64)b * nh + h) * t;
-    const bf16* kh = k + ((u64)b * kvh + grp) * t * D;
-    const bf16* vh = v + ((u64)b * kvh + grp) * t * D;
+    const bf16* kh = fa_head(k, b, grp);
+    const bf16* vh = fa_head(v, b, grp);
 #pragma unroll
     for (int i = 0; i < MT; i++) {
-        fa_load<D>(qs + i * Fa<D>::TILE, q + hrow * D, q0 + i * FA_TILE, t);
-        fa_load<D>(dos + i * Fa<D>::TILE, dy + hrow * D, q0 + i * FA_TILE, t);
+        fa_load<D>(qs + i * Fa<D>::TILE, fa_batch(q, b), h * q.head, q.row, q0 + i * FA_TILE, t);
+        fa_load<D>(dos + i * Fa<D>::TILE, fa_batch(dy, b), h * dy.head, dy.row, q0 + i * FA_TILE, t);
     }
     cp_async_commit();
-    fa_load<D>(ks, kh, 0, t);
-    fa_load<D>(vs, vh, 0, t);
+    fa_load<D>(ks, kh, 0, k.row, 0, t);
+    fa_load<D>(vs, vh, 0, v.row, 0, t);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -661,7 +681,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
     }
     const float sl2 = scale * 1.4426950408889634f;
     for (int kb = 0; kb < nkb; kb++) {
-        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, vh, t);
+        int cur = fa_stream_kv<D>(kb, nkb, ks, vs, kh, k.row, vh, v.row, t);
         const bf16* kt = ks + cur * Fa<D>::TILE;
         const bf16* vt = vs + cur * Fa<D>::TILE;
         int k0 = kb * FA_TILE, which = MT == 1 ? FA_BOTH : fa_attending<MT>(kb, nk);
@@ -693,18 +713,18 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const bf16* __restrict__ 
 
 #define FA_ENTRY(D)                                                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(D))                                     \
-        flash_fwd_d##D(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int t, int nh, int kvh,    \
+        flash_fwd_d##D(float* out, float* lse, FaTensor q, FaTensor k, FaTensor v, int t, int nh, int kvh,            \
                        float scale, int causal) {                                                                      \
         flash_fwd<D>(out, lse, q, k, v, t, nh, kvh, scale, causal);                                                    \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(D))                                    \
-        flash_bwd_dkdv_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                  \
+        flash_bwd_dkdv_d##D(float* dqkv, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                              \
                             const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,     \
                             const float* rope_tab) {                                                                   \
         flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                         \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(D))                                      \
-        flash_bwd_dq_d##D(float* dqkv, const bf16* q, const bf16* k, const bf16* v, const bf16* dy,                    \
+        flash_bwd_dq_d##D(float* dqkv, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                                \
                           const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,       \
                           const float* rope_tab) {                                                                     \
         flash_bwd_dq<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                           \

@@ -894,8 +894,8 @@ fn every_layer_reruns_bit_identically_on_the_gpu() {
 /// epilogue, a planted NaN) and every primitive that reads one (download at any offset and stride,
 /// SwiGLU and GELU forward and backward as their input, SwiGLU, GELU, RMSNorm and LayerNorm
 /// backward as their gradient, AdamW as its gradient, the residual add as its branch, RoPE as
-/// its input, attention (fused and unfused) as its qkv and its dout, the sums of squares and
-/// non-finite counts).
+/// its input, attention (fused, which reads BF16 rows in place, and unfused) as its qkv and its
+/// dout, the sums of squares and non-finite counts).
 #[test]
 fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let Some(mut gpu) = cuda_common::gpu("BF16 buffers") else { return };
@@ -1016,9 +1016,10 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         }
     }
     // Attention reads GPT's qkv (a GEMM's output) and proj's dgrad (its dout) in either storage, on
-    // the fused path and the unfused: B 1, T 64, NH = KVH = 2, HS 16 (qkv width 96, C 32).
-    let (t, nh, hs) = (n, 2usize, 16usize);
-    let c = nh * hs;
+    // the fused path (BF16 rows read in place, f32 rows split into heads first) and the unfused:
+    // B 2, T 32, NH 4 over KVH 2, HS 16 (qkv width 128, C 64).
+    let (bsz, nh, kvh, hs) = (2usize, 4usize, 2usize, 16usize);
+    let (t, c, wq) = (n / bsz, nh * hs, (nh + 2 * kvh) * hs);
     let gemm_pair = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, m_out: usize| {
         let d = LinearDims { n, k, m: m_out };
         let w = gpu.upload(&(0..m_out * k).map(|j| ((j % 29) as f32 - 14.0) / 40.0).collect::<Vec<f32>>());
@@ -1029,20 +1030,25 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         gpu.take_reports();
         (f, b)
     };
-    let (qkv_f, qkv_b) = gemm_pair(&mut gpu, 3 * c);
+    let (qkv_f, qkv_b) = gemm_pair(&mut gpu, wq);
     let (dy_f, dy_b) = gemm_pair(&mut gpu, c);
     let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
     for fused in [true, false] {
         gpu.set_fused_attention(fused);
-        let saved = gpu.attention_saved_len(1, t, c, nh);
-        let mut outs = Vec::new();
+        let saved = gpu.attention_saved_len(bsz, t, c, nh);
+        let (mut outs, mut in_place) = (Vec::new(), Vec::new());
         for (qkv, dy) in [(&qkv_f, &dy_f), (&qkv_b, &dy_b)] {
+            let before = gpu.attention_reads_in_place();
             let (mut out, mut att) = (gpu.zeros(n * c), gpu.zeros(saved));
-            gpu.attention_fwd(&mut out, &mut att, qkv, 1, t, c, nh, nh, true);
-            let (mut dqkv, mut datt) = (gpu.zeros(n * 3 * c), gpu.zeros(saved));
-            gpu.attention_bwd(&mut dqkv, &mut datt, dy, &out, qkv, &att, 1, t, c, nh, nh, true);
-            outs.push((bits(gpu.download(&out, 0, n * c, 1)), bits(gpu.download(&dqkv, 0, n * 3 * c, 1))));
+            gpu.attention_fwd(&mut out, &mut att, qkv, bsz, t, c, nh, kvh, true);
+            let (mut dqkv, mut datt) = (gpu.zeros(n * wq), gpu.zeros(saved));
+            gpu.attention_bwd(&mut dqkv, &mut datt, dy, &out, qkv, &att, bsz, t, c, nh, kvh, true);
+            in_place.push(gpu.attention_reads_in_place() - before);
+            outs.push((bits(gpu.download(&out, 0, n * c, 1)), bits(gpu.download(&dqkv, 0, n * wq, 1))));
         }
+        // The fused kernels read BF16 q, k, v (forward and backward) and dout where they lie, and
+        // split f32 rows; the unfused path splits both.
+        assert_eq!(in_place, if fused { vec![0, 7] } else { vec![0, 0] }, "tensors read in place (fused {fused}): f32 rows, BF16 rows");
         assert!(outs[0].0 == outs[1].0, "attention_fwd (fused {fused}) reads BF16 qkv differently");
         assert!(outs[0].1 == outs[1].1, "attention_bwd (fused {fused}) reads BF16 qkv / dout differently");
         checked += 2;

@@ -3,9 +3,11 @@
 //! sizes the fused kernels do not take and for side-by-side measurement with
 //! `FP8SCOPE_ATTENTION=unfused`). The CPU reference is `capture/src/layers/attention.rs`.
 //!
-//! The fused path splits q, k, v (and, backward, dout) into per-head BF16 matrices in one pass
-//! each, streams their tiles through shared memory (cp.async, double-buffered) and writes the f32
-//! output rows directly: no (T x T) buffer and no merge pass; it saves one
+//! The fused path reads q, k, v (and, backward, dout) where they lie when they are BF16 rows (GPT's
+//! qkv and proj's dgrad output: [`HeadTensor`] gives the kernels each head's strides), and splits
+//! them into per-head BF16 matrices in one pass each otherwise (f32 rows); it streams their tiles
+//! through shared memory (cp.async, double-buffered) and writes the f32 output rows directly: no
+//! (T x T) buffer and no merge pass; it saves one
 //! base-2 log-sum-exp per query row (B, NH, T) for the backward, which recomputes the
 //! probabilities tile by tile: `flash_bwd_delta` (the softmax correction term), `flash_bwd_dkdv`
 //! (one block per key tile and kv head, looping over the group's query heads, so GQA needs no
@@ -14,7 +16,7 @@
 use super::blas::Batched;
 use super::{CudaBackend, CudaError, DevBuf, cfg, grid_for, grow};
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, PushKernelArg};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -142,6 +144,69 @@ pub fn configure(funcs: &HashMap<&'static str, CudaFunction>) -> Result<(), Cuda
     Ok(())
 }
 
+/// Where the fused kernels read a (B, heads, T, HS) BF16 tensor (flash_attention.cu: `FaTensor`):
+/// element (b, h, t, d) at `ptr` + 2 (b · batch + h · head + t · row + d) bytes. Within a batch the
+/// kernels add offsets in 32 bits, so the constructors refuse a batch that spans 2³² values or more.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct HeadTensor {
+    ptr: u64,
+    batch: i64,
+    head: u32,
+    row: u32,
+}
+
+// SAFETY: plain data with the C layout of `FaTensor` (a pointer, an i64, two u32: 24 bytes, no
+// padding), passed by value as a kernel argument.
+unsafe impl DeviceRepr for HeadTensor {}
+
+impl HeadTensor {
+    fn new(ptr: u64, batch: usize, head: usize, row: usize, span: usize) -> Result<HeadTensor, CudaError> {
+        if span > u32::MAX as usize {
+            return Err(CudaError::Unsupported(format!("fused attention over {span} values a batch (at most 2³² − 1)")));
+        }
+        Ok(HeadTensor { ptr, batch: batch as i64, head: head as u32, row: row as u32 })
+    }
+
+    /// `heads` head-major (T, HS) matrices a batch at `ptr`, as the split kernels write them.
+    pub(super) fn head_major(ptr: u64, heads: usize, t: usize, hs: usize) -> Result<HeadTensor, CudaError> {
+        Self::new(ptr, heads * t * hs, t * hs, hs, heads * t * hs)
+    }
+
+    /// Heads read in place from BF16 rows (B, T, `w`) at `ptr`: head h's values are the `hs`
+    /// columns from `col0` + h · hs.
+    pub(super) fn in_rows(ptr: u64, t: usize, w: usize, col0: usize, hs: usize) -> Result<HeadTensor, CudaError> {
+        Self::new(ptr + 2 * col0 as u64, t * w, hs, w, t * w)
+    }
+}
+
+/// The fused kernels' q (B, NH, T, HS), k and v (B, KVH, T, HS).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Heads {
+    pub q: HeadTensor,
+    pub k: HeadTensor,
+    pub v: HeadTensor,
+}
+
+impl Heads {
+    /// Head-major q, k and v at the device pointers `(q, k, v)`, as the split kernels write them.
+    pub(super) fn head_major((q, k, v): (u64, u64, u64), shape: &AttentionShape) -> Result<Heads, CudaError> {
+        let (t, hs) = (shape.t, shape.c / shape.nh);
+        Ok(Heads {
+            q: HeadTensor::head_major(q, shape.nh, t, hs)?,
+            k: HeadTensor::head_major(k, shape.kvh, t, hs)?,
+            v: HeadTensor::head_major(v, shape.kvh, t, hs)?,
+        })
+    }
+}
+
+/// Whether the fused kernels can read the heads of `buf` in place: BF16 rows whose 16-byte chunks
+/// (`cp.async`'s) are aligned, which a head size that is a multiple of 8 keeps at every row and
+/// head.
+fn readable_in_place(buf: &DevBuf, ptr: u64, hs: usize) -> bool {
+    buf.is_bf16() && ptr.is_multiple_of(16) && hs.is_multiple_of(8)
+}
+
 /// The shape of one attention call: batch, sequence, channels (NH · head size), query and kv
 /// heads, and whether it is causal.
 #[derive(Clone, Copy, Debug)]
@@ -168,6 +233,9 @@ pub struct AttentionState {
     pub(super) y32: CudaSlice<f32>,
     pub(super) dq32: CudaSlice<f32>,
     pub(super) dk32: CudaSlice<f32>,
+    /// Tensors the fused kernels have read in place from BF16 rows so far (q, k, v or dout: one
+    /// each), for tests to tell the two ways apart.
+    pub(super) in_place: u64,
 }
 
 impl AttentionState {
@@ -186,6 +254,7 @@ impl AttentionState {
             y32: s.alloc_zeros(1)?,
             dq32: s.alloc_zeros(1)?,
             dk32: s.alloc_zeros(1)?,
+            in_place: 0,
         })
     }
 }
@@ -195,6 +264,12 @@ impl CudaBackend {
     /// the other in one process.
     pub fn set_fused_attention(&mut self, on: bool) {
         self.attn.fused = on;
+    }
+
+    /// How many q, k, v and dout tensors the fused kernels have read in place from BF16 rows so far,
+    /// without a split pass.
+    pub fn attention_reads_in_place(&self) -> u64 {
+        self.attn.in_place
     }
 
     /// Whether attention of C = `c` over `nh` heads runs fused.
@@ -224,28 +299,61 @@ impl CudaBackend {
         qkv: &DevBuf,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { b, t, c, nh, kvh, .. } = shape;
+        let AttentionShape { c, nh, kvh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_fwd_unfused(out, att, qkv, shape);
         }
-        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
-        let heads = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        Self::attention_heads(c, nh, kvh)?;
+        let heads = self.flash_heads(qkv, &shape)?;
         self.flash_fwd(out, att, heads, shape)
     }
 
-    /// The fused forward (`flash_fwd_d{HS}`) from q (B,NH,T,HS), k, v (B,KVH,T,HS) in BF16 at the
-    /// device pointers `heads`: out, and att = the log-sum-exp of each query row.
-    pub(super) fn flash_fwd(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, heads: (u64, u64, u64), shape: AttentionShape) -> Result<(), CudaError> {
+    /// The fused forward (`flash_fwd_d{HS}`) from q (B,NH,T,HS), k, v (B,KVH,T,HS) in BF16 where
+    /// `heads` says: out, and att = the log-sum-exp of each query row.
+    pub(super) fn flash_fwd(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, heads: Heads, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
         let [fwd, _, _] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
-        let (q, k, v) = heads;
+        let Heads { q, k, v } = heads;
         let (outp, lsep) = (self.ptr(out), self.ptr(att));
         let lc = flash_grid(nh, b, t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd), flash_smem(hs)[0])?;
         let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
         launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
+    }
+
+    /// q, k, v as the fused kernels read them: in place when qkv holds BF16 rows, else split from
+    /// its f32 rows into the attention scratch (`attention_split_fwd`).
+    fn flash_heads(&mut self, qkv: &DevBuf, shape: &AttentionShape) -> Result<Heads, CudaError> {
+        let AttentionShape { b, t, c, nh, kvh, .. } = *shape;
+        let hs = c / nh;
+        let w = (nh + 2 * kvh) * hs;
+        let qkvp = self.ptr(qkv.raw());
+        if !readable_in_place(qkv, qkvp, hs) {
+            let split = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+            return Heads::head_major(split, shape);
+        }
+        Self::check_len("qkv", qkv.len(), b * t * w)?;
+        self.attn.in_place += 3;
+        Ok(Heads {
+            q: HeadTensor::in_rows(qkvp, t, w, 0, hs)?,
+            k: HeadTensor::in_rows(qkvp, t, w, nh * hs, hs)?,
+            v: HeadTensor::in_rows(qkvp, t, w, (nh + kvh) * hs, hs)?,
+        })
+    }
+
+    /// dout (B,NH,T,HS) as the fused kernels read it: in place when it holds BF16 rows, else split
+    /// from its f32 rows into the attention scratch (`attention_split_bwd`).
+    fn flash_dout(&mut self, dout: &DevBuf, b: usize, t: usize, nh: usize, hs: usize) -> Result<HeadTensor, CudaError> {
+        let doutp = self.ptr(dout.raw());
+        if !readable_in_place(dout, doutp, hs) {
+            let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
+            return HeadTensor::head_major(dy, nh, t, hs);
+        }
+        Self::check_len("attention's dout", dout.len(), b * t * nh * hs)?;
+        self.attn.in_place += 1;
+        HeadTensor::in_rows(doutp, t, nh * hs, 0, hs)
     }
 
     /// q (B,NH,T,HS), k, v (B,KVH,T,HS) as BF16 from the qkv rows (f32 or BF16 storage), into the
@@ -283,17 +391,17 @@ impl CudaBackend {
         att: &CudaSlice<f32>,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { b, t, c, nh, kvh, .. } = shape;
+        let AttentionShape { c, nh, kvh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_bwd_unfused(dqkv, datt, dout, qkv, att, shape);
         }
-        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
-        let heads = self.attention_split(qkv, b, t, nh, kvh, hs)?;
+        Self::attention_heads(c, nh, kvh)?;
+        let heads = self.flash_heads(qkv, &shape)?;
         self.flash_bwd(dqkv, datt, dout, out, att, heads, shape, 0)
     }
 
-    /// The fused backward from the forward's q, k, v (BF16, head-major, at the device pointers
-    /// `heads`), its output and log-sum-exp: dout split into heads, the correction term into `datt`
+    /// The fused backward from the forward's q, k, v (BF16, where `heads` says), its output and
+    /// log-sum-exp: dout read in place or split ([`Self::flash_dout`]), the correction term into `datt`
     /// (`flash_bwd_delta`), then `flash_bwd_dkdv_d{HS}` and `flash_bwd_dq_d{HS}` into dqkv (B,T,W).
     /// With `rope_tab` (the device pointer of the RoPE table, or 0 for none) dq and dk are rotated
     /// back as they are stored: dqkv is then the gradient before the rotation.
@@ -305,7 +413,7 @@ impl CudaBackend {
         dout: &DevBuf,
         out: &CudaSlice<f32>,
         att: &CudaSlice<f32>,
-        heads: (u64, u64, u64),
+        heads: Heads,
         shape: AttentionShape,
         rope_tab: u64,
     ) -> Result<(), CudaError> {
@@ -315,8 +423,8 @@ impl CudaBackend {
         Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
         let [_, dkdv, dq] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
-        let (q, k, v) = heads;
-        let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
+        let Heads { q, k, v } = heads;
+        let dy = self.flash_dout(dout, b, t, nh, hs)?;
         let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout.raw()), self.ptr(out), self.ptr(att));
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;

@@ -17,7 +17,7 @@
 //! anyway). The backward takes the same branch as its forward, so the attention path
 //! (`set_fused_attention`) must not change between the two.
 
-use super::attention::{AttentionShape, split_grid};
+use super::attention::{AttentionShape, Heads, split_grid};
 use super::rope::RopeDir;
 use super::{CudaBackend, CudaError, DevBuf};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -67,7 +67,7 @@ impl CudaBackend {
         let (qkvp, qkv16) = (self.ptr(qkv.raw()), qkv.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         launch!(self, "rope_split_fwd", split_grid(b * t, w, hs), q, k, v, qkvp, qkv16, tab, bi, ti, nhi, kvhi, hsi)?;
-        self.flash_fwd(out, att, heads, shape)
+        self.flash_fwd(out, att, Heads::head_major(heads, &shape)?, shape)
     }
 
     /// dqkv (before the rotation) from q, k, v as the forward saved them. The fused path rotates
@@ -92,7 +92,7 @@ impl CudaBackend {
             self.attention_bwd_impl(dqkv_rot, datt, dout, out, saved, att, shape)?;
             return self.rope_impl(RopeDir::Bwd, dqkv, dqkv_rot, b, t, nh, kvh, hs, theta);
         }
-        let heads = self.saved_heads(saved, &shape, hs)?;
+        let heads = Heads::head_major(self.saved_heads(saved, &shape, hs)?, &shape)?;
         let tab = self.rope_table_ptr(t, hs, theta)?;
         self.flash_bwd(dqkv, datt, dout, out, att, heads, shape, tab)
     }
