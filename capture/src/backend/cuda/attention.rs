@@ -564,6 +564,34 @@ mod tests {
         }
     }
 
+    /// A head's element (b, h, t, d) lies where the kernels look for it in both layouts, the
+    /// struct has `FaTensor`'s 24-byte C layout, and a batch past 32-bit offsets is refused.
+    #[test]
+    fn head_tensors_address_both_layouts_and_refuse_what_32_bits_cannot_reach() {
+        assert_eq!(std::mem::size_of::<HeadTensor>(), 24);
+        assert_eq!(std::mem::align_of::<HeadTensor>(), 8);
+        // The element offset (in values) of (b, h, t, d), as flash_attention.cu computes it.
+        let at = |x: &HeadTensor, base: u64, b: i64, h: u32, t: u32, d: u32| ((x.ptr - base) / 2) as i64 + b * x.batch + (h * x.head + t * x.row + d) as i64;
+        let (nh, kvh, t, hs) = (4usize, 2usize, 5usize, 16usize);
+        let w = (nh + 2 * kvh) * hs;
+        let base = 1 << 20;
+        // qkv rows (B, T, W): q head h at columns h·hs, k head g at (NH + g)·hs, v at (NH + KVH + g)·hs.
+        let q = HeadTensor::in_rows(base, t, w, 0, hs).unwrap();
+        let k = HeadTensor::in_rows(base, t, w, nh * hs, hs).unwrap();
+        let v = HeadTensor::in_rows(base, t, w, (nh + kvh) * hs, hs).unwrap();
+        let row = |b: usize, tt: usize| ((b * t + tt) * w) as i64;
+        assert_eq!(at(&q, base, 1, 3, 2, 7), row(1, 2) + (3 * hs + 7) as i64);
+        assert_eq!(at(&k, base, 1, 1, 4, 0), row(1, 4) + ((nh + 1) * hs) as i64);
+        assert_eq!(at(&v, base, 0, 0, 0, 15), row(0, 0) + ((nh + kvh) * hs + 15) as i64);
+        // Head-major (B, H, T, HS), as the split kernels write it.
+        let hm = HeadTensor::head_major(base, nh, t, hs).unwrap();
+        assert_eq!(at(&hm, base, 1, 2, 3, 4), (((nh + 2) * t + 3) * hs + 4) as i64);
+        // A batch of 2^32 values or more cannot be addressed with the kernels' 32-bit offsets.
+        assert!(HeadTensor::in_rows(base, 1 << 16, 1 << 16, 0, 64).is_err());
+        assert!(HeadTensor::head_major(base, 1 << 10, 1 << 16, 64).is_err());
+        assert!(HeadTensor::in_rows(base, (1 << 16) - 1, 1 << 16, 0, 64).is_ok());
+    }
+
     /// A head size without a fused kernel, or the switch, is said in one line; the fused sizes
     /// say nothing.
     #[test]
