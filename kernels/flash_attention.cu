@@ -66,7 +66,9 @@ struct FaTensor {
     u32 head, row;
 };
 
-// Where batch b of x starts.
+// Where batch b of x starts. A head's start is either a pointer (fa_head, where the kernel keeps
+// it: k and v across the key loop) or an offset from its batch's (fa_load's `off`, where the head
+// changes: dK/dV's query heads), which holds one register where a pointer holds two.
 __device__ __forceinline__ const bf16* fa_batch(const FaTensor& x, int b) { return x.p + (long long)b * x.batch; }
 // Where the (T, D) matrix of head h of batch b starts.
 __device__ __forceinline__ const bf16* fa_head(const FaTensor& x, int b, int h) { return fa_batch(x, b) + (u32)h * x.head; }

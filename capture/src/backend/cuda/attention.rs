@@ -299,11 +299,10 @@ impl CudaBackend {
         qkv: &DevBuf,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { c, nh, kvh, .. } = shape;
+        let AttentionShape { c, nh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_fwd_unfused(out, att, qkv, shape);
         }
-        Self::attention_heads(c, nh, kvh)?;
         let heads = self.flash_heads(qkv, &shape)?;
         self.flash_fwd(out, att, heads, shape)
     }
@@ -323,11 +322,12 @@ impl CudaBackend {
         launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
     }
 
-    /// q, k, v as the fused kernels read them: in place when qkv holds BF16 rows, else split from
-    /// its f32 rows into the attention scratch (`attention_split_fwd`).
+    /// q, k, v as the fused kernels read them, after checking the head counts: in place when qkv
+    /// holds BF16 rows, else split from its f32 rows into the attention scratch
+    /// (`attention_split_fwd`).
     fn flash_heads(&mut self, qkv: &DevBuf, shape: &AttentionShape) -> Result<Heads, CudaError> {
         let AttentionShape { b, t, c, nh, kvh, .. } = *shape;
-        let hs = c / nh;
+        let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         let w = (nh + 2 * kvh) * hs;
         let qkvp = self.ptr(qkv.raw());
         if !readable_in_place(qkv, qkvp, hs) {
@@ -391,11 +391,10 @@ impl CudaBackend {
         att: &CudaSlice<f32>,
         shape: AttentionShape,
     ) -> Result<(), CudaError> {
-        let AttentionShape { c, nh, kvh, .. } = shape;
+        let AttentionShape { c, nh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_bwd_unfused(dqkv, datt, dout, qkv, att, shape);
         }
-        Self::attention_heads(c, nh, kvh)?;
         let heads = self.flash_heads(qkv, &shape)?;
         self.flash_bwd(dqkv, datt, dout, out, att, heads, shape, 0)
     }
