@@ -18,8 +18,12 @@ them through 2; bench/results/2026-12-02-attention-order/call7/dkdv_three_buffer
 FA_DKDV_BUFS knob that tried 3); `ptr-args` passes q, k, v and dout as plain pointers to
 head-major matrices, for builds from before the kernels took strided tensors (FaTensor); `rows`
 has the kernels read q, k, v from BF16 qkv rows (B, T, (NH + 2 KVH) D) and dout from BF16 rows
-(B, T, NH D) in place, as the engine does for GPT's BF16 buffers. The default shape is llama-1b's
-attention (4, 2048, 32, 8, 64); the RoPE table is passed to the backward as llama-1b passes it.
+(B, T, NH D) in place, as the engine does for GPT's BF16 buffers; `f32-args` launches a build from
+before the kernels took the out16 / dqkv16 flags (its outputs are f32 rows; `ptr-args` builds are
+such builds); `out16` has the kernels write out and dqkv as BF16 rows, as the engine does for GPT's
+16-bit buffers (compared with the reference's f32 values; needs --no-rope). The default shape is
+llama-1b's attention (4, 2048, 32, 8, 64); the RoPE table is passed to the backward as llama-1b
+passes it, unless --no-rope (GPT's attention, as the seed preset runs it).
 """
 import ctypes
 import json
@@ -81,7 +85,7 @@ class Driver:
     def launch(self, f, grid, smem, args):
         vals = []
         for a in args:
-            if isinstance(a, ctypes.Structure):
+            if isinstance(a, (ctypes.Structure, ctypes.c_uint64)):
                 vals.append(a)
             elif isinstance(a, torch.Tensor):
                 vals.append(ctypes.c_uint64(a.data_ptr()))
@@ -127,8 +131,10 @@ def main():
         i = args.index("--rounds")
         rounds = int(args[i + 1])
         del args[i:i + 2]
+    use_rope = "--no-rope" not in args
+    args = [a for a in args if a != "--no-rope"]
     if len(args) < 2:
-        die("usage: flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ [...] [--shape B,T,NH,KVH,D] [--rounds N]")
+        die("usage: flash_bench.py OUT.json NAME=FILE.cubin:MT_FWD:MT_DQ [...] [--shape B,T,NH,KVH,D] [--rounds N] [--no-rope]")
     out_json, specs = args[0], args[1:]
     b, t, nh, kvh, d = shape
     scale = 1.0 / math.sqrt(d)
@@ -139,29 +145,36 @@ def main():
         name, rest = s.split("=", 1)
         fields = rest.split(":")
         if len(fields) < 3:
-            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x][:dkdv-bufs=N][:ptr-args][:rows]")
+            die(f"{s}: expected NAME=FILE.cubin:MT_FWD:MT_DQ[:tiles-x][:dkdv-bufs=N][:ptr-args][:rows][:f32-args][:out16]")
         path, mt_fwd, mt_dq = fields[0], int(fields[1]), int(fields[2])
         if d > 64:
             mt_fwd = mt_dq = 1
-        tiles_x, bufs, ptr_args, rows = False, 2, False, False
+        tiles_x, bufs, ptr_args, rows, f32_args, out16 = False, 2, False, False, False, False
         for opt in fields[3:]:
             if opt == "tiles-x":
                 tiles_x = True
             elif opt == "ptr-args":
-                ptr_args = True
+                ptr_args = f32_args = True
+            elif opt == "f32-args":
+                f32_args = True
+            elif opt == "out16":
+                out16 = True
             elif opt == "rows":
                 rows = True
             elif opt.startswith("dkdv-bufs="):
                 bufs = int(opt.split("=", 1)[1])
             else:
-                die(f"{s}: unknown option {opt} (tiles-x, dkdv-bufs=N, ptr-args, rows)")
+                die(f"{s}: unknown option {opt} (tiles-x, dkdv-bufs=N, ptr-args, rows, f32-args, out16)")
         if ptr_args and rows:
             die(f"{s}: ptr-args builds read head-major matrices only (drop rows)")
+        if out16 and (f32_args or use_rope):
+            die(f"{s}: out16 needs a build with the out16 flags (no f32-args, ptr-args) and --no-rope (rotated dq, dk are not BF16 numbers)")
         mod = drv.load(open(path, "rb").read())
         tb = tile_bytes(d)
         sm = {"fwd": (mt_fwd + 4) * tb, "dkdv": (2 + 2 * bufs) * tb, "dq": (2 * mt_dq + 4) * tb}
         variants.append({
             "name": name, "mt_fwd": mt_fwd, "mt_dq": mt_dq, "smem": sm, "tiles_x": tiles_x, "ptr_args": ptr_args, "rows": rows,
+            "f32_args": f32_args, "out16": out16,
             "fwd": drv.function(mod, f"flash_fwd_d{d}", sm["fwd"]),
             "dkdv": drv.function(mod, f"flash_bwd_dkdv_d{d}", sm["dkdv"]),
             "dq": drv.function(mod, f"flash_bwd_dq_d{d}", sm["dq"]),
@@ -184,15 +197,21 @@ def main():
     def grid(var, heads, tiles):
         return (tiles, heads, b) if var["tiles_x"] else (heads, b, tiles)
 
+    rope_arg = rope if use_rope else ctypes.c_uint64(0)  # a null pointer
+
+    def dst(var, x):
+        """An output tensor and, for builds that take it, its 16-bit flag."""
+        return [x] if var["f32_args"] else [x, int(var["out16"])]
+
     def fwd(var, out, lse):
         grid_ = grid(var, nh, (t + TILE * var["mt_fwd"] - 1) // (TILE * var["mt_fwd"]))
-        drv.launch(var["fwd"], grid_, var["smem"]["fwd"], [out, lse, *tensors(var)[:3], t, nh, kvh, scale, 1])
+        drv.launch(var["fwd"], grid_, var["smem"]["fwd"], [*dst(var, out), lse, *tensors(var)[:3], t, nh, kvh, scale, 1])
 
     def dkdv(var, dqkv, lse, delta):
-        drv.launch(var["dkdv"], grid(var, kvh, (t + TILE - 1) // TILE), var["smem"]["dkdv"], [dqkv, *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope])
+        drv.launch(var["dkdv"], grid(var, kvh, (t + TILE - 1) // TILE), var["smem"]["dkdv"], [*dst(var, dqkv), *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope_arg])
 
     def dq(var, dqkv, lse, delta):
-        drv.launch(var["dq"], grid(var, nh, (t + TILE * var["mt_dq"] - 1) // (TILE * var["mt_dq"])), var["smem"]["dq"], [dqkv, *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope])
+        drv.launch(var["dq"], grid(var, nh, (t + TILE * var["mt_dq"] - 1) // (TILE * var["mt_dq"])), var["smem"]["dq"], [*dst(var, dqkv), *tensors(var), lse, delta, t, nh, kvh, scale, 1, rope_arg])
 
     # The reference's forward and correction term feed every variant's backward.
     ref = variants[0]
@@ -200,13 +219,15 @@ def main():
     lse_ref = torch.empty(b, nh, t, device="cuda")
     fwd(ref, out_ref, lse_ref)
     delta = torch.empty(b, nh, t, device="cuda")
-    drv.launch(ref["delta"], (((b * t * nh) + 7) // 8, 1, 1), 0, [delta, dout, 0, out_ref, b, t, nh, d])
+    out_flag = [] if ref["f32_args"] else [0]
+    drv.launch(ref["delta"], (((b * t * nh) + 7) // 8, 1, 1), 0, [delta, dout, 0, out_ref, *out_flag, b, t, nh, d])
     dqkv_ref = torch.zeros(b, t, w, device="cuda")
     dkdv(ref, dqkv_ref, lse_ref, delta)
     dq(ref, dqkv_ref, lse_ref, delta)
     torch.cuda.synchronize()
 
     def same(a, r):
+        a = a.float()
         if torch.equal(a.view(torch.int32), r.view(torch.int32)):
             return "identical"
         diff = (a - r).abs().max().item()
@@ -215,10 +236,11 @@ def main():
 
     results = []
     for var in variants:
-        out = torch.empty_like(out_ref)
+        ty = torch.bfloat16 if var["out16"] else torch.float32
+        out = torch.empty_like(out_ref, dtype=ty)
         lse = torch.empty_like(lse_ref)
         fwd(var, out, lse)
-        dqkv = torch.zeros_like(dqkv_ref)
+        dqkv = torch.zeros_like(dqkv_ref, dtype=ty)
         dkdv(var, dqkv, lse_ref, delta)
         dq(var, dqkv, lse_ref, delta)
         torch.cuda.synchronize()

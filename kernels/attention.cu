@@ -92,8 +92,9 @@ extern "C" __global__ void attention_softmax_fwd(float* att, __nv_bfloat16* __re
     }
 }
 
-// out (B,T,C) = y (B,NH,T,HS) re-interleaved, rounded to BF16. Launch: grid-stride over B*T*C.
-extern "C" __global__ void attention_merge_fwd(float* __restrict__ out, const float* __restrict__ y,
+// out (B,T,C) = y (B,NH,T,HS) re-interleaved, rounded to BF16; out holds f32 values, or BF16 values
+// with out_bf16. Launch: grid-stride over B*T*C.
+extern "C" __global__ void attention_merge_fwd(void* __restrict__ out, int out_bf16, const float* __restrict__ y,
                                                int b, int t, int nh, int hs) {
     u64 total = (u64)b * nh * t * hs;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
@@ -102,7 +103,7 @@ extern "C" __global__ void attention_merge_fwd(float* __restrict__ out, const fl
         int tt = (int)(r % t); r /= t;
         int h = (int)(r % nh);
         int bb = (int)(r / nh);
-        out[((u64)bb * t + tt) * nh * hs + (u64)h * hs + d] = round_bf16(y[i]);
+        store_value(out, ((u64)bb * t + tt) * nh * hs + (u64)h * hs + d, out_bf16, round_bf16(y[i]));
     }
 }
 
@@ -136,9 +137,10 @@ extern "C" __global__ void attention_softmax_bwd(__nv_bfloat16* __restrict__ dpr
     }
 }
 
-// dqkv (B,T,C + 2*KVH*HS) (=) from dq (B,NH,T,HS), dk, dv (B,KVH,T,HS) f32, rounded to BF16.
+// dqkv (B,T,C + 2*KVH*HS) (=) from dq (B,NH,T,HS), dk, dv (B,KVH,T,HS) f32, rounded to BF16; dqkv
+// holds f32 values, or BF16 values with dqkv_bf16.
 // Launch: grid-stride over B*(NH + KVH)*T*HS (the dq elements, then the dk/dv pairs).
-extern "C" __global__ void attention_merge_bwd(float* __restrict__ dqkv, const float* __restrict__ dq,
+extern "C" __global__ void attention_merge_bwd(void* __restrict__ dqkv, int dqkv_bf16, const float* __restrict__ dq,
                                                const float* __restrict__ dk, const float* __restrict__ dv,
                                                int b, int t, int nh, int kvh, int hs) {
     u64 nq = (u64)b * nh * t * hs;
@@ -156,11 +158,11 @@ extern "C" __global__ void attention_merge_bwd(float* __restrict__ dqkv, const f
         int bb = (int)(r / heads);
         u64 row = ((u64)bb * t + tt) * w;
         if (is_q) {
-            dqkv[row + (u64)h * hs + d] = round_bf16(dq[j]);
+            store_value(dqkv, row + (u64)h * hs + d, dqkv_bf16, round_bf16(dq[j]));
         } else {
             u64 dst = row + c + (u64)h * hs + d;
-            dqkv[dst] = round_bf16(dk[j]);
-            dqkv[dst + (u64)kvh * hs] = round_bf16(dv[j]);
+            store_value(dqkv, dst, dqkv_bf16, round_bf16(dk[j]));
+            store_value(dqkv, dst + (u64)kvh * hs, dqkv_bf16, round_bf16(dv[j]));
         }
     }
 }

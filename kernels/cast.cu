@@ -336,6 +336,9 @@ __device__ __forceinline__ void load_tile(const float* __restrict__ x, int rows,
 // layernorm.cu with out null), and the normalized tensor is neither written nor read.
 #define SRC_RMSNORM 6    // x (rows, cols) = rmsnorm(x): rstd, gain
 #define SRC_LAYERNORM 7  // x (rows, cols) = layernorm(x): mean, rstd, gain, shift (the bias)
+// A tensor held in 16 bits (a BF16 buffer: the attention's output, GPT's dqkv): x = h, each value
+// widened to f32 exactly, so the codes and statistics are a plain cast's of the f32 copy.
+#define SRC_BF16 8       // x (rows, cols) = h (rows, cols)
 struct CastSrc {
     const unsigned short* h;
     const unsigned short* b;
@@ -381,7 +384,7 @@ __device__ __forceinline__ void norm_apply(const CastSrc& s, int rows, int cols,
 // The inputs (BF16) kind K reads for each value: gate and up (SwiGLU), h (GELU), and dout for
 // the backwards.
 template <int K> struct SrcInputs {
-    static constexpr int N = K == 0 || K == SRC_GELU ? 1 : K == SRC_SWIGLU || K == SRC_DGELU ? 2 : 3;
+    static constexpr int N = K == 0 || K == SRC_GELU || K == SRC_BF16 ? 1 : K == SRC_SWIGLU || K == SRC_DGELU ? 2 : 3;
 };
 
 // A thread's raw inputs for its 4 x 4 values of a tile (load_tile's rows and columns): per row, 4
@@ -446,6 +449,8 @@ __device__ __forceinline__ void src_compute(int cols, int c0, int tx, const SrcR
                 if (K == SRC_DSWIGLU_PAIRS) w[q][k] = du;
             } else if (K == SRC_GELU) {
                 v[q][k] = gelu_one(a[k]);
+            } else if (K == SRC_BF16) {
+                v[q][k] = a[k];
             } else {
                 v[q][k] = dgelu_one(a[k], d[k]);
             }
@@ -703,7 +708,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // backward computed); the other kernels compile them out (cast.rs: column_sums_of). Their
     // tile is word-aligned, for tile_column_sums (only theirs: the alignment moves ptxas's
     // register allocation, and the RMSNorm cast's then spills).
-    constexpr bool COLSUM = FMT == FMT_BF16 && (SRC == 0 || SRC == SRC_DGELU);
+    constexpr bool COLSUM = FMT == FMT_BF16 && (SRC == 0 || SRC == SRC_DGELU || SRC == SRC_BF16);
     __shared__ __align__(COLSUM ? 4 : CodeTile<FMT>::ALIGN) typename CodeTile<FMT>::T tile[TILE][CodeTile<FMT>::W];
     // Per-thread channel partials of a tile (16 row groups x 64 columns); rows padded against
     // bank conflicts in the reduction below.
@@ -965,6 +970,7 @@ CAST_SRC_KERNELS(4)
 CAST_SRC_KERNELS(5)
 CAST_SRC_KERNELS(6)
 CAST_SRC_KERNELS(7)
+CAST_SRC_KERNELS(8)
 #else
 
 // dbias[r] += sum over c of dequant(q[r][c]): the bias gradient from the (transposed) cast of dY, so
@@ -1262,6 +1268,14 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_stats_reduce(con
     if (t.level == 0) reduce_job<0>(t);
     else if (t.level == 1) reduce_job<1>(t);
     else reduce_job<2>(t);
+}
+
+// out[i] = h[i]: a BF16 buffer's values widened to f32 (exact), for the casts that read only f32
+// buffers (cast.rs: the statistics' full level, block scaling, the BF16 shadow GEMMs).
+extern "C" __global__ void widen_bf16(float* __restrict__ out, const unsigned short* __restrict__ h, u64 n) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        out[i] = __uint_as_float((u32)h[i] << 16);
+    }
 }
 
 // x[i] = round_bf16(x[i]) in place.

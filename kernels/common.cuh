@@ -34,6 +34,13 @@ __device__ __forceinline__ float load_value(const void* __restrict__ p, u64 i, i
     return bf16 ? __uint_as_float((u32)__ldg((const unsigned short*)p + i) << 16) : __ldg((const float*)p + i);
 }
 
+// p[i] = v, p holding f32 values, or BF16 values with bf16 (v must be a BF16 number: its low 16 bits
+// are zero, so keeping the high half is exact).
+__device__ __forceinline__ void store_value(void* __restrict__ p, u64 i, int bf16, float v) {
+    if (bf16) ((unsigned short*)p)[i] = (unsigned short)(__float_as_uint(v) >> 16);
+    else ((float*)p)[i] = v;
+}
+
 // Whether p (f32, or BF16 with bf16) is aligned for a 4-wide load (16 or 8 bytes).
 __device__ __forceinline__ bool aligned4(const void* p, int bf16) {
     return ((u64)p & (bf16 ? 7 : 15)) == 0;

@@ -5,7 +5,9 @@
 // Layouts: q and dout (B, NH, T, D), k and v (B, KVH, T, D), BF16, each read through a FaTensor
 // (its strides): BF16 qkv and dout rows in place, else the head-major matrices that attention.cu's
 // attention_split_fwd / attention_split_bwd (f32 rows) or rope_split_fwd (RoPE) write in one pass;
-// query head h reads kv head h / (NH/KVH). out (B, T, NH*D) and dqkv (B, T, (NH + 2 KVH) D) are f32 rows.
+// query head h reads kv head h / (NH/KVH). out (B, T, NH*D) and dqkv (B, T, (NH + 2 KVH) D) are rows of
+// f32 values, or of BF16 values (out16, dqkv16: the backend's 16-bit buffers; not with RoPE's
+// rotation at the store, whose values are not BF16 numbers).
 // Tiles stream from global to shared memory with cp.async, double-buffered: the next tile loads
 // while the current one is multiplied.
 // Numerics: q, k, v, dout are the BF16 values the unfused path's cuBLAS GEMMs take; scores, the
@@ -260,21 +262,22 @@ __device__ __forceinline__ float fa_exp2(float x) {
 }
 
 // Writes a warp's 16 x D accumulator (rows row0 + g, row0 + g + 8), times `scale` and rounded to
-// BF16, into a (T, w) f32 matrix at column col. With rope_tab (the RoPE table, (T, D): row t =
+// BF16, into a (T, w) matrix at column col, whose row 0 is value `base` of dst: f32 values, or BF16
+// values with o16 (two to a word; never with rope_tab). With rope_tab (the RoPE table, (T, D): row t =
 // [cos (D/2) | sin (D/2)]), each row's (j, j + D/2) pairs are then rotated back as rope_bwd rotates
 // them (kernels/attention.cu: the same uncontracted f32 operations on the same BF16 values): the
 // gradient before the rotation, with no pass of its own. A thread holds both columns of its pairs
 // (n-blocks nb and nb + NB/2).
 template <int D>
-__device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, int t, const float (&acc)[Fa<D>::NB][4], float scale0, float scale1,
-                                         const float* __restrict__ rope_tab = nullptr) {
+__device__ __forceinline__ void fa_store(void* dst, int o16, u64 base, int w, int col, int row0, int t, const float (&acc)[Fa<D>::NB][4],
+                                         float scale0, float scale1, const float* __restrict__ rope_tab = nullptr) {
     int l = threadIdx.x & 31, g = l >> 2, c = l & 3;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         int tt = row0 + g + 8 * half;
         if (tt >= t) continue;
         float s = half ? scale1 : scale0;
-        float* o = dst + (u64)tt * w + col + 2 * c;
+        u64 i0 = base + (u64)tt * w + col + 2 * c;
         float y[Fa<D>::NB][2];
 #pragma unroll
         for (int nb = 0; nb < Fa<D>::NB; nb++) {
@@ -293,7 +296,10 @@ __device__ __forceinline__ void fa_store(float* dst, int w, int col, int row0, i
                 }
         }
 #pragma unroll
-        for (int nb = 0; nb < Fa<D>::NB; nb++) *reinterpret_cast<float2*>(o + nb * 8) = make_float2(y[nb][0], y[nb][1]);
+        for (int nb = 0; nb < Fa<D>::NB; nb++) {
+            if (o16) *reinterpret_cast<u32*>((unsigned short*)dst + i0 + nb * 8) = pack_bf16(y[nb][0], y[nb][1]);
+            else *reinterpret_cast<float2*>((float*)dst + i0 + nb * 8) = make_float2(y[nb][0], y[nb][1]);
+        }
     }
 }
 
@@ -385,7 +391,7 @@ __device__ __forceinline__ void fa_fwd_tile(float (&o)[MT][Fa<D>::NB][4], float 
 // under a causal mask) first; warp w owns query rows 16w .. 16w+15 of each of the block's MT query
 // tiles.
 template <int D>
-__device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+__device__ void flash_fwd(void* __restrict__ out, int out16, float* __restrict__ lse, const FaTensor& q, const FaTensor& k, const FaTensor& v,
                           int t, int nh, int kvh, float scale, int causal) {
     constexpr int MT = Fa<D>::MT_FWD;
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -453,24 +459,24 @@ __device__ void flash_fwd(float* __restrict__ out, float* __restrict__ lse, cons
             float lse2 = r == 0 ? __fmaf_rn(m[i][r], sl2, lg) : __fadd_rn(__fmul_rn(m[i][r], sl2), lg);
             if (cq == 0 && qi < t) lse[((u64)b * nh + h) * t + qi] = lse2;
         }
-        fa_store<D>(out + (u64)b * t * c, c, h * D, q0 + i * FA_TILE + warp * 16, t, o[i], inv[0], inv[1]);
+        fa_store<D>(out, out16, (u64)b * t * c, c, h * D, q0 + i * FA_TILE + warp * 16, t, o[i], inv[0], inv[1]);
     }
 }
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
-// dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so).
+// dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so), and
+// out likewise with out_bf16 (the forward's out16).
 // Launch: one warp per (b, t, h) row, 8 warps per block.
 extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
-                                           const float* __restrict__ out, int b, int t, int nh, int d) {
+                                           const void* __restrict__ out, int out_bf16, int b, int t, int nh, int d) {
     u64 row = blockIdx.x * 8ull + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= (u64)b * t * nh) return;
     int h = (int)(row % nh);
     u64 bt = row / nh;
     u64 g0 = bt * nh * d + (u64)h * d;
-    const float* y = out + bt * nh * d + (u64)h * d;
     float s = 0.0f;
-    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(load_value(dout, g0 + i, dout_bf16))) * y[i];
+    for (int i = lane; i < d; i += 32) s += __bfloat162float(__float2bfloat16_rn(load_value(dout, g0 + i, dout_bf16))) * load_value(out, g0 + i, out_bf16);
     s = warp_sum(s);
     if (lane == 0) {
         int tt = (int)(bt % t);
@@ -488,7 +494,7 @@ __device__ __forceinline__ float fa_row(const float* v, int qi, int t) { return 
 // query tiles of P^T dO; dK = scale * sum dS^T Q. The (head, query tile) pairs run as one
 // sequence, so the next pair's q and dout tiles load during this one.
 template <int D>
-__device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+__device__ void flash_bwd_dkdv(void* __restrict__ dqkv, int dqkv16, const FaTensor& q, const FaTensor& k, const FaTensor& v,
                                const FaTensor& dy, const float* __restrict__ lse,
                                const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
                                const float* __restrict__ rope_tab) {
@@ -586,9 +592,9 @@ __device__ void flash_bwd_dkdv(float* __restrict__ dqkv, const FaTensor& q, cons
         __syncthreads();
     }
     int krow0 = k0 + warp * 16;
-    float* dst = dqkv + (u64)b * t * w;
-    fa_store<D>(dst, w, c + grp * D, krow0, t, dk[0], scale, scale, rope_tab);
-    fa_store<D>(dst, w, c + kvh * D + grp * D, krow0, t, dv[0], 1.0f, 1.0f);
+    u64 base = (u64)b * t * w;
+    fa_store<D>(dqkv, dqkv16, base, w, c + grp * D, krow0, t, dk[0], scale, scale, rope_tab);
+    fa_store<D>(dqkv, dqkv16, base, w, c + kvh * D + grp * D, krow0, t, dv[0], 1.0f, 1.0f);
 }
 
 // One key tile of dQ for query tiles I0 .. I0 + N - 1 of the warp's MT, in two halves of 32 keys
@@ -627,7 +633,7 @@ __device__ __forceinline__ void fa_dq_tile(float (&dq)[MT][Fa<D>::NB][4], const 
 // dQ. Grid (NH, B, ceil(T / (64 MT))), FA_THREADS threads, the last query tiles first (as the
 // forward); warp w owns query rows 16w .. 16w+15 of each of the block's MT query tiles. dQ = scale * sum over key tiles of dS K.
 template <int D>
-__device__ void flash_bwd_dq(float* __restrict__ dqkv, const FaTensor& q, const FaTensor& k, const FaTensor& v,
+__device__ void flash_bwd_dq(void* __restrict__ dqkv, int dqkv16, const FaTensor& q, const FaTensor& k, const FaTensor& v,
                              const FaTensor& dy, const float* __restrict__ lse,
                              const float* __restrict__ delta, int t, int nh, int kvh, float scale, int causal,
                              const float* __restrict__ rope_tab) {
@@ -694,7 +700,7 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const FaTensor& q, const 
     }
 #pragma unroll
     for (int i = 0; i < MT; i++)
-        fa_store<D>(dqkv + (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale, rope_tab);
+        fa_store<D>(dqkv, dqkv16, (u64)b * t * w, w, h * D, q0 + i * FA_TILE + warp * 16, t, dq[i], scale, scale, rope_tab);
 }
 
 // Blocks of the forward per SM the registers are capped for: 2 up to D = 64 (two query tiles fit in
@@ -715,21 +721,21 @@ __device__ void flash_bwd_dq(float* __restrict__ dqkv, const FaTensor& q, const 
 
 #define FA_ENTRY(D)                                                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_FWD_MIN_BLOCKS(D))                                     \
-        flash_fwd_d##D(float* out, float* lse, FaTensor q, FaTensor k, FaTensor v, int t, int nh, int kvh,            \
+        flash_fwd_d##D(void* out, int out16, float* lse, FaTensor q, FaTensor k, FaTensor v, int t, int nh, int kvh,  \
                        float scale, int causal) {                                                                      \
-        flash_fwd<D>(out, lse, q, k, v, t, nh, kvh, scale, causal);                                                    \
+        flash_fwd<D>(out, out16, lse, q, k, v, t, nh, kvh, scale, causal);                                             \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DKDV_MIN_BLOCKS(D))                                    \
-        flash_bwd_dkdv_d##D(float* dqkv, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                              \
+        flash_bwd_dkdv_d##D(void* dqkv, int dqkv16, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                   \
                             const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,     \
                             const float* rope_tab) {                                                                   \
-        flash_bwd_dkdv<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                         \
+        flash_bwd_dkdv<D>(dqkv, dqkv16, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                 \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FA_THREADS, FA_DQ_MIN_BLOCKS(D))                                      \
-        flash_bwd_dq_d##D(float* dqkv, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                                \
+        flash_bwd_dq_d##D(void* dqkv, int dqkv16, FaTensor q, FaTensor k, FaTensor v, FaTensor dy,                     \
                           const float* lse, const float* delta, int t, int nh, int kvh, float scale, int causal,       \
                           const float* rope_tab) {                                                                     \
-        flash_bwd_dq<D>(dqkv, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                           \
+        flash_bwd_dq<D>(dqkv, dqkv16, q, k, v, dy, lse, delta, t, nh, kvh, scale, causal, rope_tab);                   \
     }
 
 FA_ENTRY(16)

@@ -20,7 +20,8 @@
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
 //!   the fprop bit for bit);
 //! - GEMM operands computed in the cast (the activation function and its backward, RMSNorm and
-//!   LayerNorm) are bit-identical to the unfused pair of kernels, outputs and reports;
+//!   LayerNorm) are bit-identical to the unfused pair of kernels, outputs and reports; GEMM
+//!   operands held in BF16 buffers give the bits of their f32 copies;
 //! - errors: a failing primitive keeps its error for `Backend::take_error` instead of panicking,
 //!   and the backend skips the device work of the primitives after it.
 
@@ -1037,24 +1038,121 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         gpu.set_fused_attention(fused);
         let saved = gpu.attention_saved_len(bsz, t, c, nh);
         let (mut outs, mut in_place) = (Vec::new(), Vec::new());
-        for (qkv, dy) in [(&qkv_f, &dy_f), (&qkv_b, &dy_b)] {
+        // Inputs in f32 or BF16, and the outputs (out, and dqkv, which the backward also reads
+        // out from) in f32 or BF16.
+        for (qkv, dy, out16) in [(&qkv_f, &dy_f, false), (&qkv_b, &dy_b, false), (&qkv_b, &dy_b, true)] {
             let before = gpu.attention_reads_in_place();
-            let (mut out, mut att) = (gpu.zeros(n * c), gpu.zeros(saved));
+            let zeros = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, len: usize| if out16 { gpu.zeros_bf16(len) } else { gpu.zeros(len) };
+            let (mut out, mut att) = (zeros(&mut gpu, n * c), gpu.zeros(saved));
             gpu.attention_fwd(&mut out, &mut att, qkv, bsz, t, c, nh, kvh, true);
-            let (mut dqkv, mut datt) = (gpu.zeros(n * wq), gpu.zeros(saved));
+            let (mut dqkv, mut datt) = (zeros(&mut gpu, n * wq), gpu.zeros(saved));
             gpu.attention_bwd(&mut dqkv, &mut datt, dy, &out, qkv, &att, bsz, t, c, nh, kvh, true);
+            assert_eq!((out.is_bf16(), dqkv.is_bf16()), (out16, out16));
             in_place.push(gpu.attention_reads_in_place() - before);
             outs.push((bits(gpu.download(&out, 0, n * c, 1)), bits(gpu.download(&dqkv, 0, n * wq, 1))));
         }
         // The fused kernels read BF16 q, k, v (forward and backward) and dout where they lie, and
         // split f32 rows; the unfused path splits both.
-        assert_eq!(in_place, if fused { vec![0, 7] } else { vec![0, 0] }, "tensors read in place (fused {fused}): f32 rows, BF16 rows");
-        assert!(outs[0].0 == outs[1].0, "attention_fwd (fused {fused}) reads BF16 qkv differently");
-        assert!(outs[0].1 == outs[1].1, "attention_bwd (fused {fused}) reads BF16 qkv / dout differently");
-        checked += 2;
+        assert_eq!(in_place, if fused { vec![0, 7, 7] } else { vec![0, 0, 0] }, "tensors read in place (fused {fused}): f32 rows, BF16 rows");
+        for (i, what) in [(1, "reads BF16 qkv / dout"), (2, "writes (and reads) BF16 out / dqkv")] {
+            assert!(outs[0].0 == outs[i].0, "attention_fwd (fused {fused}) {what} differently");
+            assert!(outs[0].1 == outs[i].1, "attention_bwd (fused {fused}) {what} differently");
+            checked += 2;
+        }
     }
     assert_eq!(gpu.take_error(), None);
     println!("{checked} outputs of BF16 and f32 buffers compared bit for bit: equal");
+}
+
+/// GEMM operands held in BF16 buffers (the attention's output, GPT's dqkv:
+/// `capture/src/backend/cuda/bf16_operands.rs`) against the same values in f32 buffers: proj's
+/// fprop and wgrad (X held: cast once, kept for the wgrad), and qkv's dgrad and wgrad (dY held: its
+/// bias gradient from the cast's column sums in BF16), for BF16 operands, FP8 of given scales and
+/// current scaling, at the cheap statistics level (the computed-source kernel reads the BF16
+/// buffer) and the full level (the values are widened into f32 scratch first): every output and
+/// every report (its f64 sums to their rounding) is bit-identical, and the backend's count of
+/// widened operands says which way each ran.
+#[test]
+fn gemm_operands_held_in_bf16_give_the_bits_of_their_f32_copies() {
+    let Some(mut gpu) = cuda_common::gpu("GEMM operands held in BF16") else { return };
+    let (n, c, q) = (128usize, 64usize, 192usize);
+    let mut rng = Pcg64::seed_from_u64(41);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let mut draw = |len: usize, s: f32| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng) * s).collect() };
+    // BF16 buffers (GEMM outputs), and f32 copies of their values.
+    let (xv, dyv) = (draw(n * c, 1.0), draw(n * q, 0.01));
+    let (x16, dy16) = (bf16_buffer(&mut gpu, &xv, n, c), bf16_buffer(&mut gpu, &dyv, n, q));
+    let (xv, dyv) = (gpu.download(&x16, 0, n * c, 1), gpu.download(&dy16, 0, n * q, 1));
+    let (x32, dy32) = (gpu.upload(&xv), gpu.upload(&dyv));
+    let (w_proj, b_proj, w_qkv) = (gpu.upload(&draw(c * c, 0.05)), gpu.upload(&draw(c, 0.1)), gpu.upload(&draw(q * c, 0.05)));
+    let (ln, dres) = (gpu.upload(&draw(n * c, 1.0)), gpu.upload(&draw(n * c, 0.01)));
+    let given = |format, scale| OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
+    let current = |format| OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 0 } };
+    let casts = [
+        ("bf16", OperandCast::Bf16, OperandCast::Bf16),
+        ("e4m3 / e5m2", given(Fp8Format::E4M3, 16.0), given(Fp8Format::E5M2, 4096.0)),
+        ("current", current(Fp8Format::E4M3), current(Fp8Format::E5M2)),
+    ];
+    let mut checked = 0;
+    for (cast_name, act_cast, grad_cast) in casts {
+        for stats in [StatsLevel::Cheap, StatsLevel::Full] {
+            let label = format!("{cast_name}, statistics {stats:?}");
+            let call = |module, gemm, m, column_sums| GemmCall {
+                id: GemmId { layer: 1, module, gemm },
+                dims: LinearDims { n, k: c, m },
+                cast_a: if gemm == Gemm::Fprop { act_cast } else { grad_cast },
+                cast_b: act_cast,
+                fault_a: OperandFault::NONE,
+                fault_b: OperandFault::NONE,
+                nan_output: false,
+                stats,
+                keep_quantized: [true; 2],
+                shadow: false,
+                fast_accumulation: false,
+                a_column_sums: column_sums,
+            };
+            let mut run = |held: bool| -> (Vec<(String, String)>, Vec<(String, Vec<f64>)>, u64) {
+                let (x, dy) = if held { (&x16, &dy16) } else { (&x32, &dy32) };
+                let widened = gpu.bf16_operands_widened();
+                let (mut y, mut dwp, mut dbp) = (gpu.zeros_bf16(n * c), gpu.zeros(c * c), gpu.zeros(c));
+                let (mut dln, mut dwq, mut dbq) = (gpu.zeros_bf16(n * c), gpu.zeros(q * c), gpu.zeros(q));
+                gpu.gemm(&call(Module::Proj, Gemm::Fprop, c, false), &mut y, x, &w_proj, Some(&b_proj), None);
+                let wgrad = call(Module::Proj, Gemm::Wgrad, c, false);
+                if stats == StatsLevel::Cheap {
+                    assert!(gpu.reuses_kept_cast(&wgrad, 1, x), "{label}: proj's wgrad does not take the kept cast of X (held {held})");
+                }
+                gpu.gemm(&wgrad, &mut dwp, &dres, x, None, Some(&mut dbp));
+                gpu.gemm(&call(Module::Qkv, Gemm::Dgrad, q, true), &mut dln, dy, &w_qkv, None, None);
+                gpu.gemm(&call(Module::Qkv, Gemm::Wgrad, q, false), &mut dwq, dy, &ln, None, Some(&mut dbq));
+                let mut out = named_bits(&mut gpu, &[("proj.fprop", &y), ("proj.wgrad", &dwp), ("proj.dbias", &dbp), ("qkv.dgrad", &dln), ("qkv.wgrad", &dwq), ("qkv.dbias", &dbq)]);
+                let mut sums = Vec::new();
+                for r in gpu.take_reports() {
+                    out.push((format!("report {:?}", r.id), format!("{:?}", without_sums(&r))));
+                    sums.push((format!("report {:?} sums", r.id), report_sums(&r)));
+                }
+                assert_eq!(gpu.take_error(), None, "{label} (held {held})");
+                (out, sums, gpu.bf16_operands_widened() - widened)
+            };
+            let ((want, want_sums, w0), (got, got_sums, w1)) = (run(false), run(true));
+            // Held at the full level: proj's X in its fprop and wgrad, qkv's dY in its dgrad and wgrad.
+            assert_eq!((w0, w1), (0, if stats == StatsLevel::Full { 4 } else { 0 }), "{label}: operands widened (f32, held)");
+            assert_eq!((want.len(), want_sums.len()), (got.len(), got_sums.len()));
+            for ((name, w), (_, g)) in want.iter().zip(&got) {
+                assert!(w == g, "{label}: {name} differs between the f32 operands and those held in BF16");
+                checked += 1;
+            }
+            for ((name, w), (_, g)) in want_sums.iter().zip(&got_sums) {
+                let close = w.iter().zip(g).all(|(x, y)| (x - y).abs() <= 1e-12 * x.abs().max(y.abs()));
+                assert!(close, "{label}: {name}: {w:?} against {g:?}");
+                if w != g {
+                    println!("{label}: {name} within f64 rounding ({w:?} against {g:?})");
+                }
+                checked += 1;
+            }
+            println!("{label}: {} outputs and reports equal", want.len() + want_sums.len());
+        }
+    }
+    assert_eq!(checked, 6 * (6 + 2 * 4));
 }
 
 /// A BF16 GEMM that reads a kept cast held in the operand's own layout (cuBLASLt takes it
@@ -1229,9 +1327,9 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
 /// takes the kept cast of the operand the fused GEMM never wrote: for SwiGLU and GELU, in BF16,
 /// E4M3, and E4M3 with gradients in E5M2 (the FP8 operands cast by the dual kernel, both layouts
 /// from one computation), every output and every cast report (codes, amax, counts, moments,
-/// channel statistics) is bit-identical. Operands of current scaling (whose amax pass reads a
-/// buffer) and BF16 ones with F = 37 (rows the kernels cannot load 4 at a time) take the unfused
-/// pair, and the backend says so (the activation comes back written).
+/// channel statistics) is bit-identical; under current scaling too, whose amax pass is then the
+/// computed source's own kernel. BF16 operands with F = 37 (rows the kernels cannot load 4 at a
+/// time) take the unfused pair, and the backend says so (the activation comes back written).
 #[test]
 fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
     let Some(mut gpu) = cuda_common::gpu("activation operands computed in the cast") else { return };
@@ -1262,8 +1360,8 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
         ];
         // cuBLASLt's FP8 GEMMs need dimensions of multiples of 16: F = 37 runs in BF16 only.
         for (cast_name, act_cast, grad_cast) in casts.into_iter().take(if f % 16 == 0 { 4 } else { 1 }) {
-            // Current scaling's amax pass reads a buffer: its operands take the unfused pair.
-            let computable = f % 4 == 0 && cast_name != "current";
+            // Current scaling included: its amax pass is the computed source's own kernel.
+            let computable = f % 4 == 0;
             // Operand a is the gradient in dgrad and wgrad, the activation in fprop; b is a weight
             // or an activation.
             let call = |module, gemm, dims| GemmCall {
@@ -1345,8 +1443,8 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
 /// pair (the norm's kernel writes ln, the cast reads it): for RMSNorm and LayerNorm (with the
 /// GEMM's bias), BF16 and FP8 operands, on a shape of partial tiles, the saved row statistics, the
 /// fprop's output, the wgrad that takes the kept cast of the unwritten ln, and every report (f64
-/// sums included: the tiles are cast in the same order) are bit-identical. Current scaling takes
-/// the unfused pair both times (its amax pass reads a buffer). With the residual add before the
+/// sums included: the tiles are cast in the same order) are bit-identical. Under current scaling
+/// the amax pass before the cast is the computed source's own kernel too. With the residual add before the
 /// norm (x = a + b, b a BF16 GEMM output), the fused side takes the statistics that
 /// `add_with_norm_stats` computed in the add's pass (`ready`); the unfused side adds, then runs
 /// the norm: x itself and everything above are bit-identical too.
@@ -1374,7 +1472,6 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
     for (layer, after_add) in [(false, false), (true, false), (false, true), (true, true)] {
         for (cast_name, act_cast, grad_cast) in casts {
             let label = format!("{}{} {cast_name}", if layer { "layernorm" } else { "rmsnorm" }, if after_add { " after the residual add" } else { "" });
-            let computable = cast_name != "current";
             let dims = LinearDims { n, k: c, m };
             let call = |gemm, cast_a, cast_b| GemmCall {
                 id: GemmId { layer: 1, module: Module::Fc1, gemm },
@@ -1411,7 +1508,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 };
                 if fused {
                     let written = gpu.gemm_of_norm(&fprop, &mut y, &mut ln, norm, &w, b);
-                    assert_eq!(written, !computable, "{label}: whether ln was written");
+                    assert!(!written, "{label}: ln was written (the cast should have computed it)");
                 } else {
                     gpu.norm_fwd(&mut ln, norm);
                     gpu.gemm(&fprop, &mut y, &ln, &w, b, None);
@@ -1431,7 +1528,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 assert!(w == g, "{label}: {name} differs between the unfused pair and the normalization computed in the cast");
                 checked += 1;
             }
-            println!("{label}: {} outputs and reports bit-identical{}", want.len(), if computable { "" } else { " (the unfused pair both times)" });
+            println!("{label}: {} outputs and reports bit-identical", want.len());
         }
     }
     assert_eq!(checked, 4 * 4 * 7);

@@ -269,12 +269,14 @@ pub trait Backend {
 
     fn zeros(&mut self, n: usize) -> Self::Buf;
     /// Zeros, for a tensor whose every value will be a BF16 number (a GEMM's output, which the
-    /// GEMM rounds to BF16): a backend may store it in 16 bits, losing nothing. Only these
-    /// primitives take such a buffer: `gemm` (as its output), `swiglu_*` and `gelu_*` (as `inp`),
+    /// GEMM rounds to BF16, or the attention's, which it rounds alike): a backend may store it in
+    /// 16 bits, losing nothing. Only these primitives take such a buffer: `gemm` (as its output,
+    /// and as `a` or `b`), `swiglu_*` and `gelu_*` (as `inp`),
     /// `swiglu_bwd`, `gelu_bwd`, `rmsnorm_bwd` and `layernorm_bwd` (as `dout`), `adamw` (as `g`),
     /// `add` (as `b`), `rope_fwd` (as `qkv`) and `rope_bwd` (as `dout`), `attention_fwd` and
-    /// `attention_bwd` (as `qkv`; the backward also as `dout`), `rope_attention_fwd` (as `qkv`
-    /// and `saved`: see there) and `rope_attention_bwd` (as `dout` and `saved`),
+    /// `attention_bwd` (as `qkv`; the forward also as `out`, the backward as `dout`, `out` and
+    /// `dqkv`), `rope_attention_fwd` (as `qkv`, `out` and `saved`: see there) and
+    /// `rope_attention_bwd` (as `dout`, `out` and `saved`),
     /// `sumsq`, `sumsq_all`, `count_nonfinite`, `download`, `len`, `fill_zero`. Default:
     /// [`Backend::zeros`].
     fn zeros_bf16(&mut self, n: usize) -> Self::Buf {

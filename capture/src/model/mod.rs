@@ -110,7 +110,7 @@ pub struct LayerActs<T> {
     pub qkv: T,      // (N, Q) gpt, BF16 (llama keeps only the rotated copy)
     pub qkv_rot: T,  // (N, Q) llama: what rope_attention_fwd saves (q and k rotated; on the GPU BF16, head-major)
     pub att: T,      // Backend::attention_saved_len
-    pub atty: T,     // (N, C)
+    pub atty: T,     // (N, C) BF16
     pub res2: T,     // (N, C) residual after attention
     pub ln2_mean: T, // (N) gpt
     pub ln2_rstd: T, // (N)
@@ -146,7 +146,7 @@ pub struct State<T> {
     pub dln: T,      // (N, C) BF16
     pub dlnf: T,     // (N, C)
     pub datty: T,    // (N, C) BF16
-    pub dqkv: T,     // (N, Q)
+    pub dqkv: T,     // (N, Q) BF16 for gpt
     pub dqkv_rot: T, // (N, Q) llama
     pub datt: T,     // Backend::attention_saved_len
     pub dact: T,     // (N, F) BF16
@@ -242,9 +242,10 @@ impl<B: Backend> Model<B> {
         let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
         // `alloc(n, true)` for a GEMM's output, BF16 by construction, which a backend may keep in 16
         // bits (Backend::zeros_bf16): fc1's and gpt's qkv (saved for the backward), the scratch
-        // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns; and
+        // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns;
         // llama's saved rotated qkv, which the GPU keeps as its attention's BF16 operands
-        // (Backend::rope_attention_fwd).
+        // (Backend::rope_attention_fwd); and the attention's outputs, which it rounds to BF16 as a
+        // GEMM does: atty, and gpt's dqkv (llama's is rotated back after the rounding).
         let mut alloc = |n: usize, bf16: bool| if bf16 { be.zeros_bf16(n) } else { be.zeros(n) };
         let grads = sizes.iter().zip(assigned_by_gemm(&dims)).map(|(&s, bf16)| alloc(s, bf16)).collect();
         let adam_m = sizes.iter().map(|&s| alloc(s, false)).collect();
@@ -262,7 +263,7 @@ impl<B: Backend> Model<B> {
                 qkv: alloc(only(gpt, n * q), true),
                 qkv_rot: alloc(only(!gpt, n * q), true),
                 att: alloc(saved, false),
-                atty: alloc(n * c, false),
+                atty: alloc(n * c, true),
                 res2: alloc(n * c, false),
                 ln2_mean: alloc(only(gpt, n), false),
                 ln2_rstd: alloc(n, false),
@@ -292,7 +293,7 @@ impl<B: Backend> Model<B> {
             dln: alloc(n * c, true),
             dlnf: alloc(n * c, false),
             datty: alloc(n * c, true),
-            dqkv: alloc(n * q, false),
+            dqkv: alloc(n * q, gpt),
             dqkv_rot: alloc(only(!gpt, n * q), false),
             datt: alloc(saved, false),
             dact: alloc(n * f, true),

@@ -5,7 +5,7 @@
 //! the cast reads it back; fused, the cast kernel of a computed source (`kernels/cast.cu`:
 //! `cast_src_*`) computes each value with the same element math (`kernels/activations.cuh`) as it
 //! loads it, so the codes and statistics are bit-identical and the f32 tensor is neither written
-//! nor read. For BF16 operands and FP8 ones of a given scale (see `computes_operand`). The cast is kept for the site's
+//! nor read. For BF16 operands and FP8 ones of one scale per tensor (see `computes_operand`). The cast is kept for the site's
 //! wgrad under the unwritten buffer's address (`cast.rs`: `CastInput::Computed`), so the wgrad
 //! takes it as it takes any kept cast.
 
@@ -15,19 +15,25 @@ use super::{CudaBackend, DevBuf};
 use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
 
 impl CudaBackend {
-    /// Whether `call`'s operand a is computed as it is cast: a BF16 operand or an FP8 one of a given
-    /// scale (current scaling's amax pass reads a buffer), not beside a BF16 shadow GEMM (which
-    /// casts the operand again, from the buffer), statistics at most cheap (the levels the
-    /// computed-source kernels are compiled for), inputs the kernel reads (`inputs_ok`: for the
-    /// activations BF16 inputs and rows of a multiple of 4 values, [`computable`]), and no error
-    /// kept.
+    /// Whether `call`'s operand a is computed as it is cast ([`Self::computes_operand_of`]).
+    pub(super) fn computes_operand(&self, call: &GemmCall, inputs_ok: bool) -> bool {
+        self.computes_operand_of(call, 0, inputs_ok)
+    }
+
+    /// Whether `call`'s operand `operand` (0: a, 1: b) is computed as it is cast: a BF16 operand or
+    /// an FP8 one of one scale per tensor (given, or current: the amax pass is then the computed
+    /// source's own kernel), not beside a BF16 shadow GEMM (which casts the operand again, from the
+    /// buffer), statistics at most cheap (the levels the computed-source kernels are compiled for),
+    /// inputs the kernel reads (`inputs_ok`: for the activations BF16 inputs and rows of a
+    /// multiple of 4 values, [`computable`]), and no error kept.
     ///
     /// For an FP8 operand the computed source's tiled cast writes both layouts, as the plain dual
     /// cast does, from the layer's inputs instead of the f32 tensor its kernel would have written.
-    pub(super) fn computes_operand(&self, call: &GemmCall, inputs_ok: bool) -> bool {
-        let castable = match call.cast_a {
+    pub(super) fn computes_operand_of(&self, call: &GemmCall, operand: usize, inputs_ok: bool) -> bool {
+        let how = if operand == 0 { call.cast_a } else { call.cast_b };
+        let castable = match how {
             OperandCast::Bf16 => true,
-            OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. }),
+            OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. } | ScaleSource::Current { .. }),
             OperandCast::Fp8Block { .. } => false,
         };
         self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Cheap && inputs_ok
@@ -52,7 +58,7 @@ impl CudaBackend {
             return true;
         }
         let a = CastInput::Computed { kind: src, h, b: None, like: act };
-        self.spanned("gemm", |me| me.linear(call, out, a, w, bias.map(|b| &**b), None, false, true, true));
+        self.spanned("gemm", |me| me.linear(call, out, a, CastInput::Buf(w), bias.map(|b| &**b), None, false, true, true));
         false
     }
 
@@ -69,7 +75,7 @@ impl CudaBackend {
             return true;
         }
         let a = CastInput::Computed { kind: src, h, b: Some(dact), like: dh };
-        self.spanned("gemm", |me| me.linear(call, out, a, w, None, None, false, true, true));
+        self.spanned("gemm", |me| me.linear(call, out, a, CastInput::Buf(w), None, None, false, true, true));
         false
     }
 }

@@ -6,7 +6,8 @@
 //! The fused path reads q, k, v (and, backward, dout) where they lie when they are BF16 rows (GPT's
 //! qkv and proj's dgrad output: [`HeadTensor`] gives the kernels each head's strides), and splits
 //! them into per-head BF16 matrices in one pass each otherwise (f32 rows); it streams their tiles
-//! through shared memory (cp.async, double-buffered) and writes the f32 output rows directly: no
+//! through shared memory (cp.async, double-buffered) and writes the output rows directly (f32, or
+//! BF16 into a 16-bit buffer: the values are BF16 numbers either way): no
 //! (T x T) buffer and no merge pass; it saves one
 //! base-2 log-sum-exp per query row (B, NH, T) for the backward, which recomputes the
 //! probabilities tile by tile: `flash_bwd_delta` (the softmax correction term), `flash_bwd_dkdv`
@@ -294,7 +295,7 @@ impl CudaBackend {
 
     pub(super) fn attention_fwd_impl(
         &mut self,
-        out: &mut CudaSlice<f32>,
+        out: &mut DevBuf,
         att: &mut CudaSlice<f32>,
         qkv: &DevBuf,
         shape: AttentionShape,
@@ -308,18 +309,19 @@ impl CudaBackend {
     }
 
     /// The fused forward (`flash_fwd_d{HS}`) from q (B,NH,T,HS), k, v (B,KVH,T,HS) in BF16 where
-    /// `heads` says: out, and att = the log-sum-exp of each query row.
-    pub(super) fn flash_fwd(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, heads: Heads, shape: AttentionShape) -> Result<(), CudaError> {
+    /// `heads` says: out (B,T,C, f32 or BF16 values), and att = the log-sum-exp of each query row.
+    pub(super) fn flash_fwd(&mut self, out: &mut DevBuf, att: &mut CudaSlice<f32>, heads: Heads, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
+        Self::check_len("attention's output", out.len(), b * t * c)?;
         let [fwd, _, _] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
         let Heads { q, k, v } = heads;
-        let (outp, lsep) = (self.ptr(out), self.ptr(att));
+        let (outp, out16, lsep) = (self.ptr(out.raw()), out.is_bf16() as i32, self.ptr(att));
         let lc = flash_grid(nh, b, t.div_ceil(FLASH_TILE * flash_query_tiles(hs).fwd), flash_smem(hs)[0])?;
         let (ti, nhi, kvhi) = (t as i32, nh as i32, kvh as i32);
-        launch!(self, fwd, lc, outp, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
+        launch!(self, fwd, lc, outp, out16, lsep, q, k, v, ti, nhi, kvhi, scale, causal as i32)
     }
 
     /// q, k, v as the fused kernels read them, after checking the head counts: in place when qkv
@@ -383,10 +385,10 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_bwd_impl(
         &mut self,
-        dqkv: &mut CudaSlice<f32>,
+        dqkv: &mut DevBuf,
         datt: &mut CudaSlice<f32>,
         dout: &DevBuf,
-        out: &CudaSlice<f32>,
+        out: &DevBuf,
         qkv: &DevBuf,
         att: &CudaSlice<f32>,
         shape: AttentionShape,
@@ -403,14 +405,15 @@ impl CudaBackend {
     /// log-sum-exp: dout read in place or split ([`Self::flash_dout`]), the correction term into `datt`
     /// (`flash_bwd_delta`), then `flash_bwd_dkdv_d{HS}` and `flash_bwd_dq_d{HS}` into dqkv (B,T,W).
     /// With `rope_tab` (the device pointer of the RoPE table, or 0 for none) dq and dk are rotated
-    /// back as they are stored: dqkv is then the gradient before the rotation.
+    /// back as they are stored: dqkv is then the gradient before the rotation, whose values are not
+    /// BF16 numbers (dqkv must then hold f32 values). `out` and dqkv hold f32 or BF16 values.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn flash_bwd(
         &mut self,
-        dqkv: &mut CudaSlice<f32>,
+        dqkv: &mut DevBuf,
         datt: &mut CudaSlice<f32>,
         dout: &DevBuf,
-        out: &CudaSlice<f32>,
+        out: &DevBuf,
         att: &CudaSlice<f32>,
         heads: Heads,
         shape: AttentionShape,
@@ -420,19 +423,25 @@ impl CudaBackend {
         let (hs, _) = Self::attention_heads(c, nh, kvh)?;
         Self::check_len("attention's saved log-sum-exp", att.len(), b * nh * t)?;
         Self::check_len("attention's backward scratch", datt.len(), b * nh * t)?;
+        Self::check_len("attention's output", out.len(), b * t * c)?;
+        Self::check_len("attention's dqkv", dqkv.len(), b * t * (nh + 2 * kvh) * hs)?;
+        if rope_tab != 0 && dqkv.is_bf16() {
+            return Err(CudaError::Unsupported("RoPE's rotation at the attention's store into a BF16 dqkv (the rotated values are not BF16 numbers)".into()));
+        }
         let [_, dkdv, dq] = flash_kernels(hs)?;
         let scale = 1.0 / (hs as f32).sqrt();
         let Heads { q, k, v } = heads;
         let dy = self.flash_dout(dout, b, t, nh, hs)?;
-        let (dqkvp, deltap, doutp, outp, lsep) = (self.ptr(dqkv), self.ptr(datt), self.ptr(dout.raw()), self.ptr(out), self.ptr(att));
+        let (dqkvp, dqkv16, deltap, lsep) = (self.ptr(dqkv.raw()), dqkv.is_bf16() as i32, self.ptr(datt), self.ptr(att));
+        let (doutp, dout16, outp, out16) = (self.ptr(dout.raw()), dout.is_bf16() as i32, self.ptr(out.raw()), out.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
-        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout.is_bf16() as i32, outp, bi, ti, nhi, hsi)?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout16, outp, out16, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let lc = flash_grid(kvh, b, t.div_ceil(FLASH_TILE), dkdv_smem)?;
-        launch!(self, dkdv, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)?;
+        launch!(self, dkdv, lc, dqkvp, dqkv16, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)?;
         let lc = flash_grid(nh, b, t.div_ceil(FLASH_TILE * flash_query_tiles(hs).dq), dq_smem)?;
-        launch!(self, dq, lc, dqkvp, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)
+        launch!(self, dq, lc, dqkvp, dqkv16, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)
     }
 
     fn check_len(what: &str, got: usize, need: usize) -> Result<(), CudaError> {
@@ -458,7 +467,7 @@ impl CudaBackend {
         Ok((c / nh, nh / kvh))
     }
 
-    fn attention_fwd_unfused(&mut self, out: &mut CudaSlice<f32>, att: &mut CudaSlice<f32>, qkv: &DevBuf, shape: AttentionShape) -> Result<(), CudaError> {
+    fn attention_fwd_unfused(&mut self, out: &mut DevBuf, att: &mut CudaSlice<f32>, qkv: &DevBuf, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { b, t, c, nh, kvh, causal } = shape;
         let (hs, rep) = Self::attention_heads(c, nh, kvh)?;
         let (bh, groups) = (b * nh, b * kvh);
@@ -467,7 +476,8 @@ impl CudaBackend {
         grow(&self.stream, &mut self.attn.y32, nq)?;
         let (q, k, v) = self.attention_split(qkv, b, t, nh, kvh, hs)?;
         let (a16, y) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.y32));
-        let (attp, outp) = (self.ptr(att), self.ptr(out));
+        Self::check_len("attention's output", out.len(), b * t * c)?;
+        let (attp, outp, out16) = (self.ptr(att), self.ptr(out.raw()), out.is_bf16() as i32);
         let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
@@ -476,14 +486,14 @@ impl CudaBackend {
         launch!(self, "attention_softmax_fwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), attp, a16, attp, rows, ti, causal as i32)?;
         // y = att v.
         self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, 1.0), v, a16, y)?;
-        launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, y, bi, ti, nhi, hsi)?;
+        launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, out16, y, bi, ti, nhi, hsi)?;
         Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
     fn attention_bwd_unfused(
         &mut self,
-        dqkv: &mut CudaSlice<f32>,
+        dqkv: &mut DevBuf,
         datt: &mut CudaSlice<f32>,
         dout: &DevBuf,
         qkv: &DevBuf,
@@ -505,7 +515,8 @@ impl CudaBackend {
         let dy = self.attention_split_dout(dout, b, t, nh, hs)?;
         let (a16, dp16) = (self.ptr(&self.attn.att16), self.ptr(&self.attn.dpre16));
         let (dv, dq, dk) = (self.ptr(&self.attn.y32), self.ptr(&self.attn.dq32), self.ptr(&self.attn.dk32));
-        let (attp, dattp, dqkvp) = (self.ptr(att), self.ptr(datt), self.ptr(dqkv));
+        Self::check_len("attention's dqkv", dqkv.len(), b * t * (nh + 2 * kvh) * hs)?;
+        let (attp, dattp, dqkvp, dqkv16) = (self.ptr(att), self.ptr(datt), self.ptr(dqkv.raw()), dqkv.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         // datt = dy vᵀ
@@ -518,7 +529,7 @@ impl CudaBackend {
         self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, scale), k, dp16, dq)?;
         // dk = scale · dpreᵀ q, summed over the kv head's query heads.
         self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, true, scale), q, dp16, dk)?;
-        launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
+        launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dqkv16, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
         Ok(())
     }
 }

@@ -161,11 +161,14 @@ const SRC_DSWIGLU_PAIRS: i32 = 5;
 /// A normalization's output (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
 const SRC_RMSNORM: i32 = 6;
 const SRC_LAYERNORM: i32 = 7;
+/// A tensor held in a BF16 buffer, each value widened to f32 as it is read (kernels/cast.cu:
+/// SRC_BF16): the attention's output, GPT's dqkv (`held_operands.rs`).
+pub(super) const SRC_BF16: i32 = 8;
 
 /// Whether the tiled BF16 cast of launch kind `src` (None: a buffer's values) can sum its codes'
 /// columns (kernels/cast.cu: COLSUM, the kinds a gradient with a bias is cast as).
 fn column_sums_of(src: Option<i32>) -> bool {
-    matches!(src, None | Some(SRC_DGELU))
+    matches!(src, None | Some(SRC_DGELU) | Some(SRC_BF16))
 }
 
 /// The kernel kind a computed source of `kind` casting `cols` columns launches as.
@@ -192,6 +195,7 @@ impl CastInput<'_> {
             CastInput::Computed { kind: SRC_SWIGLU, .. } => "gemm.cast_swiglu",
             CastInput::Computed { kind: SRC_DSWIGLU, .. } => "gemm.cast_dswiglu",
             CastInput::Computed { kind: SRC_GELU, .. } => "gemm.cast_gelu",
+            CastInput::Computed { kind: SRC_BF16, .. } => "gemm.cast_bf16",
             CastInput::Computed { .. } => "gemm.cast_dgelu",
             CastInput::Normed(n) if n.mean.is_some() => "gemm.cast_layernorm",
             CastInput::Normed(_) => "gemm.cast_rmsnorm",
@@ -237,6 +241,7 @@ impl CastInput<'_> {
             SRC_DSWIGLU if cols.is_multiple_of(2) => (n, Some(n / 2)),
             SRC_GELU => (n, None),
             SRC_DGELU => (n, Some(n)),
+            SRC_BF16 => (n, None),
             _ => return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}"))),
         };
         if !computable(kind, cols, h, b) {
@@ -354,7 +359,7 @@ impl CudaBackend {
     /// Whether the model GEMM `call` (`Backend::gemm`) would take operand `operand` (0: a, 1: b),
     /// whose source is `x`, from a kept cast rather than read `x`. Not when a BF16 shadow GEMM
     /// runs beside it (the shadow casts `x` again), nor while an error is kept.
-    pub(super) fn reuses_kept_cast_impl(&self, call: &GemmCall, operand: usize, x: &CudaSlice<f32>) -> bool {
+    pub(super) fn reuses_kept_cast_impl(&self, call: &GemmCall, operand: usize, x: &DevBuf) -> bool {
         if self.error.is_some() || call.shadow || operand > 1 {
             return false;
         }
@@ -368,7 +373,8 @@ impl CudaBackend {
         };
         let (how, fault) = if operand == 0 { (call.cast_a, call.fault_a) } else { (call.cast_b, call.fault_b) };
         let Ok(ty) = op_type(how) else { return false };
-        let key = CastKey::new(self.ptr(x), rows, cols, fmt_code(ty), how, fault);
+        // A BF16 buffer's cast is keyed by its own address, as an f32 buffer's is (`bf16_operands.rs`).
+        let key = CastKey::new(self.ptr(x.raw()), rows, cols, fmt_code(ty), how, fault);
         self.usable_kept(key, at, call.stats, true).is_some()
     }
 
@@ -536,19 +542,27 @@ impl CudaBackend {
             CastInput::Normed(n) => self.ptr(n.x.raw()),
         };
         let (mut scale_arg, mut mode) = (1.0f32, 0i32);
+        let [hp, bp, gp, sp, rp, mp] = x.src_ptrs(self);
         if let OperandCast::Fp8Tensor { scale, .. } = how {
             match scale {
                 ScaleSource::Given { scale, .. } => scale_arg = scale,
-                ScaleSource::Current { .. } if !matches!(x, CastInput::Buf(_)) => {
-                    return Err(CudaError::Unsupported("current scaling of a computed cast source (its amax pass reads a buffer)".into()));
-                }
                 ScaleSource::Current { margin } => {
-                    // Its last block reduces the amax and writes the scale the cast below reads.
+                    // The amax pass (scale_mode 2, nothing written): its last block reduces the
+                    // amax and writes the scale the cast below reads. A computed source's pass is
+                    // its own kernel at the amax level: the same values, so the same amax.
                     let (parts, counter) = (self.ptr(&self.partials), self.ptr(&self.cast_counter));
-                    let grid = cast_grid(rows, cols, false, false, 0, sms, self.cast_grid);
-                    #[rustfmt::skip]
-                    launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
-                        slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64, 0u64)?;
+                    if let Some(kind) = x.launch_kind(cols) {
+                        let grid = self.tiled_cast_grid(rows, cols, Some(kind), false, StatsLevel::Amax);
+                        #[rustfmt::skip]
+                        launch!(self, kernels::cast_src_kernel(kind, 0, fmt as usize), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
+                            slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64,
+                            0u64, hp, bp, gp, sp, rp, mp)?;
+                    } else {
+                        let grid = cast_grid(rows, cols, false, false, 0, sms, self.cast_grid);
+                        #[rustfmt::skip]
+                        launch!(self, kernels::cast_kernel(0, fmt as usize, CastLayout::Straight), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
+                            slot_ptr, 0u64, 0u64, parts, 0u64, counter, margin, fault.scale_mult, 0i32, o[0], o[1], o[2], o[3], fault.outlier_factor, 0u64, 0u64, 0u64)?;
+                    }
                     mode = 1;
                 }
             }
@@ -559,7 +573,6 @@ impl CudaBackend {
             }
             let grid = self.tiled_cast_grid(rows, cols, Some(kind), aligned, level);
             let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;
-            let [hp, bp, gp, sp, rp, mp] = x.src_ptrs(self);
             #[rustfmt::skip]
             launch!(self, kernels::cast_src_kernel(kind, level_code(level), fmt as usize), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, scale_arg, mode,
                 slot_ptr, out, out_t, parts, rec_ptr, counter, 0i32, fault.scale_mult, fault.overflow_nan as i32, o[0], o[1], o[2], o[3], fault.outlier_factor, ch_sq, ch_amax,

@@ -21,12 +21,12 @@ const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 36] = [
+const CAST_KERNELS: [&str; 37] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
     "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd", "cast_stats_reduce",
-    "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear",
+    "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear", "widen_bf16",
 ];
 
 /// Which layouts a cast writes: the operand's own, its transpose, or both from one read.
@@ -43,10 +43,10 @@ pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str
     CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
 }
 
-/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 5,
+/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 8,
 /// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
 #[rustfmt::skip]
-const CAST_SRC_KERNELS: [&str; 42] = [
+const CAST_SRC_KERNELS: [&str; 48] = [
     "cast_src1_l0_f0", "cast_src1_l0_f1", "cast_src1_l0_f2", "cast_src1_l1_f0", "cast_src1_l1_f1", "cast_src1_l1_f2",
     "cast_src2_l0_f0", "cast_src2_l0_f1", "cast_src2_l0_f2", "cast_src2_l1_f0", "cast_src2_l1_f1", "cast_src2_l1_f2",
     "cast_src3_l0_f0", "cast_src3_l0_f1", "cast_src3_l0_f2", "cast_src3_l1_f0", "cast_src3_l1_f1", "cast_src3_l1_f2",
@@ -54,13 +54,14 @@ const CAST_SRC_KERNELS: [&str; 42] = [
     "cast_src5_l0_f0", "cast_src5_l0_f1", "cast_src5_l0_f2", "cast_src5_l1_f0", "cast_src5_l1_f1", "cast_src5_l1_f2",
     "cast_src6_l0_f0", "cast_src6_l0_f1", "cast_src6_l0_f2", "cast_src6_l1_f0", "cast_src6_l1_f1", "cast_src6_l1_f2",
     "cast_src7_l0_f0", "cast_src7_l0_f1", "cast_src7_l0_f2", "cast_src7_l1_f0", "cast_src7_l1_f1", "cast_src7_l1_f2",
+    "cast_src8_l0_f0", "cast_src8_l0_f1", "cast_src8_l0_f2", "cast_src8_l1_f0", "cast_src8_l1_f1", "cast_src8_l1_f2",
 ];
 
-/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 7) at statistics
+/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 8) at statistics
 /// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
 /// [`cast_kernel`]'s).
 pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
-    CAST_SRC_KERNELS[(kind.clamp(1, 7) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
+    CAST_SRC_KERNELS[(kind.clamp(1, 8) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
 }
 
 /// A kernel family: one NVRTC program (a `.cu` file, or for `CastSrc` a part of one), one module.

@@ -55,7 +55,7 @@ impl CudaBackend {
         call: &GemmCall,
         out: &mut DevBuf,
         a: cast::CastInput,
-        b: &CudaSlice<f32>,
+        b: cast::CastInput,
         bias: Option<&CudaSlice<f32>>,
         dbias: Option<&mut CudaSlice<f32>>,
         accumulate: bool,
@@ -81,7 +81,7 @@ impl CudaBackend {
         let use_a = cast::CastUse { site, role: role_a, transposed: ta, share, column_sums: call.a_column_sums };
         let use_b = cast::CastUse { site, role: role_b, transposed: tb, share, column_sums: false };
         let (pa, slot_a) = self.span(a.span_name(), |me| me.cast(a, ar, ac, use_a, call.cast_a, call.fault_a, level, report, Side::P))?;
-        let (pb, slot_b) = self.span("gemm.cast", |me| me.cast(cast::CastInput::Buf(b), br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
+        let (pb, slot_b) = self.span(b.span_name(), |me| me.cast(b, br, bc, use_b, call.cast_b, call.fault_b, level, report, Side::Q))?;
         let n_out = rows * cols;
         let gemm_slot = self.next_gemm;
         let nf_ptr = if report {
@@ -170,7 +170,7 @@ impl CudaBackend {
 
     /// The lm_head's forward: out (n, m) `=` inp (n, k) · w (m, k)ᵀ, BF16 operands, nothing recorded.
     pub(super) fn matmul_bf16_fwd_impl(&mut self, out: &mut DevBuf, inp: &CudaSlice<f32>, w: &CudaSlice<f32>, dims: LinearDims) -> Result<(), CudaError> {
-        self.linear(&plain_call(Gemm::Fprop, dims), out, cast::CastInput::Buf(inp), w, None, None, false, false, true)
+        self.linear(&plain_call(Gemm::Fprop, dims), out, cast::CastInput::Buf(inp), cast::CastInput::Buf(w), None, None, false, false, true)
     }
 
     /// The lm_head's backward: dinp (=) dout·w, dw (+=) doutᵀ·inp, BF16 operands, nothing recorded.
@@ -186,8 +186,8 @@ impl CudaBackend {
         dims: LinearDims,
     ) -> Result<(), CudaError> {
         let a = || if dout.is_bf16() { cast::CastInput::Held(dout) } else { cast::CastInput::Buf(dout.raw()) };
-        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, a(), w, None, None, false, false, true)?;
-        self.linear(&plain_call(Gemm::Wgrad, dims), dw, a(), inp, None, None, true, false, true)
+        self.linear(&plain_call(Gemm::Dgrad, dims), dinp, a(), cast::CastInput::Buf(w), None, None, false, false, true)?;
+        self.linear(&plain_call(Gemm::Wgrad, dims), dw, a(), cast::CastInput::Buf(inp), None, None, true, false, true)
     }
 }
 

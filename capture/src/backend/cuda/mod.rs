@@ -188,6 +188,11 @@ pub struct CudaBackend {
     partials: CudaSlice<f64>,
     /// Chunk sums of the bias gradient's column sums ([`CudaBackend::bias_grad`]).
     colsum_partial: CudaSlice<f64>,
+    /// BF16 GEMM operands widened to f32 for the casts that read only f32 (operand a, b;
+    /// `bf16_operands.rs`), allocated on first use.
+    widened: [Option<CudaSlice<f32>>; 2],
+    /// BF16 GEMM operands widened so far (`bf16_operands_widened`).
+    widened_operands: u64,
     /// The kept gradient cast's column sums, slot-major (`cast.rs`: `CastUse::column_sums`).
     column_sums: CudaSlice<f64>,
     /// Bias gradients taken from a cast's column sums so far (`bias_grads_from_column_sums`).
@@ -323,6 +328,8 @@ impl CudaBackend {
             d_tmp: s.alloc_zeros(1 << 16)?,
             partials: s.alloc_zeros(CAST_GRID_MAX * STAT_FIELDS)?,
             colsum_partial: s.alloc_zeros(1)?,
+            widened: [None, None],
+            widened_operands: 0,
             column_sums: s.alloc_zeros(1)?,
             fused_bias_grads: 0,
             cast_grid: 0,
@@ -493,6 +500,7 @@ impl CudaBackend {
 // After the macros above, which they use.
 mod activation_gemm;
 mod adamw;
+mod bf16_operands;
 mod embedding;
 mod gelu;
 mod gemm_tuning;

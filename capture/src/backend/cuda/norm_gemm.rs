@@ -59,7 +59,7 @@ impl CudaBackend {
             }
         };
         let a = CastInput::Normed(NormSrc { x: inp, gain, shift, rstd, mean, like: ln });
-        self.spanned("gemm", |me| me.linear(call, out, a, w, bias.map(|b| &**b), None, false, true, true));
+        self.spanned("gemm", |me| me.linear(call, out, a, CastInput::Buf(w), bias.map(|b| &**b), None, false, true, true));
         false
     }
 }

@@ -276,7 +276,7 @@ impl Backend for CudaBackend {
         dbias: Option<&mut DevBuf>,
     ) {
         let (bias, dbias) = (bias.map(|b| &**b), dbias.map(|d| &mut **d));
-        self.spanned("gemm", |me| me.linear(call, out, cast::CastInput::Buf(a), b, bias, dbias, false, true, true));
+        self.spanned("gemm", |me| me.gemm_of_buffers(call, out, a, b, bias, dbias));
     }
 
     fn gemm_of_activation(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {

@@ -44,7 +44,7 @@ impl CudaBackend {
 
     pub(super) fn rope_attention_fwd_impl(
         &mut self,
-        out: &mut CudaSlice<f32>,
+        out: &mut DevBuf,
         att: &mut CudaSlice<f32>,
         saved: &mut DevBuf,
         qkv: &DevBuf,
@@ -80,7 +80,7 @@ impl CudaBackend {
         dqkv_rot: &mut DevBuf,
         datt: &mut CudaSlice<f32>,
         dout: &DevBuf,
-        out: &CudaSlice<f32>,
+        out: &DevBuf,
         saved: &DevBuf,
         att: &CudaSlice<f32>,
         shape: AttentionShape,
