@@ -162,7 +162,7 @@ const SRC_DSWIGLU_PAIRS: i32 = 5;
 const SRC_RMSNORM: i32 = 6;
 const SRC_LAYERNORM: i32 = 7;
 /// A tensor held in a BF16 buffer, each value widened to f32 as it is read (kernels/cast.cu:
-/// SRC_BF16): the attention's output, GPT's dqkv (`held_operands.rs`).
+/// SRC_BF16): the attention's output, GPT's dqkv (`bf16_operands.rs`).
 pub(super) const SRC_BF16: i32 = 8;
 
 /// Whether the tiled BF16 cast of launch kind `src` (None: a buffer's values) can sum its codes'
@@ -305,6 +305,9 @@ impl CastKey {
 pub(super) struct KeptCast {
     key: CastKey,
     codes: CudaSlice<u8>,
+    /// The address of the codes when they are not in `codes`: the BF16 buffer a BF16 cast of it
+    /// left as it is ([`CudaBackend::cast_bf16_as_is`]).
+    held: Option<u64>,
     /// The scale (and, if `recorded`, statistics) slot of the cast.
     slot: Option<usize>,
     recorded: bool,
@@ -400,8 +403,14 @@ impl CudaBackend {
         let key = CastKey::new(self.input_ptr(x), rows, cols, fmt, how, fault);
         let kept_key = kept_key(at);
         if let Some(k) = self.usable_kept(key, at, level, report) {
-            let p = self.prepared(ty, self.ptr(&k.codes), k.slot, k.straight);
+            let p = self.prepared(ty, self.kept_ptr(k), k.slot, k.straight);
             return Ok((p, k.slot.filter(|_| report)));
+        }
+        if let CastInput::Computed { kind: SRC_BF16, h, .. } = x
+            && !ty.is_fp8()
+            && fault == OperandFault::NONE
+        {
+            return self.cast_bf16_as_is(x, h, rows, cols, at, key, how, level, report);
         }
         // The first of a site's two uses keeps its cast for the second: FP8 codes transposed,
         // written beside the straight ones by the dual kernel; BF16 values in the operand's own
@@ -419,12 +428,12 @@ impl CudaBackend {
         let kept_dst = if keep {
             if !self.kept.contains_key(&kept_key) {
                 let codes = self.stream.alloc_zeros(bytes)?;
-                self.kept.insert(kept_key, KeptCast { key, codes, slot, recorded: report, level, live: false, straight: straight_keep, column_slots: None });
+                self.kept.insert(kept_key, KeptCast { key, codes, held: None, slot, recorded: report, level, live: false, straight: straight_keep, column_slots: None });
             }
             let stream = self.stream.clone();
             let k = self.kept.get_mut(&kept_key).expect("inserted above");
             grow(&stream, &mut k.codes, bytes)?;
-            (k.key, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots) = (key, slot, report, level, true, straight_keep, None);
+            (k.key, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots, k.held) = (key, slot, report, level, true, straight_keep, None, None);
             self.ptr(&self.kept[&kept_key].codes)
         } else {
             0
@@ -485,7 +494,55 @@ impl CudaBackend {
     /// and summed them as it cast (`CastUse::column_sums`): `column_sums` holds them, slot-major.
     pub(super) fn kept_column_sums(&self, at: CastUse, p: &Operand) -> Option<usize> {
         let k = self.kept.get(&kept_key(at))?;
-        (k.live && self.ptr(&k.codes) == p.ptr).then_some(k.column_slots?)
+        (k.live && self.kept_ptr(k) == p.ptr).then_some(k.column_slots?)
+    }
+
+    /// Device address of a kept cast's codes.
+    fn kept_ptr(&self, k: &KeptCast) -> u64 {
+        k.held.unwrap_or_else(|| self.ptr(&k.codes))
+    }
+
+    /// The BF16 cast of a BF16 buffer `h` (`x`, a computed source of kind SRC_BF16) with no fault:
+    /// its codes are the buffer's own bits, so nothing is written, and the GEMM reads the buffer
+    /// (transposed for a use that takes it so). The kernel runs only for what the cast would have
+    /// taken beside the codes: the statistics of a `report` (and their per-channel partials) and
+    /// the column sums of a gradient whose bias gradient the site's wgrad takes next. The first of
+    /// a site's two uses keeps it for the second, as any BF16 cast.
+    #[allow(clippy::too_many_arguments)]
+    fn cast_bf16_as_is(&mut self, x: CastInput, h: &DevBuf, rows: usize, cols: usize, at: CastUse, key: CastKey, how: OperandCast, level: StatsLevel, report: bool) -> Result<(Operand, Option<usize>), CudaError> {
+        let ptr = self.ptr(h.raw());
+        let slot = if report { Some(self.alloc_slot()?) } else { None };
+        let keep = at.share && !at.transposed;
+        let sums = at.column_sums && keep && rows > 0 && cols > 0;
+        let channels = slot.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
+        let src = x.launch_kind(cols);
+        let slots = if channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
+        let fused = match channels {
+            Some(s) => Some(self.channel_target(cols, slots, s)?),
+            None => None,
+        };
+        let sums_ptr = if sums {
+            grow(&self.stream, &mut self.column_sums, slots * cols)?;
+            self.ptr(&self.column_sums)
+        } else {
+            0
+        };
+        if keep {
+            let column_slots = sums.then_some(slots);
+            match self.kept.get_mut(&kept_key(at)) {
+                Some(k) => {
+                    (k.key, k.held, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots) = (key, Some(ptr), slot, report, level, true, true, column_slots);
+                }
+                None => {
+                    let codes = self.stream.alloc_zeros(1)?;
+                    self.kept.insert(kept_key(at), KeptCast { key, codes, held: Some(ptr), slot, recorded: report, level, live: true, straight: true, column_slots });
+                }
+            }
+        }
+        if slot.is_some() || sums {
+            self.launch_cast(x, rows, cols, CastLayout::Both, fmt_code(OpType::Bf16), how, OperandFault::NONE, level, slot, slot, 0, 0, fused, sums_ptr)?;
+        }
+        Ok((self.prepared(OpType::Bf16, ptr, slot, at.transposed), slot))
     }
 
     /// The address that keys a cast of `x`: its buffer's, or for a computed source the buffer it
