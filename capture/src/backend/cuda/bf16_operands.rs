@@ -5,7 +5,9 @@
 //!
 //! Such an operand is cast by the computed-source kernel of kind SRC_BF16 (`kernels/cast.cu`),
 //! which widens each value to f32 as it loads it: no f32 copy is written or read, and the cast is
-//! kept for the site's other GEMM under the buffer's own address, as an f32 buffer's is. Where the
+//! kept for the site's other GEMM under the buffer's own address, as an f32 buffer's is. A BF16
+//! operand is not even cast: its codes are the buffer's bits, so the GEMMs read the buffer and the
+//! kernel computes only the statistics and column sums (`cast.rs`: `cast_bf16_as_is`). Where the
 //! computed-source kernels do not go (statistics at the full level, a BF16 shadow GEMM beside the
 //! GEMM, rows of a width that is not a multiple of 4, an error kept), the values are first widened
 //! into a scratch buffer (`widen_bf16`), and the plain cast reads that.
