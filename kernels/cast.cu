@@ -1271,7 +1271,8 @@ extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_stats_reduce(con
 }
 
 // out[i] = h[i]: a BF16 buffer's values widened to f32 (exact), for the casts that read only f32
-// buffers (cast.rs: the statistics' full level, block scaling, the BF16 shadow GEMMs).
+// buffers (bf16_operands.rs: the statistics' full level, the BF16 shadow GEMMs, rows whose width
+// is not a multiple of 4).
 extern "C" __global__ void widen_bf16(float* __restrict__ out, const unsigned short* __restrict__ h, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         out[i] = __uint_as_float((u32)h[i] << 16);

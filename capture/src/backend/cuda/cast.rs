@@ -466,21 +466,11 @@ impl CudaBackend {
         let sums = at.column_sums && straight_keep && column_sums_of(src) && rows > 0 && cols > 0;
         // A computed source has only the tiled kernel (which writes each layout given).
         let kernel = if src.is_some() || (straight_keep && (channels.is_some() || sums)) { CastLayout::Both } else { layout };
-        // The slots of a tiled grid that sums per column (channels or codes): column-aligned
-        // where it can be.
         let tiled_channels = channels.filter(|_| kernel != CastLayout::Straight);
-        let slots = if tiled_channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
-        let fused = match tiled_channels {
-            Some(s) => Some(self.channel_target(cols, slots, s)?),
-            None => None,
-        };
-        let sums_ptr = if sums {
-            grow(&self.stream, &mut self.column_sums, slots * cols)?;
+        let (fused, sums_ptr, slots) = self.column_targets(rows, cols, src, level, tiled_channels, sums)?;
+        if sums {
             self.kept.get_mut(&kept_key).expect("a straight kept cast is kept").column_slots = Some(slots);
-            self.ptr(&self.column_sums)
-        } else {
-            0
-        };
+        }
         self.launch_cast(x, rows, cols, kernel, fmt, how, fault, level, reported, slot, out, out_t, fused, sums_ptr)?;
         // The partials wait for a batched reduction (channels.rs: flush_channels).
         if let (Some(s), None) = (channels, fused) {
@@ -495,6 +485,25 @@ impl CudaBackend {
     pub(super) fn kept_column_sums(&self, at: CastUse, p: &Operand) -> Option<usize> {
         let k = self.kept.get(&kept_key(at))?;
         (k.live && self.kept_ptr(k) == p.ptr).then_some(k.column_slots?)
+    }
+
+    /// The per-column targets of a tiled cast of `rows × cols` (launch kind `src`): the channel
+    /// partials of a recorded cast (`channels`: its slot) and the codes' column sums (`sums`, into
+    /// `column_sums`), with the slots a column takes in them, those of the cast's grid
+    /// (column-aligned where it can be: [`channel_slots`]); 0 and None for what is not summed.
+    fn column_targets(&mut self, rows: usize, cols: usize, src: Option<i32>, level: StatsLevel, channels: Option<usize>, sums: bool) -> Result<(Option<ChannelTarget>, u64, usize), CudaError> {
+        let slots = if channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
+        let fused = match channels {
+            Some(s) => Some(self.channel_target(cols, slots, s)?),
+            None => None,
+        };
+        let sums_ptr = if sums {
+            grow(&self.stream, &mut self.column_sums, slots * cols)?;
+            self.ptr(&self.column_sums)
+        } else {
+            0
+        };
+        Ok((fused, sums_ptr, slots))
     }
 
     /// Device address of a kept cast's codes.
@@ -515,18 +524,7 @@ impl CudaBackend {
         let keep = at.share && !at.transposed;
         let sums = at.column_sums && keep && rows > 0 && cols > 0;
         let channels = slot.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
-        let src = x.launch_kind(cols);
-        let slots = if channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
-        let fused = match channels {
-            Some(s) => Some(self.channel_target(cols, slots, s)?),
-            None => None,
-        };
-        let sums_ptr = if sums {
-            grow(&self.stream, &mut self.column_sums, slots * cols)?;
-            self.ptr(&self.column_sums)
-        } else {
-            0
-        };
+        let (fused, sums_ptr, slots) = self.column_targets(rows, cols, x.launch_kind(cols), level, channels, sums)?;
         if keep {
             let column_slots = sums.then_some(slots);
             match self.kept.get_mut(&kept_key(at)) {
