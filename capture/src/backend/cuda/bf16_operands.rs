@@ -37,13 +37,20 @@ impl CudaBackend {
         for (i, x) in [a, b].into_iter().enumerate() {
             let cols = shapes[i].1;
             if result.is_ok() && x.is_bf16() && !self.computes_operand_of(call, i, computable(SRC_BF16, cols, x, None)) {
-                let mut scratch = match self.widened[i].take() {
-                    Some(s) => s,
-                    None => self.stream.alloc_zeros::<f32>(1)?,
+                // An allocation that fails is kept as the result, like a failed widening, so
+                // that a scratch already taken out is put back below.
+                let scratch = match self.widened[i].take() {
+                    Some(s) => Ok(s),
+                    None => self.stream.alloc_zeros::<f32>(1).map_err(CudaError::from),
                 };
-                result = self.widen(&mut scratch, x);
-                self.widened_operands += 1;
-                widened[i] = Some(scratch);
+                match scratch {
+                    Ok(mut s) => {
+                        result = self.widen(&mut s, x);
+                        self.widened_operands += 1;
+                        widened[i] = Some(s);
+                    }
+                    Err(e) => result = Err(e),
+                }
             }
         }
         if result.is_ok() {
