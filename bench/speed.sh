@@ -6,8 +6,8 @@
 # Usage: bench/speed.sh BIN_DIR OUT_DIR [quick|nolong|b32|llama]
 #   (none): seed b4, the dump cost, seed b32, then the four 1000-step training runs
 #   quick:  the seed b4 runs only;  nolong: everything but the 1000-step training runs
-#   b32:    the seed batch-32 rows only (torch_tiny.py compile_fused, ours bf16 / delayed / delayed
-#           without statistics / bf16 without statistics);  llama: the llama-1b rows only
+#   b32:    the seed batch-32 rows only (torch_tiny.py compile_fused, torch_fp8_peer.py, ours bf16 /
+#           delayed / delayed without statistics / bf16 without statistics);  llama: the llama-1b rows only
 #           (torch_llama.py compile_fused, ours bf16 / delayed / delayed without statistics / bf16
 #           without statistics / delayed with fast accumulation everywhere / the dump cost). Each
 #           fits in 10 minutes.
@@ -49,7 +49,7 @@ cap() {  # name preset steps skip args...
 peer() {  # name script args... (a peer that prints a RESULT line; runs.py peer turns it into a row)
   local name=$1 script=$2; shift 2
   local log="$OUT/$name.log" dims=()
-  [ "$script" = torch_tiny.py ] && dims=("${SEED_DIMS[@]}" --batch "$PEER_BATCH")
+  case "$script" in torch_tiny.py | torch_fp8_peer.py) dims=("${SEED_DIMS[@]}" --batch "$PEER_BATCH") ;; esac
   peak_start
   timeout -k 15 "$TO" python3 "$HERE/$script" "$@" > "$log" 2>&1
   local rc=$? mem; mem=$(peak_stop)
@@ -73,6 +73,8 @@ rounds() {  # bf16_name with_name without_name preset steps skip args...
 }
 seed_b32() {
   torch_peer compile_fused 32
+  # PyTorch's own FP8 step (every encoder GEMM in FP8, current scaling), for its speed-up beside ours.
+  PEER_BATCH=32 peer torch_fp8_full_b32 torch_fp8_peer.py --batch 32 --warmup 10 --steps 30
   cap seed-bf16-b32 seed 30 10 --recipe bf16 --batch 32
   cap seed-delayed-b32 seed 30 10 --recipe delayed --batch 32
   cap seed-delayed-nostats-b32 seed 30 10 --recipe delayed --batch 32 --stats-every 0

@@ -87,6 +87,13 @@ if has("seed-bf16-nostats-b32"):
     out.append(line("seed b32, FP8 delayed speed-up over our bf16, both without statistics", ratio("seed-bf16-nostats-b32", "seed-delayed-nostats-b32"), ">=", 1.3))
     out.append(line("seed b32, peak memory ours (delayed) / torch", ratio("seed-delayed-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
     out.append(line("seed b32, peak memory ours (bf16) / torch", ratio("seed-bf16-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
+def ref_line(text, r):
+    """A reference ratio with no target of its own."""
+    return f"- {text}: {'n/a' if r is None else f'{r:.3f}'} (reference)"
+if has("torch_fp8_full_b32"):
+    out.append(ref_line("seed b32, PyTorch's FP8 speed-up: torch.compile bf16 / torch.compile with every encoder GEMM in FP8 "
+                        "(bench/torch_fp8_peer.py, current scaling) ms", ratio("torch_compile_fused_b32", "torch_fp8_full_b32")))
+    out.append(ref_line("seed b32, our FP8 delayed step against PyTorch's FP8 step: theirs/ours ms", ratio("torch_fp8_full_b32", "seed-delayed-b32")))
 P = "torch_llama_1b_compile_fused"
 if has(P, "llama-1b-bf16", "llama-1b-delayed", "llama-1b-delayed-nostats", "llama-1b-delayed-dump10", "llama-1b-delayed-nodump"):
     out.append(line("llama-1b, bf16 vs torch.compile (HF Llama): ours/theirs ms", ratio("llama-1b-bf16", P), "<=", 0.9))
