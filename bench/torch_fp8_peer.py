@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""The seed preset's model (bench/torch_tiny.py) with every encoder GEMM in FP8, forward and
-backward, under torch.compile: the PyTorch counterpart of fp8-capture's FP8 recipe, to set its
-speed-up over torch.compile's own BF16 beside ours over our BF16 (a machine with an H200).
+"""A PyTorch peer with every layer GEMM in FP8, forward and backward, under torch.compile: the
+PyTorch counterpart of fp8-capture's FP8 recipe, to set its speed-up over torch.compile's own BF16
+(bench/torch_tiny.py, bench/torch_llama.py) beside ours over our BF16 (a machine with an H200).
 
-Each linear layer of the encoder (qkv, attention out, FFN 1 and 2) runs its three GEMMs through
+Models (--model): `seed` is torch_tiny.py's (the encoder's qkv, attention out, FFN 1 and 2 in FP8);
+`llama-1b` is torch_llama.py's Hugging Face LlamaForCausalLM (q, k, v, o, gate, up and down
+projections of every decoder layer in FP8). Each such linear layer runs its three GEMMs through
 torch._scaled_mm (cuBLASLt) with per-tensor current scaling, as Transformer Engine's FP8 recipe
 lays them out: fprop E4M3 x E4M3 with fast accumulation; dgrad E5M2 dY x E4M3 W; wgrad E5M2 dY^T x
 E4M3 X^T (the transposed operands quantised once in the forward and saved, as a dual cast does).
 The lm_head stays BF16, as in fp8-capture. Outputs BF16; master weights, AdamW (fused) and the
 loss in fp32, autocast BF16 elsewhere. torch.compile fuses the casts, amaxes and transposes.
 
-Usage: python3 bench/torch_fp8_peer.py [--batch 32] [--steps 30] [--warmup 10] [--check]
-Prints one JSON line starting with RESULT (torch_tiny.py's fields).
+Usage: python3 bench/torch_fp8_peer.py [--model seed|llama-1b] [--batch N] [--steps 30] [--warmup 10]
+Prints one JSON line starting with RESULT (the fields of the BF16 peer of the same model).
 """
 import argparse
 import json
@@ -90,26 +92,58 @@ def check(dev):
             "db_rel": rel(lin.bias.grad, ref.bias.grad)}
 
 
+def seed_model(dev, batch):
+    """torch_tiny.py's model with its encoder GEMMs in FP8: (model, forward, vocab, seq, RESULT fields)."""
+    model = torch_tiny.Model(attn=FP8Linear, ffn_lin=FP8Linear).to(dev)
+    fwd = torch.compile(model)
+    return model, lambda tok: fwd(tok), torch_tiny.VOCAB, torch_tiny.SEQ, {}
+
+
+def llama_model(dev, batch):
+    """torch_llama.py's llama-1b with every decoder layer's projections in FP8 (same fields)."""
+    import torch_llama
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    p = dict(torch_llama.PRESETS["llama-1b"], batch=batch)
+    cfg = LlamaConfig(vocab_size=p["vocab"], hidden_size=p["dim"], intermediate_size=p["ffn"],
+                      num_hidden_layers=p["layers"], num_attention_heads=p["heads"],
+                      num_key_value_heads=p["kv_heads"], max_position_embeddings=p["seq"],
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg)
+    for layer in model.model.layers:
+        for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")), (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):
+            for n in names:
+                old = getattr(parent, n)
+                new = FP8Linear(old.in_features, old.out_features, bias=False)
+                new.weight = old.weight
+                setattr(parent, n, new)
+    model = model.to(dev)
+    fwd = torch.compile(model)
+    n_params = sum(q.numel() for q in model.parameters())
+    return model, lambda tok: fwd(input_ids=tok, use_cache=False).logits, p["vocab"], p["seq"], {
+        "peer": "hf-llama-fp8", "preset": "llama-1b", **p, "params_M": round(n_params / 1e6, 1)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--model", default="seed", choices=["seed", "llama-1b"])
+    ap.add_argument("--batch", type=int, help="sequences a step (seed: 32, llama-1b: 4)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     a = ap.parse_args()
     dev = "cuda"
     torch.manual_seed(0)
-    torch_tiny.BATCH = a.batch
+    batch = a.batch or (32 if a.model == "seed" else 4)
     errors = check(dev)
-    model = torch_tiny.Model(attn=FP8Linear, ffn_lin=FP8Linear).to(dev)
+    model, forward, V, S, fields = (seed_model if a.model == "seed" else llama_model)(dev, batch)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-    fwd = torch.compile(model)
-    V, S = torch_tiny.VOCAB, torch_tiny.SEQ
-    tok = torch.randint(0, V, (a.batch, S), device=dev)
-    tgt = torch.randint(0, V, (a.batch, S), device=dev)
+    tok = torch.randint(0, V, (batch, S), device=dev)
+    tgt = torch.randint(0, V, (batch, S), device=dev)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = fwd(tok)
+            logits = forward(tok)
         loss = F.cross_entropy(logits.float().view(-1, V), tgt.view(-1))
         loss.backward()
         opt.step()
@@ -130,11 +164,12 @@ def main():
     torch.cuda.synchronize()
     ms = ev0.elapsed_time(ev1) / a.steps
     res = {
+        **fields,
         "variant": "fp8_full_compile_fused",
-        "batch": a.batch,
+        "batch": batch,
         "ms_step": round(ms, 2),
         "ms_step_wall": round((time.perf_counter() - t1) / a.steps * 1e3, 2),
-        "tok_s": round(a.batch * S / (ms / 1e3)),
+        "tok_s": round(batch * S / (ms / 1e3)),
         "loss_first": round(first, 4),
         "loss_last": round(loss.item(), 4),
         "peak_mem_MiB": round(torch.cuda.max_memory_allocated() / 2**20),
