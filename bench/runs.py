@@ -131,6 +131,14 @@ def with_tflops(row, d, ms):
     return row
 
 
+def dump_every(run):
+    """The run's dump_every (run.json's config.record), or 0."""
+    try:
+        return int(json.load(open(os.path.join(run, "run.json")))["config"]["record"]["dump_every"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return 0
+
+
 def run_dims(run):
     """The model dims of a recorded run (run.json's config.model), or None."""
     try:
@@ -190,7 +198,12 @@ def main():
         if not ms:
             sys.exit(f"{sys.argv[2]}: {len(s)} steps, none after --skip {skip}")
         row = {"run": arg("--name", os.path.basename(sys.argv[2])), "steps": len(s), "median_ms": ms[len(ms) // 2],
-               "mean_ms": sum(ms) / len(ms), "tokens": s[0]["tokens"], "final_loss": s[-1]["loss"]}
+               "mean_ms": sum(ms) / len(ms), "tokens": s[0]["tokens"], "final_loss": s[-1]["loss"],
+               "window_steps": len(ms)}
+        every = dump_every(sys.argv[2])
+        if every:
+            # Dump steps among those timed: step 1 and every multiple of dump_every.
+            row["window_dumps"] = sum(1 for r in s[skip:] if r["step"] == 1 or r["step"] % every == 0)
         if "--peak-mib" in sys.argv:
             row["peak_mib"] = arg("--peak-mib", 0)
         d = run_dims(sys.argv[2])

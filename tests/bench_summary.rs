@@ -99,6 +99,31 @@ fn the_fp8_speed_up_is_judged_over_every_round() {
 }
 
 #[test]
+fn the_dump_cost_is_projected_to_one_dump_every_50_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let dump_line = |text: &str| text.lines().find(|l| l.starts_with("- llama-1b, dump of layers.5.fc1")).expect("no dump line").to_string();
+    // The rows of speed.sh's llama mode on an H200: a dump every 10 steps, 26 steps timed (5 to
+    // 30, dumps at 10, 20 and 30), against the same steps without dumps.
+    let timed = |run: &str, mean: f64, dumps: Option<u32>| {
+        let d = dumps.map(|k| format!(r#", "window_dumps": {k}"#)).unwrap_or_default();
+        format!(r#"{{"run": "{run}", "steps": 30, "median_ms": 93.0, "mean_ms": {mean}, "tokens": 8192, "window_steps": 26{d}}}"#)
+    };
+    let rows = vec![timed("llama-1b-delayed-dump10", 111.24, Some(3)), timed("llama-1b-delayed-nodump", 96.68, None)];
+    let (out, text) = summarise(dir.path(), &rows);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // (111.24 - 96.68) x 26 / 3 = 126 ms a dump; over 50 steps of 96.68 ms: +2.6%.
+    let l = dump_line(&text);
+    assert!(l.contains("from 3 dumps in 26 timed steps (126 ms a dump; dump/nodump mean ms as measured 1.151)"), "{l}");
+    assert!(l.ends_with(": 1.026 (target <= 1.05: met)"), "{l}");
+    // Dumps that cost more than 5% of 50 steps: missed.
+    let (_, text) = summarise(dir.path(), &[timed("llama-1b-delayed-dump10", 160.0, Some(3)), timed("llama-1b-delayed-nodump", 96.68, None)]);
+    assert!(dump_line(&text).ends_with("(target <= 1.05: missed)"), "{text}");
+    // Rows from before the dump counts were written: the measured ratio, said to be an upper bound.
+    let (_, text) = summarise(dir.path(), &[row("llama-1b-delayed-dump10", 111.24), row("llama-1b-delayed-nodump", 96.68)]);
+    assert!(dump_line(&text).contains("(measured more often: dump/nodump mean ms, an upper bound): 1.151 (target <= 1.05: missed)"), "{text}");
+}
+
+#[test]
 fn a_missing_rows_file_gets_one_line_and_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new("python3")
