@@ -24,6 +24,21 @@ typedef unsigned char u8;
 #define E4M3_MAX 448.0f
 #define E5M2_MAX 57344.0f
 
+// Scale slots (SLOT_FLOATS floats each, capture/src/backend/cuda/mod.rs mirrors the layout): slot[0]
+// = the cast scale s (x is multiplied by it), slot[SLOT_BASE] = the true scale (s without a planted
+// mis-scale: dequantisation uses it, as a stale scale would be used), slot[SLOT_INV] =
+// 1/slot[SLOT_BASE], the dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both
+// 16-byte aligned, as cuBLASLt requires of scale pointers. slot[SLOT_RISKY] (a u32) is set by a
+// cast that met a non-finite value or one past RISKY_ABS (cast.cu: stats_commit); the GEMM's
+// non-finite count reads it (gemm_output.cu: gemm_nonfinite_count), and slot_flags_clear clears it
+// before the slots are reused.
+#define SLOT_BASE 1
+#define SLOT_INV 4
+#define SLOT_RISKY 7
+#define SLOT_FLOATS 8
+// Past this magnitude a value may make a GEMM's output overflow (gemm_nonfinite_count's bound).
+#define RISKY_ABS 1099511627776.0f
+
 __device__ __forceinline__ float round_bf16(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }

@@ -1,6 +1,7 @@
 //! A linear layer's GEMM on the GPU and what it leaves in the layer's output buffer: the product
 //! of the cast operands, the bias, the rounding to BF16, a planted NaN and the count of
-//! non-finite results the step reports (the CPU reference: `layers/linear.rs`).
+//! non-finite results the step reports (the CPU reference: `layers/linear.rs`; the kernels:
+//! `kernels/gemm_output.cu`).
 //!
 //! The GEMM does as much of it as cuBLASLt can, so that no pass over the output follows:
 //! - a bias goes into cuBLASLt's epilogue, rounded to BF16 first (`bias_to_bf16`), with BF16 D:
@@ -161,5 +162,23 @@ impl CudaBackend {
         }
         let s = self.ptr(&self.scales);
         launch!(self, "slot_flags_clear", cfg(((used as u32).div_ceil(256), 1, 1), 256), s, used as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::Family;
+
+    #[test]
+    fn the_scale_slot_layout_is_the_kernels() {
+        // The host reads the scale at 0 and hands cuBLASLt the inverse at SLOT_INV of slots
+        // SLOT_FLOATS apart; the casts write them there, and gemm_nonfinite_count reads them.
+        for family in [Family::Cast, Family::CastSrc, Family::GemmOutput] {
+            assert_eq!(family.define("SLOT_FLOATS"), super::super::SLOT_FLOATS, "{family:?}");
+            assert_eq!(family.define("SLOT_INV"), super::super::SLOT_INV, "{family:?}");
+        }
+        // Both the scale and its inverse 16-byte aligned, as cuBLASLt requires of scale pointers.
+        assert_eq!(super::super::SLOT_FLOATS * 4 % 16, 0);
+        assert_eq!(super::super::SLOT_INV * 4 % 16, 0);
     }
 }

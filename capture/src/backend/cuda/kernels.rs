@@ -21,12 +21,11 @@ const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 37] = [
+const CAST_KERNELS: [&str; 30] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
-    "rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce", "gemm_epilogue", "round_bf16_fwd", "cast_stats_reduce",
-    "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear", "widen_bf16",
+    "round_bf16_fwd", "cast_stats_reduce", "widen_bf16",
 ];
 
 /// Which layouts a cast writes: the operand's own, its transpose, or both from one read.
@@ -69,6 +68,8 @@ pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
 pub enum Family {
     Cast,
     CastSrc,
+    GemmOutput,
+    BiasGrad,
     Stats,
     Embedding,
     Residual,
@@ -84,9 +85,11 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 14] = [
+    pub const ALL: [Family; 16] = [
         Family::Cast,
         Family::CastSrc,
+        Family::GemmOutput,
+        Family::BiasGrad,
         Family::Stats,
         Family::Embedding,
         Family::Residual,
@@ -104,6 +107,8 @@ impl Family {
     pub fn file(self) -> &'static str {
         match self {
             Family::Cast | Family::CastSrc => "cast.cu",
+            Family::GemmOutput => "gemm_output.cu",
+            Family::BiasGrad => "bias_grad.cu",
             Family::Stats => "stats.cu",
             Family::Embedding => "embedding.cu",
             Family::Residual => "residual.cu",
@@ -122,6 +127,8 @@ impl Family {
     pub fn source(self) -> &'static str {
         match self {
             Family::Cast | Family::CastSrc => include_str!("../../../../kernels/cast.cu"),
+            Family::GemmOutput => include_str!("../../../../kernels/gemm_output.cu"),
+            Family::BiasGrad => include_str!("../../../../kernels/bias_grad.cu"),
             Family::Stats => include_str!("../../../../kernels/stats.cu"),
             Family::Embedding => include_str!("../../../../kernels/embedding.cu"),
             Family::Residual => include_str!("../../../../kernels/residual.cu"),
@@ -137,11 +144,12 @@ impl Family {
         }
     }
 
-    /// The value of `#define NAME VALUE` in this family's file: for tests that hold the host's
-    /// mirror of a kernel constant to the kernel's.
+    /// The value of `#define NAME VALUE` in this family's translation unit (its file, or a header it
+    /// includes): for tests that hold the host's mirror of a kernel constant to the kernel's.
     #[cfg(test)]
     pub fn define(self, name: &str) -> usize {
-        let line = self.source().lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("kernels/{} defines no {name}", self.file()));
+        let unit = self.translation_unit();
+        let line = unit.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("kernels/{} defines no {name}", self.file()));
         line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("kernels/{}: {line}", self.file()))
     }
 
@@ -150,6 +158,8 @@ impl Family {
         match self {
             Family::Cast => &CAST_KERNELS,
             Family::CastSrc => &CAST_SRC_KERNELS,
+            Family::GemmOutput => &["gemm_epilogue", "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear"],
+            Family::BiasGrad => &["rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce"],
             Family::Stats => &["sumsq_partial", "sumsq_multi", "zero_multi", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],

@@ -9,7 +9,9 @@
 //!   the unfused fallback), `residual.rs`, `loss.rs`, `adamw.rs`, `stats.rs` (reductions) and
 //!   `channels.rs` (per-channel statistics). `primitives.rs` is the [`Backend`] impl over them:
 //!   a profiler span, the launcher, and the error handling below. `matmul.rs` runs the linear
-//!   layers' GEMMs (beside `layers/matmul.rs`), `reports.rs` copies the step's reports to the host;
+//!   layers' GEMMs (beside `layers/matmul.rs`), `gemm_output.rs` what follows a GEMM in its output
+//!   (`kernels/gemm_output.cu`), `bias_grad.rs` the bias gradients (`kernels/bias_grad.cu`),
+//!   `reports.rs` copies the step's reports to the host;
 //!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
 //!   `error`), returns a harmless value in place of the result, and skips the device work of every
@@ -107,8 +109,8 @@ fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
 
 /// Fields of a statistics record (kernels/cast.cu: STAT_FIELDS).
 const STAT_FIELDS: usize = 17;
-/// Floats per scale slot (kernels/cast.cu): scale at 0, its inverse at SLOT_INV; 32 bytes keep both
-/// 16-byte aligned, as cuBLASLt needs of scale pointers.
+/// Floats per scale slot (kernels/common.cuh: SLOT_FLOATS): scale at 0, its inverse at SLOT_INV;
+/// 32 bytes keep both 16-byte aligned, as cuBLASLt needs of scale pointers.
 const SLOT_FLOATS: usize = 8;
 const SLOT_INV: usize = 4;
 mod stat {
@@ -501,6 +503,7 @@ impl CudaBackend {
 mod activation_gemm;
 mod adamw;
 mod bf16_operands;
+mod bias_grad;
 mod embedding;
 mod gelu;
 mod gemm_tuning;
