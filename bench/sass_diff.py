@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Whether two builds of the kernels run the same instructions: every kernel's SASS in the CUBINs
+BEFORE against AFTER (comma-separated lists, from `bench/kernel_regs.py FILE --cubin OUT`), with
+label numbers and the numbering of CUDA's internal helper functions left out (they change when a
+kernel moves to another file and say nothing of what it runs). The check for a change that must not
+change the kernels (moving a kernel between files, a header's reorganisation): no GPU needed.
+
+Usage: bench/sass_diff.py BEFORE.cubin[,…] AFTER.cubin[,…]
+Needs nvdisasm (the nvidia-cuda-nvdisasm wheel; found on the PATH, in $NVDISASM, or in an installed
+wheel). Exits 1 when a kernel's SASS differs or a kernel is missing from one side.
+"""
+import glob
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+
+
+def nvdisasm():
+    cands = [os.environ.get("NVDISASM"), shutil.which("nvdisasm")]
+    for sp in site.getsitepackages() + [site.getusersitepackages()]:
+        cands += glob.glob(os.path.join(sp, "nvidia", "cu*", "bin", "nvdisasm"))
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            return c
+    sys.exit("sass_diff.py: no nvdisasm (pip install nvidia-cuda-nvdisasm, or set NVDISASM)")
+
+
+def kernels(tool, cubins):
+    """Kernel name -> its instructions, normalised."""
+    out, cur = {}, None
+    for path in cubins.split(","):
+        try:
+            text = subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit(f"sass_diff.py: {path}: {getattr(e, 'stderr', '') or e}".strip())
+        for line in text.splitlines():
+            m = re.match(r"\s*\.text\.(\S+):", line)
+            if m:
+                cur = m.group(1)
+                out[cur] = []
+                continue
+            if cur and "/*" in line and ";" in line:
+                ins = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip()
+                ins = re.sub(r"\.L_x_\d+", "L", ins)
+                ins = re.sub(r"__internal_\d+_", "__internal_", ins)
+                out[cur].append(ins)
+    return out
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: bench/sass_diff.py BEFORE.cubin[,…] AFTER.cubin[,…]")
+    tool = nvdisasm()
+    before, after = kernels(tool, sys.argv[1]), kernels(tool, sys.argv[2])
+    differ = sorted(k for k in before if k in after and before[k] != after[k])
+    gone = sorted(set(before) - set(after))
+    new = sorted(set(after) - set(before))
+    same = len(before) - len(differ) - len(gone)
+    print(f"{same} of {len(before)} kernels run the same instructions")
+    for name, ks in (("differ", differ), ("missing after", gone), ("new after", new)):
+        if ks:
+            print(f"{name}: {' '.join(ks)}")
+    sys.exit(1 if differ or gone else 0)
+
+
+if __name__ == "__main__":
+    main()
