@@ -131,22 +131,30 @@ def with_tflops(row, d, ms):
     return row
 
 
-def dump_every(run):
-    """The run's dump_every (run.json's config.record), or 0."""
+def run_config(run):
+    """run.json's config of a recorded run, or {} when it cannot be read."""
     try:
-        return int(json.load(open(os.path.join(run, "run.json")))["config"]["record"]["dump_every"])
-    except (OSError, KeyError, TypeError, ValueError):
+        return json.load(open(os.path.join(run, "run.json"))).get("config", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def dump_every(config):
+    """A run config's dump_every (config.record), or 0."""
+    try:
+        return int(config["record"]["dump_every"])
+    except (KeyError, TypeError, ValueError):
         return 0
 
 
-def run_dims(run):
-    """The model dims of a recorded run (run.json's config.model), or None."""
+def run_dims(config):
+    """The model dims of a run config (run.json's config.model), or None."""
     try:
-        m = json.load(open(os.path.join(run, "run.json")))["config"]["model"]
+        m = config["model"]
         return {"arch": m.get("arch", "gpt"), "vocab": m["vocab"], "channels": m["channels"], "ffn": m["ffn"],
                 "heads": m["heads"], "kv_heads": m.get("kv_heads"), "layers": m["layers"], "batch": m["batch"],
                 "seq": m["seq"], "tied": bool(m.get("tie_embeddings", False))}
-    except (OSError, KeyError, TypeError, ValueError):
+    except (KeyError, TypeError):
         return None
 
 
@@ -200,13 +208,14 @@ def main():
         row = {"run": arg("--name", os.path.basename(sys.argv[2])), "steps": len(s), "median_ms": ms[len(ms) // 2],
                "mean_ms": sum(ms) / len(ms), "tokens": s[0]["tokens"], "final_loss": s[-1]["loss"],
                "window_steps": len(ms)}
-        every = dump_every(sys.argv[2])
+        config = run_config(sys.argv[2])
+        every = dump_every(config)
         if every:
             # Dump steps among those timed: step 1 and every multiple of dump_every.
             row["window_dumps"] = sum(1 for r in s[skip:] if r["step"] == 1 or r["step"] % every == 0)
         if "--peak-mib" in sys.argv:
             row["peak_mib"] = arg("--peak-mib", 0)
-        d = run_dims(sys.argv[2])
+        d = run_dims(config)
         if d:
             with_tflops(row, d, row["median_ms"])
         print(json.dumps(row))

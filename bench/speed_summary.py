@@ -69,6 +69,9 @@ def speedup_line(text, bf16, delayed):
     """The FP8 speed-up over the pair (bf16, delayed) and its repeats."""
     return pairs_line(text, bf16, delayed, ">=", 1.3)
 def has(*names): return any(n in by for n in names)
+def ref_line(text, r):
+    """A reference ratio with no target of its own."""
+    return f"- {text}: {'n/a' if r is None else f'{r:.3f}'} (reference)"
 def dump_line(text, dump, nodump, every):
     """The dump cost at one dump every `every` steps, from a run that dumped more often: the ms a
     dump (the mean step's excess over the run without dumps, times the steps timed, over the dumps
@@ -99,9 +102,6 @@ if has("seed-bf16-nostats-b32"):
     out.append(line("seed b32, FP8 delayed speed-up over our bf16, both without statistics", ratio("seed-bf16-nostats-b32", "seed-delayed-nostats-b32"), ">=", 1.3))
     out.append(line("seed b32, peak memory ours (delayed) / torch", ratio("seed-delayed-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
     out.append(line("seed b32, peak memory ours (bf16) / torch", ratio("seed-bf16-b32", "torch_compile_fused_b32", "peak_mib"), "<=", 1.2))
-def ref_line(text, r):
-    """A reference ratio with no target of its own."""
-    return f"- {text}: {'n/a' if r is None else f'{r:.3f}'} (reference)"
 if has("torch_fp8_full_b32"):
     out.append(ref_line("seed b32, PyTorch's FP8 speed-up: torch.compile bf16 / torch.compile with every encoder GEMM in FP8 "
                         "(bench/torch_fp8_peer.py, current scaling) ms", ratio("torch_compile_fused_b32", "torch_fp8_full_b32")))

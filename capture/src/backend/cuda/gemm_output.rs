@@ -168,17 +168,18 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::super::kernels::Family;
+    use super::super::{SLOT_FLOATS, SLOT_INV};
 
     #[test]
     fn the_scale_slot_layout_is_the_kernels() {
         // The host reads the scale at 0 and hands cuBLASLt the inverse at SLOT_INV of slots
         // SLOT_FLOATS apart; the casts write them there, and gemm_nonfinite_count reads them.
         for family in [Family::Cast, Family::CastSrc, Family::GemmOutput] {
-            assert_eq!(family.define("SLOT_FLOATS"), super::super::SLOT_FLOATS, "{family:?}");
-            assert_eq!(family.define("SLOT_INV"), super::super::SLOT_INV, "{family:?}");
+            assert_eq!(family.define("SLOT_FLOATS"), SLOT_FLOATS, "{family:?}");
+            assert_eq!(family.define("SLOT_INV"), SLOT_INV, "{family:?}");
         }
         // Both the scale and its inverse 16-byte aligned, as cuBLASLt requires of scale pointers.
-        assert_eq!(super::super::SLOT_FLOATS * 4 % 16, 0);
-        assert_eq!(super::super::SLOT_INV * 4 % 16, 0);
+        assert_eq!(SLOT_FLOATS * 4 % 16, 0);
+        assert_eq!(SLOT_INV * 4 % 16, 0);
     }
 }
