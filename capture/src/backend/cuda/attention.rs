@@ -26,6 +26,8 @@ pub const FLASH_HEAD_SIZES: [usize; 5] = [16, 32, 64, 96, 128];
 /// Threads per block and query rows (or keys) per tile of the fused kernels.
 const FLASH_THREADS: u32 = 128;
 const FLASH_TILE: usize = 64;
+/// Rows of `flash_bwd_delta` a warp sums (kernels/flash_attention.cu: FA_DELTA_ROWS).
+const FLASH_DELTA_ROWS: u32 = 4;
 
 /// The fused kernels' entry points, in the order `kernels::Family::FlashAttention` lists them.
 pub const FLASH_KERNELS: [&str; 16] = [
@@ -436,7 +438,7 @@ impl CudaBackend {
         let (doutp, dout16, outp, out16) = (self.ptr(dout.raw()), dout.is_bf16() as i32, self.ptr(out.raw()), out.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let rows = (b * t * nh) as u32;
-        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8), 1, 1), 256), deltap, doutp, dout16, outp, out16, bi, ti, nhi, hsi)?;
+        launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8 * FLASH_DELTA_ROWS), 1, 1), 256), deltap, doutp, dout16, outp, out16, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let lc = flash_grid(kvh, b, t.div_ceil(FLASH_TILE), dkdv_smem)?;
         launch!(self, dkdv, lc, dqkvp, dqkv16, q, k, v, dy, lsep, deltap, ti, nhi, kvhi, scale, causal as i32, rope_tab)?;
