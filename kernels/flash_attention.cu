@@ -465,57 +465,85 @@ __device__ void flash_fwd(void* __restrict__ out, int out16, float* __restrict__
 
 // delta (B, NH, T) = rowsum(BF16(dout) * out) per head: the softmax backward's correction term.
 // dout holds f32 values, or BF16 values with dout_bf16 (proj's dgrad output may be stored so), and
-// out likewise with out_bf16 (the forward's out16). d <= 128 (FLASH_HEAD_SIZES).
+// out likewise with out_bf16 (the forward's out16). d <= 128 (FLASH_HEAD_SIZES), B T NH < 2^32.
 // Launch: one warp per FA_DELTA_ROWS consecutive (b, t, h) rows (the rows of a token's heads lie
 // one after the other), 8 warps per block. Each row is summed as one warp alone would sum it: lane
-// l adds the products of elements l, l + 32, ... in order, then the warp's xor tree; only the loads
-// of the warp's rows are issued together, so that a warp keeps 4 rows of loads in flight instead
-// of one (one row a warp left the kernel at a third of the memory's bandwidth).
+// l adds the products of elements l, l + 32, ... in order, then the warp's xor tree. The warp's
+// loads are all issued before the first product: every address is clamped into the tensor, and
+// what lies past a row's d values or past the last row is zeroed after its load (a product of
+// zeros adds nothing: a sum that starts at +0 is never -0). Storage is a template parameter, so
+// that no load sits behind a branch. (One row a warp, with 64-bit index divisions, ran at a fifth
+// of the memory's bandwidth.)
 #define FA_DELTA_ROWS 4
-extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
-                                           const void* __restrict__ out, int out_bf16, int b, int t, int nh, int d) {
-    u64 rows = (u64)b * t * nh;
-    u64 row0 = (blockIdx.x * 8ull + (threadIdx.x >> 5)) * FA_DELTA_ROWS;
+template <int XB, int YB, int JN>
+__device__ __forceinline__ void delta_rows(float* __restrict__ delta, const void* __restrict__ dout, const void* __restrict__ out,
+                                           int b, int t, int nh, int d) {
+    u32 rows = (u32)b * (u32)t * (u32)nh;
+    u32 row0 = (blockIdx.x * 8u + (threadIdx.x >> 5)) * FA_DELTA_ROWS;
     int lane = threadIdx.x & 31;
     if (row0 >= rows) return;
-    float x[FA_DELTA_ROWS][4], y[FA_DELTA_ROWS][4];
+    float x[FA_DELTA_ROWS][JN], y[FA_DELTA_ROWS][JN];
 #pragma unroll
     for (int r = 0; r < FA_DELTA_ROWS; r++) {
         // Row (b, t, h) = (b t) nh + h starts at element row * d.
-        u64 g0 = (row0 + r) * d;
-        bool live = row0 + r < rows;
+        u64 g0 = (u64)min(row0 + r, rows - 1) * d;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int i = lane + 32 * j;
-            bool in = live && i < d;
-            x[r][j] = in ? load_value(dout, g0 + i, dout_bf16) : 0.0f;
-            y[r][j] = in ? load_value(out, g0 + i, out_bf16) : 0.0f;
+        for (int j = 0; j < JN; j++) {
+            u64 g = g0 + min(lane + 32 * j, d - 1);
+            x[r][j] = XB ? __uint_as_float((u32)__ldg((const unsigned short*)dout + g) << 16) : __ldg((const float*)dout + g);
+            y[r][j] = YB ? __uint_as_float((u32)__ldg((const unsigned short*)out + g) << 16) : __ldg((const float*)out + g);
         }
     }
     float s[FA_DELTA_ROWS];
 #pragma unroll
     for (int r = 0; r < FA_DELTA_ROWS; r++) {
         s[r] = 0.0f;
+        bool live = row0 + r < rows;
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (lane + 32 * j < d) s[r] += __bfloat162float(__float2bfloat16_rn(x[r][j])) * y[r][j];
+        for (int j = 0; j < JN; j++) {
+            bool in = live && lane + 32 * j < d;
+            s[r] += __bfloat162float(__float2bfloat16_rn(in ? x[r][j] : 0.0f)) * (in ? y[r][j] : 0.0f);
+        }
     }
     // warp_sum's tree, the rows' steps interleaved.
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
         for (int r = 0; r < FA_DELTA_ROWS; r++) s[r] += __shfl_xor_sync(0xffffffffu, s[r], o);
-    if (lane == 0) {
+    // Every lane holds each row's sum (the xor tree adds the same pairs in every lane); lane
+    // r < FA_DELTA_ROWS writes row r's.
+    if (lane < FA_DELTA_ROWS) {
+        u32 row = row0 + lane;
+        float v = s[0];
 #pragma unroll
-        for (int r = 0; r < FA_DELTA_ROWS; r++) {
-            u64 row = row0 + r;
-            if (row >= rows) break;
-            int h = (int)(row % nh);
-            u64 bt = row / nh;
-            int tt = (int)(bt % t);
-            u64 bb = bt / t;
-            delta[(bb * nh + h) * t + tt] = s[r];
+        for (int r = 1; r < FA_DELTA_ROWS; r++) v = lane == r ? s[r] : v;
+        if (row < rows) {
+            u32 h = row % (u32)nh, bt = row / (u32)nh;
+            u32 tt = bt % (u32)t, bb = bt / (u32)t;
+            delta[((u64)bb * nh + h) * t + tt] = v;
         }
+    }
+}
+
+// The rows of one storage pair, JN = ceil(d / 32) values a lane a row.
+template <int XB, int YB>
+__device__ __forceinline__ void delta_rows_d(float* __restrict__ delta, const void* __restrict__ dout, const void* __restrict__ out,
+                                             int b, int t, int nh, int d) {
+    if (d <= 32) delta_rows<XB, YB, 1>(delta, dout, out, b, t, nh, d);
+    else if (d <= 64) delta_rows<XB, YB, 2>(delta, dout, out, b, t, nh, d);
+    else if (d <= 96) delta_rows<XB, YB, 3>(delta, dout, out, b, t, nh, d);
+    else delta_rows<XB, YB, 4>(delta, dout, out, b, t, nh, d);
+}
+
+// Launch: ceil(B T NH / (8 FA_DELTA_ROWS)) blocks of 256 threads.
+extern "C" __global__ void flash_bwd_delta(float* __restrict__ delta, const void* __restrict__ dout, int dout_bf16,
+                                           const void* __restrict__ out, int out_bf16, int b, int t, int nh, int d) {
+    if (dout_bf16) {
+        if (out_bf16) delta_rows_d<1, 1>(delta, dout, out, b, t, nh, d);
+        else delta_rows_d<1, 0>(delta, dout, out, b, t, nh, d);
+    } else {
+        if (out_bf16) delta_rows_d<0, 1>(delta, dout, out, b, t, nh, d);
+        else delta_rows_d<0, 0>(delta, dout, out, b, t, nh, d);
     }
 }
 

@@ -437,7 +437,7 @@ impl CudaBackend {
         let (dqkvp, dqkv16, deltap, lsep) = (self.ptr(dqkv.raw()), dqkv.is_bf16() as i32, self.ptr(datt), self.ptr(att));
         let (doutp, dout16, outp, out16) = (self.ptr(dout.raw()), dout.is_bf16() as i32, self.ptr(out.raw()), out.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        let rows = (b * t * nh) as u32;
+        let rows = u32::try_from(b * t * nh).map_err(|_| CudaError::Unsupported(format!("fused attention over {b} x {t} x {nh} (batch, tokens, heads) rows: at most 2^32 - 1")))?;
         launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8 * FLASH_DELTA_ROWS), 1, 1), 256), deltap, doutp, dout16, outp, out16, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let lc = flash_grid(kvh, b, t.div_ceil(FLASH_TILE), dkdv_smem)?;
