@@ -1544,9 +1544,9 @@ fn the_cross_entropy_row_kernels_are_bit_identical() {
     let Some(mut gpu) = cuda_common::gpu("cross-entropy row kernels") else { return };
     let mut rng = Pcg64::seed_from_u64(47);
     let normal = Normal::new(0.0f32, 3.0).expect("normal");
-    // Rows within the registers of the split kernel, past them, with a tail of 1 and of 3 logits
-    // past a whole number of threads, and too long for it (the shared-memory kernel's).
-    for (n, v) in [(37usize, 1000usize), (29, 4001), (16, 16_385), (16, 32000), (13, 44_544), (11, 50_003)] {
+    // Rows within the registers of the split kernel (up to 8192 logits), one logit past them, past
+    // them with ragged tails, its longest (36,352), and too long for it (the shared-memory kernel's).
+    for (n, v) in [(37usize, 1000usize), (29, 4001), (16, 8193), (16, 16_385), (16, 32000), (13, 36_352), (13, 44_544), (11, 50_003)] {
         let logits: Vec<f32> = (0..n * v).map(|_| normal.sample(&mut rng)).collect();
         let targets: Vec<u32> = (0..n).map(|i| if i % 5 == 3 { u32::MAX } else { rng.random_range(0..v as u32) }).collect();
         let tg = gpu.upload_tokens(&targets);

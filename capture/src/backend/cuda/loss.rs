@@ -4,7 +4,7 @@
 //! storage: f32, or BF16 (the lm_head writes its logits so, and its backward takes the BF16
 //! dlogits as its operand). Three kernels give the same bits: `crossentropy_split_fwd` where the row's part past its first [`SPLIT_SPAN`] logits
 //! (which it holds in registers) fits in [`SPLIT_SMEM_MAX`] of shared memory, two blocks an SM
-//! (V up to 44,544); else `crossentropy_smem_fwd` where the whole row fits in a block's shared
+//! (V up to 36,352); else `crossentropy_smem_fwd` where the whole row fits in a block's shared
 //! memory (one block an SM; both read the logits once); `crossentropy_fwd` (three reads)
 //! otherwise.
 
@@ -21,7 +21,7 @@ const THREADS: u32 = 512;
 const ROW_SMEM_MAX: usize = 226 * 1024;
 /// Logits of a row `crossentropy_split_fwd` holds in registers (kernels/loss.cu: LOSS_REG_SPAN =
 /// LOSS_REG × LOSS_THREADS).
-const SPLIT_SPAN: usize = 32 * THREADS as usize;
+const SPLIT_SPAN: usize = 16 * THREADS as usize;
 /// The dynamic shared memory `crossentropy_split_fwd` may take: two blocks an SM (each with its 1
 /// KiB of static reductions) within an H100's or H200's 228 KiB.
 const SPLIT_SMEM_MAX: usize = 110 * 1024;
@@ -86,6 +86,6 @@ mod tests {
         assert_eq!(Family::Loss.define("LOSS_REG") * Family::Loss.define("LOSS_THREADS"), SPLIT_SPAN);
         // Two blocks an SM: their dynamic and static shared memory within 228 KiB.
         assert!(2 * (SPLIT_SMEM_MAX + 1024) <= 228 * 1024);
-        assert_eq!(SPLIT_SPAN + SPLIT_SMEM_MAX / 4, 44_544);
+        assert_eq!(SPLIT_SPAN + SPLIT_SMEM_MAX / 4, 36_352);
     }
 }
