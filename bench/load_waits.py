@@ -9,12 +9,14 @@ batch-32 step; 1.04 once its loads went out together), and a first version of fl
 4 rows a warp ran slower than one row a warp for it (135 against 76 µs a call; 26 without it):
 bench/results/2026-12-04-delta-rows.
 
-Compiles every kernels/*.cu file for sm_90 with NVRTC (bench/kernel_regs.py, no GPU needed; cast.cu
-also as the computed-source family), disassembles it with nvdisasm (the nvidia-cuda-nvdisasm
-wheel, or $NVDISASM), and prints each kernel with a run of at least MIN_RUN such loads (default 4).
-Exit status 1 when one is found.
+Compiles the given .cu files, or every kernels/*.cu file (cast.cu also as the computed-source
+family), for sm_90 with NVRTC (bench/kernel_regs.py, no GPU needed), disassembles them with nvdisasm
+(the nvidia-cuda-nvdisasm wheel, or $NVDISASM), and prints each kernel with a run of at least
+--min-run such loads (default 4). Exit status 1 when one is found, 2 on bad input.
 
-Usage: bench/load_waits.py [MIN_RUN]"""
+Usage: bench/load_waits.py [--min-run N] [FILE.cu ... | --sass FILE.sass]
+(default: every kernels/*.cu file; --sass reads `nvdisasm -c` output instead of compiling).
+tests/kernel_loads.rs runs it on the kernels it was fixed in and on a known-bad SASS fixture."""
 import os
 import re
 import subprocess
@@ -123,25 +125,61 @@ def waited_runs(body):
     return best
 
 
+def report(source, sass, min_run):
+    """Prints the kernels of one listing with a run of at least min_run; returns how many."""
+    found = 0
+    for name, body in kernels_of(sass):
+        runs = [r for r in waited_runs(body) if r >= min_run]
+        if runs:
+            found += 1
+            print(f"{source}: {name}: runs of loads waited for one at a time: {runs}")
+    return found
+
+
 def main():
-    min_run = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    args = sys.argv[1:]
+    min_run = 4
+    if "--min-run" in args:
+        i = args.index("--min-run")
+        try:
+            min_run = int(args[i + 1])
+        except (IndexError, ValueError):
+            print("load_waits.py: --min-run needs a whole number", file=sys.stderr)
+            sys.exit(2)
+        del args[i:i + 2]
+    if min_run < 1:
+        print("load_waits.py: --min-run must be at least 1", file=sys.stderr)
+        sys.exit(2)
+    if "--sass" in args:
+        i = args.index("--sass")
+        if i + 1 >= len(args) or not os.path.isfile(args[i + 1]):
+            print("load_waits.py: --sass needs an nvdisasm listing", file=sys.stderr)
+            sys.exit(2)
+        sass = open(args[i + 1]).read()
+        found = report(os.path.basename(args[i + 1]), sass, min_run)
+        print(f"{found} kernel(s) with a run of {min_run} or more")
+        sys.exit(1 if found else 0)
+    kernels_dir = os.path.join(HERE, "..", "kernels")
+    if args:
+        for f in args:
+            if not f.endswith(".cu") or not os.path.isfile(f):
+                print(f"load_waits.py: {f}: not a .cu file", file=sys.stderr)
+                sys.exit(2)
+        units = [(f, []) for f in args]
+    else:
+        units = [(os.path.join(kernels_dir, f), []) for f in sorted(os.listdir(kernels_dir)) if f.endswith(".cu")]
+        units.append((os.path.join(kernels_dir, "cast.cu"), ["-D", "CAST_SRC_UNIT"]))
     tool = nvdisasm()
     found = 0
     with tempfile.TemporaryDirectory() as tmp:
-        units = [(f, []) for f in sorted(os.listdir(os.path.join(HERE, "..", "kernels"))) if f.endswith(".cu")]
-        units.append(("cast.cu", ["-D", "CAST_SRC_UNIT"]))
-        for f, extra in units:
-            cubin = os.path.join(tmp, f + ("-src" if extra else "") + ".cubin")
-            r = subprocess.run([sys.executable, os.path.join(HERE, "kernel_regs.py"), os.path.join(HERE, "..", "kernels", f), "--cubin", cubin] + extra,
+        for k, (path, extra) in enumerate(units):
+            cubin = os.path.join(tmp, f"{k}.cubin")
+            r = subprocess.run([sys.executable, os.path.join(HERE, "kernel_regs.py"), path, "--cubin", cubin] + extra,
                                capture_output=True, text=True)
             if r.returncode != 0 or not os.path.exists(cubin):
-                sys.exit(f"load_waits.py: {f} did not compile: {r.stderr.strip() or r.stdout.strip()}")
+                sys.exit(f"load_waits.py: {path} did not compile: {r.stderr.strip() or r.stdout.strip()}")
             sass = subprocess.run([tool, "-c", cubin], capture_output=True, text=True, check=True).stdout
-            for name, body in kernels_of(sass):
-                runs = [r for r in waited_runs(body) if r >= min_run]
-                if runs:
-                    found += 1
-                    print(f"{f}: {name}: runs of loads waited for one at a time: {runs}")
+            found += report(os.path.basename(path), sass, min_run)
     print(f"{found} kernel(s) with a run of {min_run} or more")
     sys.exit(1 if found else 0)
 

@@ -5,6 +5,8 @@
 //! the table; bad input gets one line and a non-zero exit. Also `bench/step_kernels.py`, which turns
 //! Nsight Compute's CSV of a training run (`bench/step_kernels.sh`) into a step's kernels by name,
 //! and `bench/power_summary.py`, which reads the clock and power of a run from an nvidia-smi log.
+//! And `bench/load_waits.py`, which finds the kernels whose threads wait for their global loads one
+//! at a time, in their SASS: it lists a known case, and none in the two kernels fixed of it.
 
 mod common;
 
@@ -247,6 +249,50 @@ fn power_summary_refuses_bad_input_with_one_line() {
         let out = Command::new("python3").arg(repo_root().join("bench/power_summary.py")).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// `bench/load_waits.py` with these arguments, from the repository root.
+fn load_waits(args: &[&str]) -> Output {
+    Command::new("python3").arg(repo_root().join("bench/load_waits.py")).args(args).current_dir(repo_root()).output().expect("python3 must be installed")
+}
+
+#[test]
+fn load_waits_lists_a_kernel_that_waits_for_each_load() {
+    // The cross-entropy kernel before its fix: 32 loads, each used in its own branch.
+    let out = load_waits(&["--sass", "tests/fixtures/load_waits/crossentropy_split_a8bdde5.sass"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("crossentropy_split_fwd: runs of loads waited for one at a time: [32]"), "{text}");
+    // Its runs of fewer than 33 are not listed with --min-run 33.
+    let out = load_waits(&["--min-run", "33", "--sass", "tests/fixtures/load_waits/crossentropy_split_a8bdde5.sass"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn the_attention_delta_and_the_cross_entropy_keep_their_loads_in_flight() {
+    // Compiled for sm_90 by NVRTC and disassembled (the wheels tests/requirements.txt installs):
+    // flash_bwd_delta and crossentropy_split_fwd issue their loads together since they were fixed
+    // (bench/results/2026-12-04-delta-rows), and no other kernel of the two files waits either.
+    let out = load_waits(&["kernels/flash_attention.cu", "kernels/loss.cu"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("0 kernel(s) with a run of 4 or more"), "{text}");
+}
+
+#[test]
+fn load_waits_refuses_bad_input_with_one_line() {
+    for (args, says) in [
+        (vec!["--min-run", "x"], "--min-run needs a whole number"),
+        (vec!["--min-run", "0"], "--min-run must be at least 1"),
+        (vec!["kernels/absent.cu"], "kernels/absent.cu: not a .cu file"),
+        (vec!["--sass", "absent.sass"], "--sass needs an nvdisasm listing"),
+    ] {
+        let out = load_waits(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }

@@ -352,7 +352,7 @@ fn the_readme_test_command_is_what_ci_runs() {
     assert!(ci.contains("pip install -q -r tests/requirements.txt"), ".ci/run does not install tests/requirements.txt");
     assert!(ci.contains("apt-get") && ci.contains("chromium"), ".ci/run does not install Chromium");
     let req = read("tests/requirements.txt");
-    for (said, pkg) in [("pyarrow", "pyarrow"), ("numpy", "numpy"), ("ml_dtypes", "ml_dtypes"), ("NVRTC", "nvidia-cuda-nvrtc"), ("Chromium", "")] {
+    for (said, pkg) in [("pyarrow", "pyarrow"), ("numpy", "numpy"), ("ml_dtypes", "ml_dtypes"), ("NVRTC", "nvidia-cuda-nvrtc"), ("nvdisasm", "nvidia-cuda-nvdisasm"), ("Chromium", "")] {
         assert!(block.contains(said), "the README no longer says the tests install {said}; update this test");
         assert!(pkg.is_empty() || req.lines().any(|l| l.starts_with(pkg)), "tests/requirements.txt lacks {pkg}");
     }
