@@ -1,4 +1,4 @@
-# Call 5: ece7905's flash_bwd_delta plus crossentropy_split_fwd with its 16 register logits loaded
+# Call 5: c47fe77's flash_bwd_delta plus crossentropy_split_fwd with its 16 register logits loaded
 # all at once (bin/), against a8bdde5 (old/): every test, every table bit for bit, the loss kernel
 # alone under Nsight Compute, and whole steps (median ms) with GPU ms by span, old and new
 # interleaved, seed b32 and llama-1b delayed.
