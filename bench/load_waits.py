@@ -25,27 +25,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from sass_diff import nvdisasm  # noqa: E402
+from sass_diff import kernel_lines, listing, nvdisasm  # noqa: E402
 
 LOAD = re.compile(r"\bLDG\.[A-Z0-9.]*\s+(R\d+)")
 OFFSET = re.compile(r"/\*([0-9a-f]{4,})\*/")
 BRANCH = re.compile(r"\bBRA\b[^`]*`\(([^)]+)\)")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
-
-
-def kernels_of(sass):
-    """(name, [instruction lines]) for each kernel of nvdisasm's output."""
-    name, body = None, []
-    for line in sass.splitlines():
-        m = re.match(r"\s*\.text\.([A-Za-z_]\w*):", line)
-        if m:
-            if name:
-                yield name, body
-            name, body = m.group(1), []
-        elif name:
-            body.append(line)
-    if name:
-        yield name, body
 
 
 def regs_read(ins, dest):
@@ -128,7 +113,7 @@ def waited_runs(body):
 def report(source, sass, min_run):
     """Prints the kernels of one listing with a run of at least min_run; returns how many."""
     found = 0
-    for name, body in kernels_of(sass):
+    for name, body in kernel_lines(sass).items():
         runs = [r for r in waited_runs(body) if r >= min_run]
         if runs:
             found += 1
@@ -178,8 +163,7 @@ def main():
                                capture_output=True, text=True)
             if r.returncode != 0 or not os.path.exists(cubin):
                 sys.exit(f"load_waits.py: {path} did not compile: {r.stderr.strip() or r.stdout.strip()}")
-            sass = subprocess.run([tool, "-c", cubin], capture_output=True, text=True, check=True).stdout
-            found += report(os.path.basename(path), sass, min_run)
+            found += report(os.path.basename(path), listing(tool, cubin), min_run)
     print(f"{found} kernel(s) with a run of {min_run} or more")
     sys.exit(1 if found else 0)
 

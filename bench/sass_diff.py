@@ -25,28 +25,39 @@ def nvdisasm():
     for c in cands:
         if c and os.access(c, os.X_OK):
             return c
-    sys.exit("sass_diff.py: no nvdisasm (pip install nvidia-cuda-nvdisasm, or set NVDISASM)")
+    sys.exit(f"{os.path.basename(sys.argv[0])}: no nvdisasm (pip install nvidia-cuda-nvdisasm, or set NVDISASM)")
+
+
+def listing(tool, cubin):
+    """`nvdisasm -c` of one CUBIN: every kernel's SASS, as text."""
+    try:
+        return subprocess.run([tool, "-c", cubin], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {cubin}: {getattr(e, 'stderr', '') or e}".strip())
+
+
+def kernel_lines(text):
+    """Kernel name -> the lines of its section in an nvdisasm listing (instructions and labels), in
+    order (bench/load_waits.py reads them too)."""
+    out, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*\.text\.(\S+):", line)
+        if m:
+            cur = m.group(1)
+            out[cur] = []
+        elif cur:
+            out[cur].append(line)
+    return out
 
 
 def kernels(tool, cubins):
     """Kernel name -> its instructions, normalised."""
-    out, cur = {}, None
+    out = {}
     for path in cubins.split(","):
-        try:
-            text = subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
-        except (OSError, subprocess.CalledProcessError) as e:
-            sys.exit(f"sass_diff.py: {path}: {getattr(e, 'stderr', '') or e}".strip())
-        for line in text.splitlines():
-            m = re.match(r"\s*\.text\.(\S+):", line)
-            if m:
-                cur = m.group(1)
-                out[cur] = []
-                continue
-            if cur and "/*" in line and ";" in line:
-                ins = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line).strip()
-                ins = re.sub(r"\.L_x_\d+", "L", ins)
-                ins = re.sub(r"__internal_\d+_", "__internal_", ins)
-                out[cur].append(ins)
+        for name, lines in kernel_lines(listing(tool, path)).items():
+            ins = [re.sub(r"/\*[0-9a-f]{4,}\*/", "", l).strip() for l in lines if "/*" in l and ";" in l]
+            ins = [re.sub(r"__internal_\d+_", "__internal_", re.sub(r"\.L_x_\d+", "L", i)) for i in ins]
+            out[name] = ins
     return out
 
 
