@@ -576,6 +576,13 @@ mod tests {
         }
     }
 
+    /// `flash_bwd_delta`'s grid covers the rows the kernel gives each warp (FA_DELTA_ROWS).
+    #[test]
+    fn the_delta_rows_per_warp_match_the_kernel() {
+        use super::super::kernels::Family;
+        assert_eq!(Family::FlashAttention.define("FA_DELTA_ROWS"), FLASH_DELTA_ROWS as usize);
+    }
+
     /// A head's element (b, h, t, d) lies where the kernels look for it in both layouts, the
     /// struct has `FaTensor`'s 24-byte C layout, and a batch past 32-bit offsets is refused.
     #[test]
