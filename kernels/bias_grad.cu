@@ -10,8 +10,8 @@
 // that it sees the same values the wgrad GEMM multiplies. q: (rows, cols) BF16 bits or FP8 bytes.
 // Each value (an FP8 code times the slot's inverse scale, rounded to f32, or a BF16 value) is added
 // in f64, where such sums are exact unless their exponents span about 2^29: the order of the adds
-// does not change the result. Each thread reads 16 bytes at a time (16 FP8 codes or 8 BF16 values)
-// when the row starts 16-byte aligned, the rest one value at a time.
+// does not change the result. Each thread reads 16 bytes at a time (16 FP8 codes or 8 BF16 values),
+// RS_BATCH loads in flight, when the row starts 16-byte aligned, the rest one value at a time.
 // Launch: one block (256 threads) per row.
 __device__ __forceinline__ double sum_fp8x16(uint4 w, int fmt, float inv) {
     __nv_fp8_interpretation_t t = fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
@@ -51,30 +51,45 @@ __device__ __forceinline__ double sum_bf16x8(uint4 w) {
     return acc;
 }
 
+// The rowsum of one row, for one storage format: each thread takes the row's 16-byte words t,
+// t + blockDim.x, ... in that order, as before, but RS_BATCH of them at a time with every load issued
+// before the first sum (a word past the row is loaded from the row's last word and zeroed: code 0
+// is +0.0 in every format, which adds nothing). The values left over past the row's last whole
+// word (or the whole row, when it does not start 16-byte aligned) are added one at a time after.
+#define RS_BATCH 4
+template <int FMT>
+__device__ __forceinline__ double rowsum_row(const u8* __restrict__ row, int cols, float inv) {
+    constexpr int PER16 = FMT == FMT_BF16 ? 8 : 16;
+    int vec = ((u64)row & 15) == 0 ? cols / PER16 : 0;
+    const uint4* row4 = (const uint4*)row;
+    double acc = 0.0;
+    for (int v0 = threadIdx.x; v0 < vec; v0 += RS_BATCH * blockDim.x) {
+        uint4 w[RS_BATCH];
+#pragma unroll
+        for (int b = 0; b < RS_BATCH; b++) w[b] = __ldg(row4 + min(v0 + b * (int)blockDim.x, vec - 1));
+#pragma unroll
+        for (int b = 0; b < RS_BATCH; b++) {
+            if (v0 + b * (int)blockDim.x >= vec) w[b] = make_uint4(0u, 0u, 0u, 0u);
+            acc += FMT == FMT_BF16 ? sum_bf16x8(w[b]) : sum_fp8x16(w[b], FMT, inv);
+        }
+    }
+    for (int c = vec * PER16 + threadIdx.x; c < cols; c += blockDim.x) {
+        float v = FMT == FMT_BF16 ? load_value(row, c, 1) : from_fp8(row[c], FMT) * inv;
+        acc += (double)v;
+    }
+    return acc;
+}
+
 extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, const float* __restrict__ slot,
                                           int rows, int cols, float* __restrict__ dbias) {
     __shared__ double sh[32];
     int r = blockIdx.x;
     if (r >= rows) return;
-    float inv = fmt == FMT_BF16 ? 1.0f : slot[SLOT_INV];
-    int per16 = fmt == FMT_BF16 ? 8 : 16;
     const u8* row = (const u8*)q + (u64)r * cols * (fmt == FMT_BF16 ? 2 : 1);
-    int vec = ((u64)row & 15) == 0 ? cols / per16 : 0;
-    double acc = 0.0;
-#pragma unroll 4
-    for (int v = threadIdx.x; v < vec; v += blockDim.x) {
-        uint4 w = ((const uint4*)row)[v];
-        acc += fmt == FMT_BF16 ? sum_bf16x8(w) : sum_fp8x16(w, fmt, inv);
-    }
-    for (int c = vec * per16 + threadIdx.x; c < cols; c += blockDim.x) {
-        float v;
-        if (fmt == FMT_BF16) {
-            v = load_value(row, c, 1);
-        } else {
-            v = from_fp8(row[c], fmt) * inv;
-        }
-        acc += (double)v;
-    }
+    double acc;
+    if (fmt == FMT_BF16) acc = rowsum_row<FMT_BF16>(row, cols, 1.0f);
+    else if (fmt == FMT_E4M3) acc = rowsum_row<FMT_E4M3>(row, cols, slot[SLOT_INV]);
+    else acc = rowsum_row<FMT_E5M2>(row, cols, slot[SLOT_INV]);
     double s = block_sum_d(acc, sh);
     if (threadIdx.x == 0) dbias[r] += (float)s;
 }
@@ -87,7 +102,9 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
 // lane summing 8 adjacent columns (one 16-byte load a row when cols is a multiple of 8 and q is
 // 16-byte aligned); launch grid (ceil(cols / 256), chunks), block (32, 8). colsum_bf16_reduce:
 // dbias[col] += the chunks' sums, warp g adding chunks g, g + 8, ... and warp 0 the eight warps'
-// sums in order; launch ceil(cols / 32) blocks of (32, 8).
+// sums in order; launch ceil(cols / 32) blocks of (32, 8). Each lane of colsum_bf16_partial adds its
+// rows in order, CS_BATCH 16-byte loads in flight (a chunk of 64 rows is one batch a lane).
+#define CS_BATCH 8
 extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict__ q, int rows, int cols,
                                                int rows_per_chunk, double* __restrict__ partial) {
     __shared__ double sh[8][256];
@@ -96,18 +113,28 @@ extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict_
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
     bool vec = (cols & 7) == 0 && ((u64)q & 15) == 0 && c0 + 8 <= cols;
     double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-#pragma unroll 4
-    for (int r = r0 + g; r < r1; r += 8) {
-        const unsigned short* row = q + (u64)r * cols;
-        float v[8];
-        if (vec) {
-            unpack_bf16x8(*(const uint4*)(row + c0), v);
-        } else {
+    if (vec) {
+        // CS_BATCH rows at a time (r, r + 8, ...), every load issued before the first add; a row
+        // past the chunk is loaded from its last row and zeroed (+0.0 adds nothing).
+        for (int r = r0 + g; r < r1; r += 8 * CS_BATCH) {
+            uint4 w[CS_BATCH];
 #pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = c0 + j < cols ? load_value(row, c0 + j, 1) : 0.0f;
+            for (int b = 0; b < CS_BATCH; b++) w[b] = __ldg((const uint4*)(q + (u64)min(r + 8 * b, r1 - 1) * cols + c0));
+#pragma unroll
+            for (int b = 0; b < CS_BATCH; b++) {
+                if (r + 8 * b >= r1) w[b] = make_uint4(0u, 0u, 0u, 0u);
+                float v[8];
+                unpack_bf16x8(w[b], v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) a[j] += (double)v[j];
+            }
         }
+    } else {
+        for (int r = r0 + g; r < r1; r += 8) {
+            const unsigned short* row = q + (u64)r * cols;
 #pragma unroll
-        for (int j = 0; j < 8; j++) a[j] += (double)v[j];
+            for (int j = 0; j < 8; j++) a[j] += (double)(c0 + j < cols ? load_value(row, c0 + j, 1) : 0.0f);
+        }
     }
 #pragma unroll
     for (int j = 0; j < 8; j++) sh[g][8 * lane + j] = a[j];
