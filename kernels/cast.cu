@@ -717,7 +717,8 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     int pair_off = PAIRS ? cols / 2 : 0;
     int tiles_c = ((PAIRS ? pair_off : cols) + TILE - 1) / TILE;
     bool vec_in = (cols & 3) == 0, vec_t = (rows & 3) == 0;
-    // Channel statistics exist from the cheap level on; the amax level compiles them out.
+    // Channel statistics exist from the cheap level on, for a cast given ch_sq (the host's channels
+    // level: cast.rs); the amax level compiles them out.
     bool channels = L >= 1 && ch_sq != nullptr;
     bool colsum = COLSUM && ch_sum != nullptr;
     // Tile (tr, tc): block b takes tiles b, b + G, b + 2G, ... in row-major order (G blocks),

@@ -329,6 +329,12 @@ pub struct TrainArgs {
     /// Compute quant_mse / quant_cos every N statistics steps (0: only at dump steps).
     #[arg(long, default_value = "10", value_parser = non_negative, help_heading = "Recording")]
     pub quant_error_every: u32,
+    /// Compute the per-channel statistics (amax_channel, top_channel_sq_frac: where an outlier
+    /// channel sits) every N statistics steps and at step 1 (0: never on their own); the quant_mse
+    /// steps and dump steps always take them. They cost more than the other every-step columns: a larger N makes statistics
+    /// every step cheaper, and leaves those two columns null on the steps between.
+    #[arg(long, default_value = "1", value_parser = non_negative, help_heading = "Recording")]
+    pub channel_stats_every: u32,
     /// Dump sampled tensors every N steps, and at step 1 (0: never).
     #[arg(long, default_value = "0", value_parser = non_negative, help_heading = "Recording")]
     pub dump_every: u32,
@@ -654,6 +660,7 @@ impl TrainArgs {
             record: RecordConfig {
                 stats_every: self.stats_every,
                 quant_error_every: self.quant_error_every,
+                channel_stats_every: self.channel_stats_every,
                 dump_every: self.dump_every,
                 dump_layers: self.dump_layers.clone(),
                 dump_roles: self.dump_roles.clone(),

@@ -82,12 +82,27 @@ fn recording(cfg: &RunConfig, n_layers: u32) -> anyhow::Result<Recording> {
     Ok(Recording { dump_sites, dump_roles: cfg.record.dump_roles.clone() })
 }
 
+/// Whether an expensive statistic taken every `every` statistics steps (0: never on its own) falls
+/// on `step`: step 1, and every multiple of `stats_every · every` steps.
+fn on_cadence(step: u32, stats_every: u32, every: u32) -> bool {
+    every > 0 && (step == 1 || u64::from(step).is_multiple_of(u64::from(stats_every) * u64::from(every)))
+}
+
 fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32) -> StepPlan {
     let r = &cfg.record;
     let stats_step = r.stats_every > 0 && (step.is_multiple_of(r.stats_every) || step == 1);
     let dump_step = r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1);
-    let full = dump_step || (stats_step && r.quant_error_every > 0 && (step == 1 || step.is_multiple_of(r.stats_every * r.quant_error_every)));
-    let stats = if full && stats_step { StatsLevel::Full } else if stats_step { StatsLevel::Cheap } else { StatsLevel::Amax };
+    let full = dump_step || (stats_step && on_cadence(step, r.stats_every, r.quant_error_every));
+    let channels = stats_step && on_cadence(step, r.stats_every, r.channel_stats_every);
+    let stats = if full && stats_step {
+        StatsLevel::Full
+    } else if channels {
+        StatsLevel::Channels
+    } else if stats_step {
+        StatsLevel::Cheap
+    } else {
+        StatsLevel::Amax
+    };
     let mut casts = HashMap::new();
     let mut faults = HashMap::new();
     for layer in 0..n_layers {
@@ -403,6 +418,55 @@ mod tests {
         let first = per_step[&1];
         assert!(first > 0 && per_step.values().all(|&n| n == first), "statistics rows per step: {per_step:?}");
         assert_eq!(m.rows.stats, 9 * first as u64);
+    }
+
+    /// The stats table of a run, concatenated in the order written.
+    fn stats_table(out: &std::path::Path) -> arrow::record_batch::RecordBatch {
+        let batches = fp8scope_schemas::parts::read_table(&RunDir::new(out), Table::Stats).expect("stats table");
+        arrow::compute::concat_batches(&batches[0].schema(), &batches).expect("one batch")
+    }
+
+    /// `--channel-stats-every 4` (with `--quant-error-every 0`, so that only the cadence decides):
+    /// the channel columns are filled at steps 1, 4, 8 and 12 of 12, null at the others, and equal
+    /// to an every-step run's where filled; every other column equals the every-step run's, bit for
+    /// bit (the channel statistics change nothing else). `--channel-stats-every 0` leaves them
+    /// null but at the dump step.
+    #[test]
+    fn channel_statistics_follow_their_cadence_and_change_no_other_column() {
+        use arrow::array::Array;
+        let base = ["--steps", "12", "--quant-error-every", "0"];
+        let (_d1, every, r) = run_tiny(&mut CpuBackend::new(), &base);
+        r.expect("every-step run");
+        let (_d2, sparse, r) = run_tiny(&mut CpuBackend::new(), &[&base[..], &["--channel-stats-every", "4"]].concat());
+        r.expect("every-4 run");
+        assert_eq!(Manifest::read(&sparse).expect("manifest").config.record.channel_stats_every, 4);
+        let (a, b) = (stats_table(&every), stats_table(&sparse));
+        assert_eq!(a.schema(), b.schema());
+        assert_eq!(a.num_rows(), b.num_rows());
+        let steps = step_column(&b);
+        for name in [fp8scope_schemas::tables::col::AMAX_CHANNEL, fp8scope_schemas::tables::col::TOP_CHANNEL_SQ_FRAC] {
+            let (ca, cb) = (a.column_by_name(name).expect("column"), b.column_by_name(name).expect("column"));
+            assert_eq!(ca.null_count(), 0, "{name}: every step of the every-step run");
+            for (i, &st) in steps.iter().enumerate() {
+                let due = [1, 4, 8, 12].contains(&st);
+                assert_eq!(cb.is_valid(i), due, "{name} at step {st}");
+                if due {
+                    assert!(ca.slice(i, 1).as_ref() == cb.slice(i, 1).as_ref(), "{name} at step {st}: the every-step run's value");
+                }
+            }
+        }
+        for (i, field) in a.schema().fields().iter().enumerate() {
+            if !field.name().contains("channel") {
+                assert!(a.column(i).as_ref() == b.column(i).as_ref(), "{}: the same with and without the channel statistics", field.name());
+            }
+        }
+        // 0: none but at the dump step (step 1 here, and 10).
+        let (_d3, dumps, r) = run_tiny(&mut CpuBackend::new(), &[&base[..], &["--channel-stats-every", "0", "--dump-every", "10"]].concat());
+        r.expect("every-0 run");
+        let c = stats_table(&dumps);
+        let ch = c.column_by_name(fp8scope_schemas::tables::col::AMAX_CHANNEL).expect("column");
+        let filled: std::collections::BTreeSet<u32> = step_column(&c).into_iter().enumerate().filter(|&(i, _)| ch.is_valid(i)).map(|(_, s)| s).collect();
+        assert_eq!(filled.into_iter().collect::<Vec<_>>(), vec![1, 10]);
     }
 
     /// A NaN that reaches the loss at step 5: the steps before it, recorded while their next step

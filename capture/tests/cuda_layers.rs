@@ -180,7 +180,7 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
 /// 4 to the element-wise cast. Every kind of value, shuffled so that the rare ones fall into rows
 /// of common ones, in a tensor of several tiles with partial tiles at both edges: the bytes and
 /// the counts equal the CPU's at each level, with and without overflow to NaN / Inf, and the
-/// moments and channels agree.
+/// moments (from the cheap level on) and channels (at their level only) agree.
 #[test]
 fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
     let Some(mut gpu) = cuda_common::gpu("tiled fp8 casts") else { return };
@@ -196,7 +196,7 @@ fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
         let xd = gpu.upload(&x);
         for scale in [1.0f32, format.max() / 3.7, 2f32.powi(-20)] {
             for overflow_nan in [false, true] {
-                for level in [StatsLevel::Amax, StatsLevel::Cheap] {
+                for level in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Channels] {
                     let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 1.0 } };
                     let fault = OperandFault { overflow_nan, ..OperandFault::NONE };
                     let what = format!("{} scale {scale:e} overflow_nan {overflow_nan} {level:?}", format.name());
@@ -210,9 +210,13 @@ fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
                         (cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf, cpu.zeros),
                         "{what}: counts"
                     );
-                    if level == StatsLevel::Cheap {
+                    if level >= StatsLevel::Cheap {
                         same_moments(&rep, &cpu, mean_abs, &what);
+                    }
+                    if level == StatsLevel::Channels {
                         same_channels(&rep, &cpu, &what);
+                    } else {
+                        assert_eq!(rep.channels, None, "{what}: no channel statistics below their level");
                     }
                     println!("{what}: {rows} × {cols}, saturated {}, underflow {}, NaN {}, Inf {}, zeros {}", rep.saturated, rep.underflow, rep.nan, rep.inf, rep.zeros);
                 }
@@ -265,10 +269,10 @@ fn channel_statistics_match_the_cpu_reference() {
     let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 448.0 / peak, amax_used: peak } };
     let cur = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } };
     for (how, transpose, level) in [
-        (OperandCast::Bf16, false, StatsLevel::Cheap),
-        (e4, false, StatsLevel::Cheap),
+        (OperandCast::Bf16, false, StatsLevel::Channels),
+        (e4, false, StatsLevel::Channels),
         (e4, true, StatsLevel::Full),
-        (cur, true, StatsLevel::Cheap),
+        (cur, true, StatsLevel::Channels),
     ] {
         let (_, rep) = gpu.cast_for_test(&xd, rows, cols, transpose, how, OperandFault::NONE, level).expect("cast");
         let cpu = cast_operand(&x, rows, cols, how, OperandFault::NONE, level, false).report;
@@ -286,13 +290,17 @@ fn channel_statistics_match_the_cpu_reference() {
     // each tile's channel partials leave on their own; with a multiple of 16 each block strides
     // down one column tile and sums its tiles' partials before they leave (16: 32 tiles a block,
     // 48: 10 or 11, 384: 1 or 2, 512: one).
-    let cpu = cast_operand(&x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
+    let cpu = cast_operand(&x, rows, cols, e4, OperandFault::NONE, StatsLevel::Channels, false).report;
     for grid in [1, 7, 16, 48, 100, 384, 512] {
         gpu.set_cast_grid(grid);
-        let (_, rep) = gpu.cast_for_test(&xd, rows, cols, true, e4, OperandFault::NONE, StatsLevel::Cheap).expect("cast");
+        let (_, rep) = gpu.cast_for_test(&xd, rows, cols, true, e4, OperandFault::NONE, StatsLevel::Channels).expect("cast");
         let what = format!("transposed over {grid} blocks");
         same_channels(&rep, &cpu, &what);
         same_moments(&rep, &cpu, mean_abs, &what);
+        // The cheap level: the same kernel with its channel partials left out, Σx² per value.
+        let (_, rep) = gpu.cast_for_test(&xd, rows, cols, true, e4, OperandFault::NONE, StatsLevel::Cheap).expect("cast");
+        same_moments(&rep, &cpu, mean_abs, &format!("{what}, cheap level"));
+        assert_eq!(rep.channels, None, "{what}, cheap level: no channel statistics");
     }
     gpu.set_cast_grid(0);
     // At the amax level nothing is measured; one row of many channels and many rows of one.
@@ -300,8 +308,8 @@ fn channel_statistics_match_the_cpu_reference() {
     assert_eq!(rep.channels, None);
     for (r, c) in [(1, rows * cols), (rows * cols, 1), (3, 5)] {
         let n = r * c;
-        let (_, rep) = gpu.cast_for_test(&xd, r, c, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Cheap).expect("cast");
-        let cpu = cast_operand(&x[..n], r, c, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Cheap, false).report;
+        let (_, rep) = gpu.cast_for_test(&xd, r, c, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Channels).expect("cast");
+        let cpu = cast_operand(&x[..n], r, c, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Channels, false).report;
         same_channels(&rep, &cpu, &format!("{r} × {c}"));
     }
 }
@@ -331,10 +339,10 @@ fn channel_statistics_of_a_step_are_reduced_together_as_the_records_grow() {
     // copied after its second cast (the third cast's columns then come after the copy).
     for transpose in [false, true] {
         for prefetch in [None, Some(3), Some(2)] {
-            let reps = gpu.casts_for_test(&shapes, transpose, e4, StatsLevel::Cheap, prefetch).expect("casts");
+            let reps = gpu.casts_for_test(&shapes, transpose, e4, StatsLevel::Channels, prefetch).expect("casts");
             assert_eq!(reps.len(), 3);
             for (i, (rep, x)) in reps.iter().zip(&xs).enumerate() {
-                let cpu = cast_operand(x, rows, cols, e4, OperandFault::NONE, StatsLevel::Cheap, false).report;
+                let cpu = cast_operand(x, rows, cols, e4, OperandFault::NONE, StatsLevel::Channels, false).report;
                 same_channels(rep, &cpu, &format!("cast {i} of 3, transposed {transpose}, prefetched after {prefetch:?} casts"));
                 assert_eq!(rep.channels.expect("channels").amax_channel, Some(1000 * (i as u32 + 1)), "cast {i}: its outlier channel");
             }
@@ -722,7 +730,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     }
     // One site's three BF16 GEMMs back to back, as the model runs them (see `bf16_site`).
     let db0 = m("bias_f");
-    for (name, v) in bf16_site(be, &x, &w, &bias, &dy, db0, dims, true, true, StatsLevel::Cheap) {
+    for (name, v) in bf16_site(be, &x, &w, &bias, &dy, db0, dims, true, true, StatsLevel::Channels) {
         out.borrow_mut().push((name, v));
     }
     if let Some(e) = be.take_error() {
@@ -913,7 +921,7 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
             cast_a: cast,
             cast_b: cast,
             nan_output: nan,
-            stats: StatsLevel::Cheap,
+            stats: StatsLevel::Channels,
             ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop }, dims)
         };
         let run = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, out: &mut fp8_capture::backend::cuda::DevBuf| {
@@ -1096,7 +1104,7 @@ fn gemm_operands_held_in_bf16_give_the_bits_of_their_f32_copies() {
     ];
     let mut checked = 0;
     for (cast_name, act_cast, grad_cast) in casts {
-        for stats in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Full] {
+        for stats in [StatsLevel::Amax, StatsLevel::Channels, StatsLevel::Full] {
             let label = format!("{cast_name}, statistics {stats:?}");
             let call = |module, gemm, m, column_sums| GemmCall {
                 id: GemmId { layer: 1, module, gemm },
@@ -1168,8 +1176,8 @@ fn bf16_gemms_reading_kept_casts_transposed_agree_with_the_tn_layout() {
     let m = |k: &str| i.mats[k].as_slice();
     let dims = LinearDims { n: i.b * i.t, k: i.c, m: i.f };
     let (x, w, bias, dy) = (gpu.upload(m("x")), gpu.upload(m("w_fc1")), gpu.upload(m("bias_f")), gpu.upload(m("dy_f")));
-    let tn = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, false, false, StatsLevel::Cheap);
-    let kept = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, true, false, StatsLevel::Cheap);
+    let tn = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, false, false, StatsLevel::Channels);
+    let kept = bf16_site(&mut gpu, &x, &w, &bias, &dy, m("bias_f"), dims, true, false, StatsLevel::Channels);
     assert_eq!(gpu.take_error(), None);
     let mut failed = Vec::new();
     for ((name, a), (_, b)) in tn.iter().zip(&kept) {
@@ -1213,9 +1221,9 @@ fn bias_gradients_equal_an_f64_sum_of_the_operand_the_wgrad_gemm_read() {
         };
         let want_bf16 = sum_down(&|i| half::bf16::from_f32(dyh[i]).to_f32());
         let runs = [
-            (false, false, StatsLevel::Cheap, ""),
-            (true, false, StatsLevel::Cheap, " (kept cast)"),
-            (true, true, StatsLevel::Cheap, " (cast's column sums)"),
+            (false, false, StatsLevel::Channels, ""),
+            (true, false, StatsLevel::Channels, " (kept cast)"),
+            (true, true, StatsLevel::Channels, " (cast's column sums)"),
             (true, true, StatsLevel::Amax, " (column sums, amax)"),
         ];
         for (back_to_back, column_sums, stats, label) in runs {
@@ -1291,7 +1299,7 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
                     if (with_bias && gemm != Gemm::Fprop) || (plant == 4 && !with_bias) {
                         continue;
                     }
-                    let call = GemmCall { cast_a: cast, cast_b: cast, stats: StatsLevel::Cheap, ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims) };
+                    let call = GemmCall { cast_a: cast, cast_b: cast, stats: StatsLevel::Channels, ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims) };
                     // Fprop X·Wᵀ (n × m), dgrad dY·W (n × k), wgrad dYᵀ·X (m × k).
                     let (a, bop, len) = match gemm {
                         Gemm::Fprop => (&xb, &wb, n * m),
@@ -1373,7 +1381,7 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
                 fault_a: OperandFault::NONE,
                 fault_b: OperandFault::NONE,
                 nan_output: false,
-                stats: StatsLevel::Cheap,
+                stats: StatsLevel::Channels,
                 keep_quantized: [true; 2],
                 shadow: false,
                 fast_accumulation: false,
@@ -1482,7 +1490,7 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
                 fault_a: OperandFault::NONE,
                 fault_b: OperandFault::NONE,
                 nan_output: false,
-                stats: StatsLevel::Cheap,
+                stats: StatsLevel::Channels,
                 keep_quantized: [true; 2],
                 shadow: false,
                 fast_accumulation: false,
@@ -1830,8 +1838,8 @@ fn cast_throughput() {
         let x = gpu.upload(&host);
         for (name, how, out_bytes) in [("e4m3", e4m3, 1usize), ("e5m2", e5m2, 1), ("bf16", OperandCast::Bf16, 2)] {
             for (transpose, dual, layout) in [(false, false, "N"), (true, false, "T"), (false, true, "both")] {
-                for level in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Full] {
-                    if name != "e4m3" && level != StatsLevel::Cheap {
+                for level in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Channels, StatsLevel::Full] {
+                    if name != "e4m3" && level != StatsLevel::Channels {
                         continue;
                     }
                     let mut cells = String::new();
@@ -1843,7 +1851,7 @@ fn cast_throughput() {
                         cells += &format!(" {us:>8.1} {gbs:>6.0}");
                         default_gbs = gbs;
                     }
-                    println!("{:<12} {:<5} {:<4} {:>5?}{cells} {:>10.0}", format!("{rows}x{cols}"), name, layout, level, copy_gbs);
+                    println!("{:<12} {:<5} {:<4} {:>8?}{cells} {:>10.0}", format!("{rows}x{cols}"), name, layout, level, copy_gbs);
                     // A large straight cast is bandwidth-bound: with the default grid it must move
                     // its bytes at least at 40% of a plain copy's rate (75% measured on an H200).
                     if n >= 1 << 26 && !transpose && !dual && level != StatsLevel::Full {

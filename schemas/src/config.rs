@@ -315,6 +315,11 @@ fn classic_zipf() -> f64 {
     1.0
 }
 
+/// [`RecordConfig::channel_stats_every`] of a manifest written before the field existed.
+fn every_recorded_step() -> u32 {
+    1
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
     pub steps: u32,
@@ -350,6 +355,11 @@ pub struct RecordConfig {
     pub stats_every: u32,
     /// The expensive statistics (quant_mse, quant_cos) every this many recorded steps; null otherwise.
     pub quant_error_every: u32,
+    /// The per-channel statistics (amax_channel, top_channel_sq_frac) every this many recorded
+    /// steps and at step 1 (0: never on their own), and wherever the quantization error is taken;
+    /// null otherwise. Runs recorded before the field existed took them at every recorded step (1).
+    #[serde(default = "every_recorded_step")]
+    pub channel_stats_every: u32,
     /// Tensor dumps every this many steps (0: never). Step 1 is always a dump step when > 0.
     pub dump_every: u32,
     /// Regex over site names (`layers.1.fc2`) selecting the dumped sites.
@@ -459,6 +469,15 @@ mod tests {
         assert_eq!(d.zipf_exponent, 1.0);
         let back: DataConfig = serde_json::from_str(&serde_json::to_string(&DataConfig { zipf_exponent: 3.0, ..d }).unwrap()).unwrap();
         assert_eq!(back.zipf_exponent, 3.0);
+    }
+
+    #[test]
+    fn a_record_config_written_before_the_channel_cadence_took_channels_every_recorded_step() {
+        let old = r#"{"stats_every":1,"quant_error_every":10,"dump_every":0,"dump_layers":".*","dump_roles":[],"dump_max_elems":4096,"dump_sample":"first","shadow":false,"flush_every":25}"#;
+        let r: RecordConfig = serde_json::from_str(old).expect("an older record config still reads");
+        assert_eq!(r.channel_stats_every, 1);
+        let back: RecordConfig = serde_json::from_str(&serde_json::to_string(&RecordConfig { channel_stats_every: 10, ..r }).unwrap()).unwrap();
+        assert_eq!(back.channel_stats_every, 10);
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
         record: RecordConfig {
             stats_every: 1,
             quant_error_every: 10,
+            channel_stats_every: 1,
             dump_every: 10,
             dump_layers: ".*".into(),
             dump_roles: Role::ALL.to_vec(),

@@ -99,10 +99,11 @@ impl OperandFault {
 pub enum StatsLevel {
     /// Only the amax (the recipes need it every step).
     Amax,
-    /// Every cheap column: counts, min/max, mean/std, dynamic range, and the per-channel
-    /// statistics (amax channel, top channels' share of Σx²).
+    /// Every cheap column of the tensor: counts, min/max, mean/std, dynamic range.
     Cheap,
-    /// Cheap plus the quantization error (x vs dequant(cast(x))).
+    /// Cheap plus the per-channel statistics (amax channel, top channels' share of Σx²).
+    Channels,
+    /// Channels plus the quantization error (x vs dequant(cast(x))).
     Full,
 }
 
@@ -186,7 +187,7 @@ pub struct CastReport {
     pub zeros: u64,
     /// Filled from `StatsLevel::Cheap` on.
     pub moments: Option<Moments>,
-    /// Filled from `StatsLevel::Cheap` on: where the amax sits and how much of Σx² the top channels
+    /// Filled from `StatsLevel::Channels` on: where the amax sits and how much of Σx² the top channels
     /// (columns of the operand's row-major layout) hold ([`crate::channel_stats`]).
     pub channels: Option<ChannelStats>,
     /// Filled at `StatsLevel::Full`: (MSE, cosine) of x against dequant(cast(x)).

@@ -327,6 +327,8 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
         record: RecordConfig {
             stats_every: every,
             quant_error_every: 1,
+            // TE's debug features log no per-channel statistics: those columns stay null.
+            channel_stats_every: 0,
             dump_every: 0,
             dump_layers: String::new(),
             dump_roles: Vec::new(),

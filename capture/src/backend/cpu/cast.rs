@@ -136,6 +136,8 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
     };
     if level >= StatsLevel::Cheap {
         report.moments = Some(tensor_stats::moments(x));
+    }
+    if level >= StatsLevel::Channels {
         report.channels = Some(channel_stats::channel_stats(x, rows, cols));
     }
     if level >= StatsLevel::Full {
@@ -230,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn channel_statistics_come_with_the_moments_and_see_the_planted_outliers() {
+    fn channel_statistics_come_at_their_own_level_and_see_the_planted_outliers() {
         // 5 × 16: the planted outliers sit at elements 10, 30, 50, 70 — channels 10, 14, 2, 6.
         let (rows, cols) = (5, 16);
         let x: Vec<f32> = (0..rows * cols).map(|i| 1.0 + (i % 7) as f32 / 8.0).collect();
@@ -238,8 +240,11 @@ mod tests {
         let fault = OperandFault { outlier_factor: 1000.0, ..OperandFault::NONE };
         let amax_only = cast_operand(&x, rows, cols, how, fault, StatsLevel::Amax, false).report;
         assert_eq!(amax_only.channels, None, "not measured at the amax level");
-        let r = cast_operand(&x, rows, cols, how, fault, StatsLevel::Cheap, false).report;
-        let c = r.channels.expect("measured from the cheap level on");
+        let cheap = cast_operand(&x, rows, cols, how, fault, StatsLevel::Cheap, false).report;
+        assert_eq!(cheap.channels, None, "not measured at the cheap level");
+        let r = cast_operand(&x, rows, cols, how, fault, StatsLevel::Channels, false).report;
+        assert_eq!(r.moments, cheap.moments, "the cheap level's moments, the same either way");
+        let c = r.channels.expect("measured from the channels level on");
         // |x| of the outliers: 1000 × (1 + (i % 7) / 8) for i = 10, 30, 50, 70 → 1375, 1250, 1125, 1000.
         assert_eq!(c.amax_channel, Some(10), "element 10 holds the largest outlier");
         assert_eq!(r.amax, 1375.0);

@@ -36,7 +36,7 @@ impl CudaBackend {
             OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. } | ScaleSource::Current { .. }),
             OperandCast::Fp8Block { .. } => false,
         };
-        self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Cheap && inputs_ok
+        self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Channels && inputs_ok
     }
 
     /// Whether an activation source of `kind` from `h` (and `b`) is computable for `call`'s

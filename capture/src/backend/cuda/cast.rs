@@ -327,7 +327,7 @@ pub(super) type KeptCasts = std::collections::HashMap<(u32, Module, Role), KeptC
 fn level_code(level: StatsLevel) -> usize {
     match level {
         StatsLevel::Amax => 0,
-        StatsLevel::Cheap => 1,
+        StatsLevel::Cheap | StatsLevel::Channels => 1,
         StatsLevel::Full => 2,
     }
 }
@@ -459,7 +459,7 @@ impl CudaBackend {
         // tiles (transposed and dual casts), in a pass of their own for any other straight cast. A
         // kept BF16 cast that records them takes the tiled kernel, writing its own layout only
         // (the dual kernel without a transpose): the same statistics, from one read.
-        let channels = reported.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
+        let channels = reported.filter(|_| level >= StatsLevel::Channels && rows > 0 && cols > 0);
         let src = x.launch_kind(cols);
         // The codes' column sums: by the tiled kernel, into slots of `column_sums` (the kept cast
         // says how many, for the site's wgrad: `kept_column_sums`).
@@ -523,7 +523,7 @@ impl CudaBackend {
         let slot = if report { Some(self.alloc_slot()?) } else { None };
         let keep = at.share && !at.transposed;
         let sums = at.column_sums && keep && rows > 0 && cols > 0;
-        let channels = slot.filter(|_| level >= StatsLevel::Cheap && rows > 0 && cols > 0);
+        let channels = slot.filter(|_| level >= StatsLevel::Channels && rows > 0 && cols > 0);
         let (fused, sums_ptr, slots) = self.column_targets(rows, cols, x.launch_kind(cols), level, channels, sums)?;
         if keep {
             let column_slots = sums.then_some(slots);
@@ -623,8 +623,8 @@ impl CudaBackend {
             }
         }
         if let Some(kind) = x.launch_kind(cols) {
-            if level > StatsLevel::Cheap {
-                return Err(CudaError::Unsupported("a computed cast source is cast with statistics at most cheap".into()));
+            if level > StatsLevel::Channels {
+                return Err(CudaError::Unsupported("a computed cast source is cast without the quantization error".into()));
             }
             let grid = self.tiled_cast_grid(rows, cols, Some(kind), aligned, level);
             let (parts, counter) = self.deferred_stats(grid, level, record, rec_ptr)?;

@@ -103,7 +103,7 @@ impl CudaBackend {
                 zeros: r[stat::ZEROS] as u64,
                 moments,
                 quant_error,
-                channels: (p.level >= StatsLevel::Cheap).then(|| chans.get(p.slot).copied().flatten()).flatten(),
+                channels: (p.level >= StatsLevel::Channels).then(|| chans.get(p.slot).copied().flatten()).flatten(),
                 quantized: p.quantized,
                 block_scales: None,
             }
