@@ -9,7 +9,8 @@
 #   llama-1b: about 35 s a run, so 3 pairs fit in 4 minutes. DEVICE (cuda) picks the backend
 #   (DEVICE=cpu checks the script itself on a small preset). STATS_FLAGS adds flags to the runs
 #   with statistics, e.g. STATS_FLAGS="--channel-stats-every 10" for the cost without the
-#   per-channel statistics on most steps.
+#   per-channel statistics on most steps; RUN_FLAGS adds flags to every run, e.g.
+#   RUN_FLAGS="--batch 32" with PRESET seed for the seed b32 shape.
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}; PRESET=${3:-llama-1b}; RECIPE=${4:-delayed}; PAIRS=${5:-3}; STEPS=${6:-12}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +24,9 @@ for p in $(seq 1 "$PAIRS"); do
   for mode in stats nostats; do
     run="$OUT/runs/$mode-$p"
     read -r -a extra <<< "${STATS_FLAGS:-}"; [ $mode = nostats ] && extra=(--stats-every 0)
+    read -r -a every_run <<< "${RUN_FLAGS:-}"
     if ! timeout 300 "$BIN/fp8-capture" train --quiet --device "${DEVICE:-cuda}" --preset "$PRESET" --recipe "$RECIPE" --steps "$STEPS" \
-        "${extra[@]}" --out "$run" > "$run.log" 2>&1; then
+        "${every_run[@]}" "${extra[@]}" --out "$run" > "$run.log" 2>&1; then
       echo "stats_cost.sh: the $mode run of pair $p failed: $(tail -1 "$run.log")" >&2; exit 1
     fi
     ms+=("$(median_ms "$run")")
