@@ -5,10 +5,15 @@ label numbers and the numbering of CUDA's internal helper functions left out (th
 kernel moves to another file and say nothing of what it runs). The check for a change that must not
 change the kernels (moving a kernel between files, a header's reorganisation): no GPU needed.
 
+For each kernel that differs it also says how: its instruction count before and after, and the
+opcodes whose count changed the most (static counts: each instruction once, loops not weighted),
+the first reading of what a change to a kernel bought when no GPU is at hand to time it.
+
 Usage: bench/sass_diff.py BEFORE.cubin[,…] AFTER.cubin[,…]
 Needs nvdisasm (the nvidia-cuda-nvdisasm wheel; found on the PATH, in $NVDISASM, or in an installed
 wheel). Exits 1 when a kernel's SASS differs or a kernel is missing from one side.
 """
+import collections
 import glob
 import os
 import re
@@ -61,6 +66,24 @@ def kernels(tool, cubins):
     return out
 
 
+def opcode(instruction):
+    """The opcode of a normalised instruction, without its predicate and modifiers: FMNMX of
+    `@!P0 FMNMX.FTZ R1, R2, R3 ;`."""
+    words = instruction.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].rstrip(";").split(".")[0] if words else ""
+
+
+def how_it_differs(before, after, most=8):
+    """`N → M instructions; OPC a → b, …`: the opcodes whose static count moved, largest move first."""
+    b, a = collections.Counter(map(opcode, before)), collections.Counter(map(opcode, after))
+    moved = sorted((k for k in set(b) | set(a) if b[k] != a[k]), key=lambda k: (-abs(a[k] - b[k]), k))
+    parts = [f"{k} {b[k]} → {a[k]}" for k in moved[:most]]
+    more = f", {len(moved) - most} more" if len(moved) > most else ""
+    return f"{len(before)} → {len(after)} instructions" + ("; " + ", ".join(parts) + more if parts else "")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: bench/sass_diff.py BEFORE.cubin[,…] AFTER.cubin[,…]")
@@ -74,6 +97,8 @@ def main():
     for name, ks in (("differ", differ), ("missing after", gone), ("new after", new)):
         if ks:
             print(f"{name}: {' '.join(ks)}")
+    for k in differ:
+        print(f"  {k}: {how_it_differs(before[k], after[k])}")
     sys.exit(1 if differ or gone else 0)
 
 

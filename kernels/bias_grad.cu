@@ -56,7 +56,9 @@ __device__ __forceinline__ double sum_bf16x8(uint4 w) {
 // before the first sum (a word past the row is loaded from the row's last word and zeroed: code 0
 // is +0.0 in every format, which adds nothing). The values left over past the row's last whole
 // word (or the whole row, when it does not start 16-byte aligned) are added one at a time after.
+#ifndef RS_BATCH
 #define RS_BATCH 4
+#endif
 template <int FMT>
 __device__ __forceinline__ double rowsum_row(const u8* __restrict__ row, int cols, float inv) {
     constexpr int PER16 = FMT == FMT_BF16 ? 8 : 16;
@@ -104,7 +106,9 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
 // dbias[col] += the chunks' sums, warp g adding chunks g, g + 8, ... and warp 0 the eight warps'
 // sums in order; launch ceil(cols / 32) blocks of (32, 8). Each lane of colsum_bf16_partial adds its
 // rows in order, CS_BATCH 16-byte loads in flight (a chunk of 64 rows is one batch a lane).
+#ifndef CS_BATCH
 #define CS_BATCH 8
+#endif
 extern "C" __global__ void colsum_bf16_partial(const unsigned short* __restrict__ q, int rows, int cols,
                                                int rows_per_chunk, double* __restrict__ partial) {
     __shared__ double sh[8][256];

@@ -6,7 +6,8 @@
 //! Nsight Compute's CSV of a training run (`bench/step_kernels.sh`) into a step's kernels by name,
 //! and `bench/power_summary.py`, which reads the clock and power of a run from an nvidia-smi log.
 //! And `bench/load_waits.py`, which finds the kernels whose threads wait for their global loads one
-//! at a time, in their SASS: it lists a known case, and none in the two kernels fixed of it.
+//! at a time, in their SASS: it lists a known case, and none in the kernels fixed of it; and
+//! `bench/sass_diff.py`, which says which kernels of two builds differ and how.
 
 mod common;
 
@@ -275,8 +276,9 @@ fn load_waits_lists_a_kernel_that_waits_for_each_load() {
 fn the_attention_delta_and_the_cross_entropy_keep_their_loads_in_flight() {
     // Compiled for sm_90 by NVRTC and disassembled (the wheels tests/requirements.txt installs):
     // flash_bwd_delta and crossentropy_split_fwd issue their loads together since they were fixed
-    // (bench/results/2026-12-04-delta-rows), and no other kernel of the two files waits either.
-    let out = load_waits(&["kernels/flash_attention.cu", "kernels/loss.cu"]);
+    // (bench/results/2026-12-04-delta-rows), as do the bias gradients' rowsum_dequant and
+    // colsum_bf16_partial since theirs were batched, and no other kernel of the files waits either.
+    let out = load_waits(&["kernels/flash_attention.cu", "kernels/loss.cu", "kernels/bias_grad.cu"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("0 kernel(s) with a run of 4 or more"), "{text}");
@@ -296,4 +298,34 @@ fn load_waits_refuses_bad_input_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// `python3 bench/SCRIPT args…` from the repository root.
+fn bench_script(script: &str, args: &[&str]) -> Output {
+    Command::new("python3").arg(repo_root().join("bench").join(script)).args(args).current_dir(repo_root()).output().expect("python3 must be installed")
+}
+
+#[test]
+fn sass_diff_names_the_kernels_that_differ_and_how() {
+    // bias_grad.cu compiled twice by NVRTC: as it is, and with rowsum_dequant's loads one a batch
+    // (RS_BATCH=1, its tuning macro). Only rowsum_dequant differs, and by its unrolled loads.
+    let dir = tempfile::tempdir().unwrap();
+    let (one, four) = (dir.path().join("one.cubin"), dir.path().join("four.cubin"));
+    for (cubin, defs) in [(&one, vec!["-D", "RS_BATCH=1"]), (&four, vec![])] {
+        let args = [vec!["kernels/bias_grad.cu", "--cubin", cubin.to_str().unwrap()], defs].concat();
+        let out = bench_script("kernel_regs.py", &args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = bench_script("sass_diff.py", &[one.to_str().unwrap(), four.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("2 of 3 kernels run the same instructions") && text.contains("differ: rowsum_dequant"), "{text}");
+    let how = text.lines().find(|l| l.trim_start().starts_with("rowsum_dequant:")).unwrap_or_else(|| panic!("no line of how: {text}"));
+    let counts: Vec<usize> = how.split(" instructions").next().unwrap().split(':').nth(1).unwrap().split('→').map(|n| n.trim().parse().unwrap()).collect();
+    assert!(counts[1] > counts[0], "four loads a batch unroll the loop: {how}");
+    assert!(how.contains("DADD "), "the sums moved with the loads: {how}");
+    // The same build against itself: nothing differs, exit 0.
+    let out = bench_script("sass_diff.py", &[four.to_str().unwrap(), four.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 3 kernels run the same instructions"));
 }
