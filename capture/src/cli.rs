@@ -331,8 +331,9 @@ pub struct TrainArgs {
     pub quant_error_every: u32,
     /// Compute the per-channel statistics (amax_channel, top_channel_sq_frac: where an outlier
     /// channel sits) every N statistics steps and at step 1 (0: never on their own); the quant_mse
-    /// steps and dump steps always take them. They cost more than the other every-step columns: a larger N makes statistics
-    /// every step cheaper, and leaves those two columns null on the steps between.
+    /// steps and dump steps always take them. They cost more than the other every-step columns:
+    /// a larger N makes statistics every step cheaper, and leaves those two columns null on the
+    /// steps between.
     #[arg(long, default_value = "1", value_parser = non_negative, help_heading = "Recording")]
     pub channel_stats_every: u32,
     /// Dump sampled tensors every N steps, and at step 1 (0: never).

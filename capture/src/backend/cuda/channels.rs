@@ -1,9 +1,10 @@
 //! Per-channel statistics of recorded operand casts on the GPU (`kernels/stats.cu`:
 //! `channel_stats_partial`, `channel_stats_reduce`): for each cast recorded at the channels level
-//! or above (`StatsLevel::Channels`: `--channel-stats-every`), the per-column Σx² (f64) and max |x| land in a step-long device buffer, at an offset kept
-//! with the cast's statistics slot; [`CudaBackend::channel_summaries`] brings the buffer to the host
-//! with the step's other statistics, and [`crate::channel_stats::summarize`] finishes there exactly
-//! as the CPU reference does.
+//! or above (`StatsLevel::Channels`: `--channel-stats-every`), the per-column Σx² (f64) and
+//! max |x| land in a step-long device buffer, at an offset kept with the cast's statistics slot;
+//! [`CudaBackend::channel_summaries`] brings the buffer to the host with the step's other
+//! statistics, and [`crate::channel_stats::summarize`] finishes there exactly as the CPU reference
+//! does.
 //!
 //! When the model says the step's GEMMs are done (`Backend::gemms_done`, before the optimizer), the
 //! buffer is copied to page-locked host memory on a stream of its own
