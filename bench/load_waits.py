@@ -16,7 +16,7 @@ family), for sm_90 with NVRTC (bench/kernel_regs.py, no GPU needed), disassemble
 
 Usage: bench/load_waits.py [--min-run N] [FILE.cu ... | --sass FILE.sass]
 (default: every kernels/*.cu file; --sass reads `nvdisasm -c` output instead of compiling).
-tests/kernel_loads.rs runs it on the kernels it was fixed in and on a known-bad SASS fixture."""
+tests/bench_summary.rs runs it on the kernels it was fixed in and on a known-bad SASS fixture."""
 import os
 import re
 import subprocess

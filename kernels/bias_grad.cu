@@ -52,7 +52,7 @@ __device__ __forceinline__ double sum_bf16x8(uint4 w) {
 }
 
 // The rowsum of one row, for one storage format: each thread takes the row's 16-byte words t,
-// t + blockDim.x, ... in that order, as before, but RS_BATCH of them at a time with every load issued
+// t + blockDim.x, ... in that order, RS_BATCH of them at a time with every load issued
 // before the first sum (a word past the row is loaded from the row's last word and zeroed: code 0
 // is +0.0 in every format, which adds nothing). The values left over past the row's last whole
 // word (or the whole row, when it does not start 16-byte aligned) are added one at a time after.
