@@ -53,9 +53,10 @@ __device__ __forceinline__ double sum_bf16x8(uint4 w) {
 
 // The rowsum of one row, for one storage format: each thread takes the row's 16-byte words t,
 // t + blockDim.x, ... in that order, RS_BATCH of them at a time with every load issued
-// before the first sum (a word past the row is loaded from the row's last word and zeroed: code 0
-// is +0.0 in every format, which adds nothing). The values left over past the row's last whole
-// word (or the whole row, when it does not start 16-byte aligned) are added one at a time after.
+// before the first sum (a word past the row is loaded from the row's last word, and its sum is not
+// added: zeroing it instead would add 0 × inv, a NaN when a degenerate scale's inverse is Inf). The
+// values left over past the row's last whole word (or the whole row, when it does not start
+// 16-byte aligned) are added one at a time after.
 #ifndef RS_BATCH
 #define RS_BATCH 4
 #endif
@@ -71,8 +72,8 @@ __device__ __forceinline__ double rowsum_row(const u8* __restrict__ row, int col
         for (int b = 0; b < RS_BATCH; b++) w[b] = __ldg(row4 + min(v0 + b * (int)blockDim.x, vec - 1));
 #pragma unroll
         for (int b = 0; b < RS_BATCH; b++) {
-            if (v0 + b * (int)blockDim.x >= vec) w[b] = make_uint4(0u, 0u, 0u, 0u);
-            acc += FMT == FMT_BF16 ? sum_bf16x8(w[b]) : sum_fp8x16(w[b], FMT, inv);
+            double t = FMT == FMT_BF16 ? sum_bf16x8(w[b]) : sum_fp8x16(w[b], FMT, inv);
+            if (v0 + b * (int)blockDim.x < vec) acc += t;
         }
     }
     for (int c = vec * PER16 + threadIdx.x; c < cols; c += blockDim.x) {

@@ -23,7 +23,8 @@ impl CudaBackend {
     /// Whether `call`'s operand `operand` (0: a, 1: b) is computed as it is cast: a BF16 operand or
     /// an FP8 one of one scale per tensor (given, or current: the amax pass is then the computed
     /// source's own kernel), not beside a BF16 shadow GEMM (which casts the operand again, from the
-    /// buffer), statistics at most cheap (the levels the computed-source kernels are compiled for),
+    /// buffer), statistics below the full level (the computed-source kernels are compiled for the amax
+    /// and cheap levels; the channels level is the cheap kernel with channel targets),
     /// inputs the kernel reads (`inputs_ok`: for the activations BF16 inputs and rows of a
     /// multiple of 4 values, [`computable`]), and no error kept.
     ///
