@@ -7,7 +7,9 @@
 //! and `bench/power_summary.py`, which reads the clock and power of a run from an nvidia-smi log.
 //! And `bench/load_waits.py`, which finds the kernels whose threads wait for their global loads one
 //! at a time, in their SASS: it lists a known case, and none in the kernels fixed of it; and
-//! `bench/sass_diff.py`, which says which kernels of two builds differ and how.
+//! `bench/sass_diff.py`, which says which kernels of two builds differ and how. And
+//! `bench/stats_cost.sh`, run on the CPU: each variant of the statistics against its round's run
+//! without them.
 
 mod common;
 
@@ -328,4 +330,68 @@ fn sass_diff_names_the_kernels_that_differ_and_how() {
     let out = bench_script("sass_diff.py", &[four.to_str().unwrap(), four.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 of 3 kernels run the same instructions"));
+}
+
+/// `bench/stats_cost.sh` on the CPU (`DEVICE=cpu`, the tiny preset, 3 steps) with `env` set.
+fn stats_cost(out: &Path, pairs: &str, env: &[(&str, &str)]) -> Output {
+    let bin_dir = common::bin("fp8-capture").parent().unwrap().to_path_buf();
+    let mut c = Command::new("bash");
+    c.arg(repo_root().join("bench/stats_cost.sh")).arg(&bin_dir).arg(out).args(["tiny", "delayed", pairs, "3"]).env("DEVICE", "cpu");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("bash must be installed")
+}
+
+/// The `channel_stats_every` a run's manifest records.
+fn channel_cadence(run: &Path) -> u64 {
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    m["config"]["record"]["channel_stats_every"].as_u64().unwrap()
+}
+
+#[test]
+fn stats_cost_takes_each_variant_against_its_rounds_run_without_statistics() {
+    let _heavy = common::HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = stats_cost(dir.path(), "2", &[("VARIANTS", "--channel-stats-every 1;--channel-stats-every 3")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // A line a round and variant, named by its flags, then one JSON line a variant over both rounds.
+    for p in 1..=2 {
+        for flags in ["--channel-stats-every 1", "--channel-stats-every 3"] {
+            assert!(text.lines().any(|l| l.starts_with(&format!("pair {p} [{flags}]: ")) && l.contains(" without: ")), "{text}");
+        }
+    }
+    let verdicts: Vec<serde_json::Value> = text.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(verdicts.len(), 2, "{text}");
+    for (v, flags) in verdicts.iter().zip(["--channel-stats-every 1", "--channel-stats-every 3"]) {
+        assert_eq!(v["stats_flags"], flags);
+        assert_eq!(v["pairs"], 2);
+        let (lo, mid, hi) = (v["lowest"].as_f64().unwrap(), v["median_ratio"].as_f64().unwrap(), v["highest"].as_f64().unwrap());
+        assert!(lo > 0.0 && lo <= mid && mid <= hi, "{v}");
+    }
+    // Each variant's runs carry its flags; the first keeps the names of a call without VARIANTS.
+    let runs = dir.path().join("runs");
+    assert_eq!(channel_cadence(&runs.join("stats-1")), 1);
+    assert_eq!(channel_cadence(&runs.join("stats-v1-2")), 3);
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(runs.join("nostats-2/run.json")).unwrap()).unwrap();
+    assert_eq!(m["config"]["record"]["stats_every"], 0, "the round's run without statistics");
+}
+
+#[test]
+fn stats_cost_refuses_bad_input_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (pairs, env, says) in [
+        ("0", vec![], "PAIRS and STEPS are positive integers"),
+        ("1", vec![("VARIANTS", "")], "VARIANTS is set but names no variant"),
+    ] {
+        let out = stats_cost(dir.path(), pairs, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+    let out = Command::new("bash").arg(repo_root().join("bench/stats_cost.sh")).arg(dir.path()).arg(dir.path().join("o")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no fp8-capture in"));
 }
