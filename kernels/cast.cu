@@ -51,6 +51,15 @@ __device__ __forceinline__ void acc_init(Acc& a) {
     a.mn = INFINITY; a.mx = -INFINITY; a.amax = 0.0f; a.minabs = INFINITY;
 }
 
+// A cast's blocks as its code sees them: its index among them and their count. A kernel of one cast
+// takes the launch's own (launch_grid); the weights' multi-tensor cast (cast_weights_*) gives each
+// of its casts the blocks a launch of that cast alone would have had, numbered from 0, so that
+// every block does the same work and the results are that launch's bit for bit.
+struct Grid {
+    unsigned bid, nb;
+};
+__device__ __forceinline__ Grid launch_grid() { return Grid{blockIdx.x, gridDim.x}; }
+
 // Field f of the statistics combines by min (3, 6), max (4, 5) or sum (the rest).
 __device__ __forceinline__ double stat_comb(int f, double a, double b) {
     return (f == 3 || f == 6) ? fmin(a, b) : ((f == 4 || f == 5) ? fmax(a, b) : a + b);
@@ -104,15 +113,15 @@ __device__ __forceinline__ void reduce_partials(const double* partials, u64 G, d
     block_reduce_stats<L>(v, sh, res);
 }
 
-// Writes one block's statistics, field-major: partials[field * gridDim.x + blockIdx.x] (nothing
+// Writes one block's statistics, field-major: partials[field * g.nb + g.bid] (nothing
 // when partials is null: a cast nobody records). With counter null that is all: the partials wait
-// for cast_stats_reduce. Otherwise the last block to arrive reduces all gridDim.x partials into
+// for cast_stats_reduce. Otherwise the last block to arrive reduces all g.nb partials into
 // record[STAT_FIELDS] (if not null); with scale_mode 1 it also writes the current scale slot[0] =
 // scale_for_amax(fmt, amax, margin) * mult and slot[SLOT_INV] = 1/slot[0]. *counter must be 0
 // before the launch and is 0 again after it.
 template <int L>
 __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ record, u32* __restrict__ counter,
-                             int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot) {
+                             int scale_mode, int fmt, int margin, float mult, float* __restrict__ slot, Grid g) {
     __shared__ double sh[STAT_FIELDS * 32];
     __shared__ double res[STAT_FIELDS];
     __shared__ bool last;
@@ -124,16 +133,16 @@ __device__ void stats_commit(Acc& a, double* partials, double* __restrict__ reco
         if (__any_sync(0xffffffffu, risky) && (threadIdx.x & 31) == 0) atomicOr((u32*)(slot + SLOT_RISKY), 1u);
     }
     if (partials == nullptr) return;
-    u64 G = gridDim.x;
+    u64 G = g.nb;
     double v[STAT_FIELDS] = {(double)a.cnt, a.sum, a.sumsq, (double)a.mn, (double)a.mx, (double)a.amax, (double)a.minabs,
                              (double)a.under, (double)a.sat, (double)a.nan_, (double)a.inf_, (double)a.zeros,
                              a.d2, a.dot, a.a2, a.b2, (double)a.np};
     block_reduce_stats<L>(v, sh, res);
-    if (threadIdx.x < STAT_FIELDS && stat_needed(threadIdx.x, L)) partials[threadIdx.x * G + blockIdx.x] = res[threadIdx.x];
+    if (threadIdx.x < STAT_FIELDS && stat_needed(threadIdx.x, L)) partials[threadIdx.x * G + g.bid] = res[threadIdx.x];
     if (counter == nullptr) return;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == g.nb - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -222,14 +231,14 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
 
 // The cast and dequantisation scales of a launch; block 0 publishes them to the slot (scale_mode 0).
 template <int FMT>
-__device__ __forceinline__ void cast_scales(float scale_arg, int scale_mode, float mult, float* slot, float& s, float& base) {
+__device__ __forceinline__ void cast_scales(float scale_arg, int scale_mode, float mult, float* slot, float& s, float& base, Grid g) {
     s = 1.0f;
     base = 1.0f;
     if (FMT != FMT_BF16) {
         if (scale_mode == 1) { s = slot[0]; base = slot[SLOT_BASE]; }
         else { base = scale_arg; s = base * mult; }
     }
-    if (scale_mode == 0 && blockIdx.x == 0 && threadIdx.x == 0 && slot != nullptr) {
+    if (scale_mode == 0 && g.bid == 0 && threadIdx.x == 0 && slot != nullptr) {
         slot[0] = s;
         slot[SLOT_BASE] = base;
         slot[SLOT_INV] = 1.0f / base;
@@ -244,7 +253,7 @@ __device__ __forceinline__ float planted(float v, u64 i, u64 o0, u64 o1, u64 o2,
 template <int FMT, int L>
 __device__ void cast_straight(CAST_PARAMS) {
     float s, base;
-    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
+    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base, launch_grid());
     Acc a;
     acc_init(a);
     u64 n = (u64)rows * cols, n4 = n / 4;
@@ -283,7 +292,7 @@ __device__ void cast_straight(CAST_PARAMS) {
             if (FMT == FMT_BF16) ((unsigned short*)out)[e] = c; else ((u8*)out)[e] = (u8)c;
         }
     }
-    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
+    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot, launch_grid());
 }
 
 // Loads the 4 x 4 values thread (tx, ty) casts in the tile at (r0, c0): rows r0 + ty + 16 j (j < 4),
@@ -691,7 +700,7 @@ __device__ __forceinline__ void tile_column_sums(const unsigned short (&tile)[TI
 // of TILE), and cast each one and then its pair in the up half, F columns on, from one read;
 // every run is then one tile (the slot its row tile).
 template <int FMT, int L, int SRC = 0>
-__device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
+__device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
     constexpr bool PAIRS = SRC == SRC_DSWIGLU_PAIRS;
     // The codes' column sums exist for the BF16 casts of a gradient only (a buffer's, or GELU's
     // backward computed); the other kernels compile them out (cast.rs: column_sums_of). Their
@@ -708,7 +717,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // The BF16 column sums of the run so far, by row group (tile_column_sums).
     __shared__ double csum[COLSUM ? 8 : 1][TILE];
     float s, base;
-    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base);
+    cast_scales<FMT>(scale_arg, scale_mode, mult, slot, s, base, g);
     Acc a;
     acc_init(a);
     int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -723,8 +732,8 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     bool colsum = COLSUM && ch_sum != nullptr;
     // Tile (tr, tc): block b takes tiles b, b + G, b + 2G, ... in row-major order (G blocks),
     // stepping by (G / tiles_c, G % tiles_c) without a division per tile.
-    int step_r = gridDim.x / tiles_c, step_c = gridDim.x % tiles_c;
-    int tr = blockIdx.x / tiles_c, tc = blockIdx.x % tiles_c;
+    int step_r = g.nb / tiles_c, step_c = g.nb % tiles_c;
+    int tr = g.bid / tiles_c, tc = g.bid % tiles_c;
     // A run: the block's consecutive tiles in one column tile (all of them when the grid is a
     // multiple of tiles_c, so that step_c is 0; one tile otherwise, and always with pairs). Its
     // channel partials add up in the thread's own entries of csq / cam and leave once, at its
@@ -733,7 +742,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     // row tile (first_tr, the starting tr): a run-start flag and slot carried from tile to tile
     // took two more registers and made the BF16 dual cast spill its next tile.
     bool one_tile_runs = PAIRS || step_c != 0;
-    int first_tr = blockIdx.x / tiles_c;
+    int first_tr = g.bid / tiles_c;
     // Whether a tile's inputs are loaded a tile ahead, while the one before is cast: x's, and the
     // raw inputs of the computed sources of one or two inputs a value. Those of three (SwiGLU's
     // backward) are loaded at their tile: their casts are bound by their instructions (the element
@@ -898,7 +907,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
         tr = nr;
         tc = nc;
     }
-    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot);
+    stats_commit<L>(a, partials, record, counter, scale_mode == 2 ? 1 : 0, FMT, margin, mult, slot, g);
 }
 
 #ifndef CAST_SRC_UNIT
@@ -920,7 +929,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
     extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_fwd_l##L##_f##F##_t##T(CAST_PARAMS) { \
         if (T) cast_transposed<F, L>(x, rows, cols, scale_arg, scale_mode, slot, T == 2 ? out : nullptr, out_t, \
                                      partials, record, counter, margin, mult, overflow_nan, o0, o1, o2, o3,     \
-                                     outlier_factor, ch_sq, ch_amax, ch_sum);                                    \
+                                     outlier_factor, ch_sq, ch_amax, ch_sum, CastSrc{}, launch_grid());          \
         else cast_straight<F, L>(x, rows, cols, scale_arg, scale_mode, slot, out, nullptr, partials, record,   \
                                  counter, margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, nullptr,  \
                                  nullptr, nullptr);                                                              \
@@ -930,6 +939,46 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src = CastSrc{}) {
 CAST_KERNELS_L(0)
 CAST_KERNELS_L(1)
 CAST_KERNELS_L(2)
+
+// The weights' FP8 casts of a step in one launch (capture/src/backend/cuda/weight_casts.rs): each
+// entry of a table in device memory is one weight's dual cast, with a given scale and no fault, as
+// cast_fwd_l{L}_f{F}_t2 would cast it: its blocks (CW_BLOCKS, from CW_START on in the launch) are
+// the grid that launch would have had, numbered from 0 (Grid), so its codes, its scale slot, its
+// statistics partials and its channel partials are that launch's bit for bit. An entry is
+// CW_WORDS words: the first block, the blocks, rows in the low and cols in the high half of
+// CW_SHAPE, the scale's f32 bits in CW_SCALE, then the addresses of x (f32), out (x's layout),
+// out_t (its transpose), the statistics partials (0: none), the channel partials ch_sq and
+// ch_amax (0: none) and the scale slot. The partials wait for cast_stats_reduce, as a recorded
+// cast's do. Launch: CAST_THREADS threads, the entries' blocks in all.
+#define CW_WORDS 12
+#define CW_START 0
+#define CW_BLOCKS 1
+#define CW_SHAPE 2
+#define CW_SCALE 3
+#define CW_X 4
+#define CW_OUT 5
+#define CW_OUT_T 6
+#define CW_PARTS 7
+#define CW_CH_SQ 8
+#define CW_CH_AMAX 9
+#define CW_SLOT 10
+#define CAST_WEIGHTS_KERNEL(L, F)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(CAST_THREADS, CAST_MIN_BLOCKS(L)) cast_weights_l##L##_f##F(              \
+        const u64* __restrict__ table, int count) {                                                                     \
+        const u64* e = mt_entry_of(table, count, blockIdx.x, CW_WORDS);                                                \
+        u64 shape = __ldg(e + CW_SHAPE);                                                                                \
+        Grid g{blockIdx.x - (unsigned)__ldg(e + CW_START), (unsigned)__ldg(e + CW_BLOCKS)};                             \
+        cast_transposed<F, L>(reinterpret_cast<const float*>(__ldg(e + CW_X)), (int)(u32)shape, (int)(shape >> 32),      \
+                              __uint_as_float((u32)__ldg(e + CW_SCALE)), 0, reinterpret_cast<float*>(__ldg(e + CW_SLOT)), \
+                              reinterpret_cast<void*>(__ldg(e + CW_OUT)), reinterpret_cast<void*>(__ldg(e + CW_OUT_T)),  \
+                              reinterpret_cast<double*>(__ldg(e + CW_PARTS)), nullptr, nullptr, 0, 1.0f, 0, ~0ull, ~0ull,  \
+                              ~0ull, ~0ull, 1.0f, reinterpret_cast<double*>(__ldg(e + CW_CH_SQ)),                       \
+                              reinterpret_cast<float*>(__ldg(e + CW_CH_AMAX)), nullptr, CastSrc{}, g);                 \
+    }
+#define CAST_WEIGHTS_KERNELS_L(L) CAST_WEIGHTS_KERNEL(L, 1) CAST_WEIGHTS_KERNEL(L, 2)
+CAST_WEIGHTS_KERNELS_L(0)
+CAST_WEIGHTS_KERNELS_L(1)
+CAST_WEIGHTS_KERNELS_L(2)
 
 #endif  // CAST_SRC_UNIT
 
@@ -949,7 +998,7 @@ CAST_KERNELS_L(2)
         const float* __restrict__ src_mean) {                                                                    \
         cast_transposed<F, L, K>(x, rows, cols, scale_arg, scale_mode, slot, out, out_t, partials, record, counter,  \
                                  margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax, ch_sum, \
-                                 CastSrc{src_h, src_b, src_gain, src_shift, src_rstd, src_mean});                    \
+                                 CastSrc{src_h, src_b, src_gain, src_shift, src_rstd, src_mean}, launch_grid());     \
     }
 #define CAST_SRC_KERNELS_L(K, L) CAST_SRC_KERNEL(K, L, 0) CAST_SRC_KERNEL(K, L, 1) CAST_SRC_KERNEL(K, L, 2)
 #define CAST_SRC_KERNELS(K) CAST_SRC_KERNELS_L(K, 0) CAST_SRC_KERNELS_L(K, 1)

@@ -95,15 +95,19 @@ __device__ __forceinline__ void load4(const void* __restrict__ p, u64 i, int bf1
 #define MT_FLAGS 3
 #define MT_PTR 4
 
-// The entry block `block` works on: the last whose first block is at most `block` (a binary search:
-// the table is read through the cache, a few words a block).
-__device__ __forceinline__ const u64* mt_entry(const u64* __restrict__ table, int count, u64 block) {
+// The entry block `block` works on in a table of entries of `words` words, each starting with its
+// first block: the last whose first block is at most `block` (a binary search: the table is read
+// through the cache, a few words a block).
+__device__ __forceinline__ const u64* mt_entry_of(const u64* __restrict__ table, int count, u64 block, int words) {
     int lo = 0, hi = count - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (__ldg(table + (u64)mid * MT_WORDS + MT_START) <= block) lo = mid; else hi = mid - 1;
+        if (__ldg(table + (u64)mid * words) <= block) lo = mid; else hi = mid - 1;
     }
-    return table + (u64)lo * MT_WORDS;
+    return table + (u64)lo * words;
+}
+__device__ __forceinline__ const u64* mt_entry(const u64* __restrict__ table, int count, u64 block) {
+    return mt_entry_of(table, count, block, MT_WORDS);
 }
 
 // lo and hi rounded to BF16 (round to nearest even) and packed in one word, lo in the lower half.

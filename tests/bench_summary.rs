@@ -9,7 +9,7 @@
 //! at a time, in their SASS: it lists a known case, and none in the kernels fixed of it; and
 //! `bench/sass_diff.py`, which says which kernels of two builds differ and how. And
 //! `bench/stats_cost.sh`, run on the CPU: each variant of the statistics against its round's run
-//! without them.
+//! without them; and `bench/env_bin.sh`, which wraps a build's binaries with variables set.
 
 mod common;
 
@@ -394,4 +394,32 @@ fn stats_cost_refuses_bad_input_with_one_line() {
     let out = Command::new("bash").arg(repo_root().join("bench/stats_cost.sh")).arg(dir.path()).arg(dir.path().join("o")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no fp8-capture in"));
+}
+
+#[test]
+fn env_bin_wraps_each_executable_with_its_variables_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("bin"), dir.path().join("each"));
+    std::fs::create_dir(&src).unwrap();
+    let tool = src.join("fp8-capture");
+    std::fs::write(&tool, "#!/usr/bin/env bash\necho \"$FP8SCOPE_WEIGHT_CASTS|$SPACED|$*\"\n").unwrap();
+    std::fs::write(src.join("notes.txt"), "not a tool").unwrap();
+    let chmod = Command::new("chmod").arg("+x").arg(&tool).status().unwrap();
+    assert!(chmod.success());
+    let env_bin = |args: &[&str]| Command::new("bash").arg(repo_root().join("bench/env_bin.sh")).args(args).output().unwrap();
+    let out = env_bin(&[src.to_str().unwrap(), dest.to_str().unwrap(), "FP8SCOPE_WEIGHT_CASTS=each", "SPACED=a b"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dest.join("notes.txt").exists(), "only executables are wrapped");
+    let run = Command::new(dest.join("fp8-capture")).args(["train", "--x y"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "each|a b|train --x y");
+    for (args, says) in [
+        (vec![src.to_str().unwrap(), dest.to_str().unwrap()], "name at least one NAME=VALUE"),
+        (vec![src.to_str().unwrap(), dest.to_str().unwrap(), "each"], "is not NAME=VALUE"),
+        (vec![dest.join("missing").to_str().unwrap(), dest.to_str().unwrap(), "A=1"], "No such file"),
+    ] {
+        let out = env_bin(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
 }

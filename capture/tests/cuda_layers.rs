@@ -13,8 +13,8 @@
 //! - determinism: the same body run twice on the GPU gives bit-identical outputs;
 //! - the cross-entropy's row kernels (in shared memory; split between registers and shared memory)
 //!   are the rereading kernel's, bit for bit;
-//! - the step's multi-tensor launches (AdamW, the gradient norm, the zeroing) give the bits of one
-//!   launch a buffer;
+//! - the step's multi-tensor launches (AdamW, the gradient norm, the zeroing, the weights' FP8
+//!   casts) give the bits of one launch a buffer;
 //! - each GEMM's reported count of non-finite outputs equals a count of its output, with and
 //!   without non-finite or huge operands and biases;
 //! - BF16 GEMMs that read a kept cast transposed agree with the TN layout (the bias gradient and
@@ -1668,6 +1668,76 @@ fn multi_tensor_launches_give_the_bits_of_one_launch_a_buffer() {
     }
     assert!(gpu.download(&untouched, 0, 1000, 1).iter().all(|&x| x == 2.5), "fill_zero_all wrote into a buffer it was not given");
     println!("{} buffers: sumsq_all, adamw_all (2 gradient scales) and fill_zero_all as one launch a buffer", grads.len());
+}
+
+/// The weights' FP8 casts of a step in one launch (`Backend::cast_weights`, the CUDA backend's
+/// `weight_casts.rs`) against each weight cast at its fprop: 70 weights of assorted shapes (more
+/// than one batch of statistics or channel reductions holds, so the launch is split), at every
+/// statistics level. Every fprop's and dgrad's output (the dgrad reads the kept Wᵀ) and every
+/// report (codes' counts, scales, moments, channels, quantisation error) are bit-identical. The
+/// weights of another kind (BF16, current scaling) and one whose scale changed after
+/// `cast_weights` are cast at their GEMM, as the count of taken casts shows.
+#[test]
+fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
+    type Buf = fp8_capture::backend::cuda::DevBuf;
+    let Some(mut gpu) = cuda_common::gpu("weights cast in one launch") else { return };
+    let mut rng = Pcg64::seed_from_u64(71);
+    let normal = Normal::new(0.0f32, 1.0).expect("normal");
+    let n = 96;
+    // (m, k) of W; rows and columns that are not whole 64 × 64 tiles among them.
+    let shapes: Vec<(usize, usize)> = (0..70).map(|i| [(64, 64), (96, 128), (224, 64), (160, 256), (64, 96)][i % 5]).collect();
+    let mut draw = |len: usize, scale: f32| -> Vec<f32> { (0..len).map(|_| scale * normal.sample(&mut rng)).collect() };
+    let bufs: Vec<[Buf; 3]> = shapes.iter().enumerate().map(|(i, &(m, k))| [gpu.upload(&draw(m * k, 0.05 * (1 + i % 4) as f32)), gpu.upload(&draw(n * k, 1.0)), gpu.upload(&draw(n * m, 1e-3))]).collect();
+    let given = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale, amax_used: 448.0 / scale } };
+    let grad = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale: 4096.0, amax_used: 14.0 } };
+    // Weight i's cast: BF16 and current scaling for some (cast at their GEMM), a given scale else.
+    let weight_cast = |i: usize| match i % 10 {
+        3 => OperandCast::Bf16,
+        7 => OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } },
+        _ => given([64.0, 512.0, 2048.0][i % 3]),
+    };
+    let changed = 11; // its fprop casts with another scale than cast_weights was told
+    let taken_each_step = (0..70).filter(|&i| !matches!(i % 10, 3 | 7) && i != changed).count() as u64;
+    for level in [StatsLevel::Amax, StatsLevel::Cheap, StatsLevel::Channels, StatsLevel::Full] {
+        let mut runs = Vec::new();
+        for batched in [true, false] {
+            gpu.set_weight_casts_batched(batched);
+            let taken = gpu.weight_casts_taken();
+            let call = |i: usize, gemm: Gemm, cast_b: OperandCast| {
+                let (m, k) = shapes[i];
+                let id = GemmId { layer: (i / 4) as u32, module: Module::ALL[i % 4], gemm };
+                let cast_a = if gemm == Gemm::Fprop { given(16.0) } else { grad };
+                GemmCall { cast_a, cast_b, stats: level, ..GemmCall::bf16(id, LinearDims { n, k, m }) }
+            };
+            let told: Vec<(GemmCall, &Buf)> = (0..70).map(|i| (call(i, Gemm::Fprop, if i == changed { given(1.0) } else { weight_cast(i) }), &bufs[i][0])).collect();
+            gpu.cast_weights(&told);
+            let mut outs = Vec::new();
+            for (i, &(m, k)) in shapes.iter().enumerate() {
+                let [w, x, dy] = &bufs[i];
+                let (mut y, mut dx) = (gpu.zeros(n * m), gpu.zeros(n * k));
+                gpu.gemm(&call(i, Gemm::Fprop, weight_cast(i)), &mut y, x, w, None, None);
+                gpu.gemm(&call(i, Gemm::Dgrad, weight_cast(i)), &mut dx, dy, w, None, None);
+                outs.push((buffer_bits(&mut gpu, &y), buffer_bits(&mut gpu, &dx)));
+            }
+            gpu.gemms_done();
+            let reports = gpu.take_reports();
+            assert_eq!(gpu.take_error(), None, "{level:?}, batched {batched}");
+            assert_eq!(reports.len(), 140, "{level:?}, batched {batched}");
+            let want_taken = if batched { taken_each_step } else { 0 };
+            assert_eq!(gpu.weight_casts_taken() - taken, want_taken, "{level:?}, batched {batched}: fprops that took their weight's cast from the launch");
+            runs.push((outs, reports));
+        }
+        let ((outs, reports), (want_outs, want_reports)) = (&runs[0], &runs[1]);
+        for i in 0..70 {
+            assert!(outs[i].0 == want_outs[i].0, "{level:?}: weight {i} {:?}: the fprop's output differs with the weights cast in one launch", shapes[i]);
+            assert!(outs[i].1 == want_outs[i].1, "{level:?}: weight {i} {:?}: the dgrad's output (from the kept Wᵀ) differs", shapes[i]);
+        }
+        for (r, want) in reports.iter().zip(want_reports) {
+            assert_eq!(format!("{r:?}"), format!("{want:?}"), "{level:?}: the report of {:?}", want.id);
+        }
+    }
+    gpu.set_weight_casts_batched(true);
+    println!("70 weights ({taken_each_step} cast in one launch), 4 statistics levels: outputs and reports bit-identical to one cast a weight at its GEMM");
 }
 
 /// The bits of every value of a GPU buffer.

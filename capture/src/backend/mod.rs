@@ -394,6 +394,15 @@ pub trait Backend {
         }
     }
 
+    /// The forward's linear-layer fprops, each `call` with its weight W (operand b), before the
+    /// first of them runs: a backend may cast the weights here, all in one pass, for `gemm` to
+    /// take; each `gemm` then gets the codes and statistics it would have cast itself, and casts
+    /// the weight itself whenever its call is not one given here. Default: nothing (each `gemm`
+    /// casts its weight).
+    fn cast_weights(&mut self, calls: &[(GemmCall, &Self::Buf)]) {
+        let _ = calls;
+    }
+
     /// A linear layer's GEMM as `call` says (see [`GemmCall`] for the operands' layout). `a`, `b`
     /// are the high-precision operands; `out` receives the result (`=`), rounded to BF16; for
     /// wgrad, `dbias` (if given) accumulates the column sums of dY. For fprop, `bias` is added.

@@ -11,6 +11,7 @@ impl<B: Backend> Model<B> {
         let lay = Layout::of(&d);
         let bias = |i: Option<usize>| i.expect("gpt linears and norms have biases");
         // ---- forward
+        self.cast_weights(be, plan);
         {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);

@@ -11,6 +11,7 @@ impl<B: Backend> Model<B> {
         let d = self.dims;
         let lay = Layout::of(&d);
         // ---- forward
+        self.cast_weights(be, plan);
         {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);

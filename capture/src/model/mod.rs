@@ -340,6 +340,21 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// Every layer's fprop calls with their weights, handed to [`Backend::cast_weights`] before
+    /// the forward (a backend may cast all the weights at once).
+    fn cast_weights(&self, be: &mut B, plan: &StepPlan) {
+        let lay = Layout::of(&self.dims);
+        let calls: Vec<GemmCall> = (0..self.dims.l).flat_map(|l| Module::ALL.iter().map(move |&m| (l, m))).map(|(l, m)| self.call(plan, l, m, Gemm::Fprop)).collect();
+        let weights: Vec<(GemmCall, &B::Buf)> = calls
+            .into_iter()
+            .map(|c| {
+                let w = lay.linear(c.id.layer as usize, c.id.module).0;
+                (c, &self.state.params[w])
+            })
+            .collect();
+        be.cast_weights(&weights);
+    }
+
     /// Samples `buf` (rows × cols) into `dumps` if the plan dumps `role` of this site.
     #[allow(clippy::too_many_arguments)]
     fn capture(be: &mut B, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, layer: usize, module: Module, role: Role, buf: &B::Buf, rows: usize, cols: usize) {

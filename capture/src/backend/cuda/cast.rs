@@ -41,7 +41,7 @@ fn cast_blocks_per_sm(level: usize) -> usize {
 /// (each block strides over the tiles, loading its next tile while it casts the current one), and
 /// with `channels` (it sums the per-channel statistics) a multiple of the column tiles where that
 /// idles few blocks ([`column_aligned`]).
-fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
+pub(super) fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
     let g = if transpose {
         tiled_grid(rows, cols, channels, if most > 0 { most } else { sms * cast_blocks_per_sm(level) }, most > 0)
     } else {
@@ -88,7 +88,7 @@ fn column_aligned(g: usize, tiles_c: usize) -> usize {
 /// a run is a block's every tile when the grid is a multiple of the column tiles (its first row
 /// tile is then `block / tiles_c`, below `grid / tiles_c`), else one tile (every row tile), as
 /// always for a computed source of launch kind SRC_DSWIGLU_PAIRS (`src`).
-fn channel_slots(rows: usize, cols: usize, grid: usize, src: Option<i32>) -> usize {
+pub(super) fn channel_slots(rows: usize, cols: usize, grid: usize, src: Option<i32>) -> usize {
     let tiles_c = cols.div_ceil(CAST_TILE);
     if grid.is_multiple_of(tiles_c) && src != Some(SRC_DSWIGLU_PAIRS) { grid / tiles_c } else { rows.div_ceil(CAST_TILE) }
 }
@@ -268,7 +268,7 @@ enum ScaleKey {
 
 /// What decides a cast's codes and statistics: equal keys cast equal bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct CastKey {
+pub(super) struct CastKey {
     src: u64,
     rows: usize,
     cols: usize,
@@ -280,7 +280,7 @@ struct CastKey {
 }
 
 impl CastKey {
-    fn new(src: u64, rows: usize, cols: usize, fmt: i32, how: OperandCast, fault: OperandFault) -> CastKey {
+    pub(super) fn new(src: u64, rows: usize, cols: usize, fmt: i32, how: OperandCast, fault: OperandFault) -> CastKey {
         let scale = match how {
             OperandCast::Fp8Tensor { scale: ScaleSource::Given { scale, .. }, .. } => ScaleKey::Given(scale.to_bits()),
             OperandCast::Fp8Tensor { scale: ScaleSource::Current { margin }, .. } => ScaleKey::Current(margin),
@@ -324,7 +324,7 @@ pub(super) struct KeptCast {
 /// Kept casts by (layer, module, role); one entry for all gradients (see [`CudaBackend::cast`]).
 pub(super) type KeptCasts = std::collections::HashMap<(u32, Module, Role), KeptCast>;
 
-fn level_code(level: StatsLevel) -> usize {
+pub(super) fn level_code(level: StatsLevel) -> usize {
     match level {
         StatsLevel::Amax => 0,
         StatsLevel::Cheap | StatsLevel::Channels => 1,
@@ -406,6 +406,10 @@ impl CudaBackend {
             let p = self.prepared(ty, self.kept_ptr(k), k.slot, k.straight);
             return Ok((p, k.slot.filter(|_| report)));
         }
+        // A weight cast with the others before the forward (`weight_casts.rs`).
+        if let Some((ptr, slot)) = self.cast_weight_taken(key, at, level, report) {
+            return Ok((self.prepared(ty, ptr, Some(slot), false), Some(slot).filter(|_| report)));
+        }
         if let CastInput::Computed { kind: SRC_BF16, h, .. } = x
             && !ty.is_fp8()
             && fault == OperandFault::NONE
@@ -425,19 +429,7 @@ impl CudaBackend {
         let bytes = rows * cols * ty.bytes();
         // A scale slot is needed for FP8 operands even when nothing is reported.
         let slot = if report || ty.is_fp8() { Some(self.alloc_slot()?) } else { None };
-        let kept_dst = if keep {
-            if !self.kept.contains_key(&kept_key) {
-                let codes = self.stream.alloc_zeros(bytes)?;
-                self.kept.insert(kept_key, KeptCast { key, codes, held: None, slot, recorded: report, level, live: false, straight: straight_keep, column_slots: None });
-            }
-            let stream = self.stream.clone();
-            let k = self.kept.get_mut(&kept_key).expect("inserted above");
-            grow(&stream, &mut k.codes, bytes)?;
-            (k.key, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots, k.held) = (key, slot, report, level, true, straight_keep, None, None);
-            self.ptr(&self.kept[&kept_key].codes)
-        } else {
-            0
-        };
+        let kept_dst = if keep { self.keep_cast(at, key, bytes, slot, report, level, straight_keep)? } else { 0 };
         let dst = match side {
             _ if straight_keep => kept_dst,
             Side::P => {
@@ -480,6 +472,24 @@ impl CudaBackend {
         Ok((self.prepared(ty, dst, slot, false), reported))
     }
 
+    /// Makes the kept cast of `at`'s site and role the one of `key` (its slot, whether it is
+    /// `recorded` and at which `level`, whether its codes lie `straight`), live for the site's
+    /// other GEMM, with room for `bytes` of codes; returns the codes' device address, for the cast
+    /// to write them there.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn keep_cast(&mut self, at: CastUse, key: CastKey, bytes: usize, slot: Option<usize>, recorded: bool, level: StatsLevel, straight: bool) -> Result<u64, CudaError> {
+        let kept_key = kept_key(at);
+        if !self.kept.contains_key(&kept_key) {
+            let codes = self.stream.alloc_zeros(bytes)?;
+            self.kept.insert(kept_key, KeptCast { key, codes, held: None, slot, recorded, level, live: false, straight, column_slots: None });
+        }
+        let stream = self.stream.clone();
+        let k = self.kept.get_mut(&kept_key).expect("inserted above");
+        grow(&stream, &mut k.codes, bytes)?;
+        (k.key, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots, k.held) = (key, slot, recorded, level, true, straight, None, None);
+        Ok(self.ptr(&self.kept[&kept_key].codes))
+    }
+
     /// The slots of the column sums of the cast behind operand `p`, if it is the kept cast for `at`
     /// and summed them as it cast (`CastUse::column_sums`): `column_sums` holds them, slot-major.
     pub(super) fn kept_column_sums(&self, at: CastUse, p: &Operand) -> Option<usize> {
@@ -491,7 +501,7 @@ impl CudaBackend {
     /// partials of a recorded cast (`channels`: its slot) and the codes' column sums (`sums`, into
     /// `column_sums`), with the slots a column takes in them, those of the cast's grid
     /// (column-aligned where it can be: [`channel_slots`]); 0 and None for what is not summed.
-    fn column_targets(&mut self, rows: usize, cols: usize, src: Option<i32>, level: StatsLevel, channels: Option<usize>, sums: bool) -> Result<(Option<ChannelTarget>, u64, usize), CudaError> {
+    pub(super) fn column_targets(&mut self, rows: usize, cols: usize, src: Option<i32>, level: StatsLevel, channels: Option<usize>, sums: bool) -> Result<(Option<ChannelTarget>, u64, usize), CudaError> {
         let slots = if channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
         let fused = match channels {
             Some(s) => Some(self.channel_target(cols, slots, s)?),
@@ -565,12 +575,12 @@ impl CudaBackend {
     }
 
     /// Device address of scale slot `slot` (0 for none).
-    fn slot_ptr(&self, slot: Option<usize>) -> u64 {
+    pub(super) fn slot_ptr(&self, slot: Option<usize>) -> u64 {
         slot.map(|s| self.ptr(&self.scales) + (s * SLOT_FLOATS * 4) as u64).unwrap_or(0)
     }
 
     /// A cast operand at `ptr` for cuBLASLt, dequantised through `slot`'s inverse scale.
-    fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>, transposed: bool) -> Operand {
+    pub(super) fn prepared(&self, ty: OpType, ptr: u64, slot: Option<usize>, transposed: bool) -> Operand {
         Operand { ty, ptr, transposed, slot: self.slot_ptr(slot) }
     }
 
@@ -645,7 +655,7 @@ impl CudaBackend {
     /// The partials and counter arguments of a cast kernel whose statistics wait for the batched
     /// reduction ([`super::stat_batch`]): arena room when the cast is recorded (at `rec_ptr`),
     /// none (0) when it is not; no counter, so that no block of the cast reduces them.
-    fn deferred_stats(&mut self, grid: u32, level: StatsLevel, record: Option<usize>, rec_ptr: u64) -> Result<(u64, u64), CudaError> {
+    pub(super) fn deferred_stats(&mut self, grid: u32, level: StatsLevel, record: Option<usize>, rec_ptr: u64) -> Result<(u64, u64), CudaError> {
         let parts = if record.is_some() { self.stat_target(grid as usize, level_code(level), rec_ptr)? } else { 0 };
         Ok((parts, 0))
     }
@@ -655,6 +665,7 @@ impl CudaBackend {
         for k in self.kept.values_mut() {
             k.live = false;
         }
+        self.expire_weight_casts();
     }
 
     /// The FP8 bytes of a cast operand at `p`, row-major in the operand's own layout (rows × cols)

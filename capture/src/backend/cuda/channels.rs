@@ -182,7 +182,7 @@ impl CudaBackend {
     /// the partials of `chunks` row chunks; the reduction waits until [`Self::flush_channels`].
     pub(super) fn channel_target(&mut self, cols: usize, chunks: usize, slot: usize) -> Result<ChannelTarget, CudaError> {
         let need = chunks * cols;
-        if self.chan.pending.len() == CHAN_BATCH || self.chan.part_next + need > self.chan.part_sq.len() {
+        if !self.channel_room(cols, chunks) {
             self.flush_channels()?;
         }
         let stream = self.stream.clone();
@@ -212,6 +212,12 @@ impl CudaBackend {
         };
         self.chan.pending.push(t);
         Ok(t)
+    }
+
+    /// Whether [`Self::channel_target`] would queue a cast of `cols` channels and `chunks` row
+    /// chunks beside the pending ones, rather than reduce those first (as [`Self::stat_room`]).
+    pub(super) fn channel_room(&self, cols: usize, chunks: usize) -> bool {
+        self.chan.pending.len() < CHAN_BATCH && self.chan.part_next + chunks * cols <= self.chan.part_sq.len()
     }
 
     /// Reduces every pending cast's partials into its record columns, chunks in order, in one

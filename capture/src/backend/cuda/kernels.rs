@@ -21,11 +21,12 @@ const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
 #[rustfmt::skip]
-const CAST_KERNELS: [&str; 30] = [
+const CAST_KERNELS: [&str; 36] = [
     "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
     "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
     "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
     "round_bf16_fwd", "cast_stats_reduce", "widen_bf16",
+    "cast_weights_l0_f1", "cast_weights_l0_f2", "cast_weights_l1_f1", "cast_weights_l1_f2", "cast_weights_l2_f1", "cast_weights_l2_f2",
 ];
 
 /// Which layouts a cast writes: the operand's own, its transpose, or both from one read.
@@ -40,6 +41,12 @@ pub enum CastLayout {
 /// error), format code `fmt` (0 BF16, 1 E4M3, 2 E5M2) and `layout`.
 pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str {
     CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
+}
+
+/// The multi-tensor kernel casting a step's FP8 weights (`cast.cu`: `cast_weights_l{L}_f{F}`) at
+/// statistics level `level` (0 to 2) to FP8 format code `fmt` (1 E4M3, 2 E5M2); None for BF16.
+pub fn cast_weights_kernel(level: usize, fmt: usize) -> Option<&'static str> {
+    (fmt == 1 || fmt == 2).then(|| CAST_KERNELS[30 + level.min(2) * 2 + fmt - 1])
 }
 
 /// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 8,
@@ -330,4 +337,29 @@ pub fn preload_nvrtc_from(dir: &std::path::Path) -> bool {
         }
     }
     nvrtc_present()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_follow_their_parameters() {
+        for level in 0..3 {
+            for fmt in 0..3 {
+                for (layout, t) in [(CastLayout::Straight, 0), (CastLayout::Transposed, 1), (CastLayout::Both, 2)] {
+                    assert_eq!(cast_kernel(level, fmt, layout), format!("cast_fwd_l{level}_f{fmt}_t{t}"));
+                }
+                let weights = cast_weights_kernel(level, fmt);
+                assert_eq!(weights.map(str::to_string), (fmt > 0).then(|| format!("cast_weights_l{level}_f{fmt}")));
+            }
+        }
+        for kind in 1..=8 {
+            for level in 0..2 {
+                for fmt in 0..3 {
+                    assert_eq!(cast_src_kernel(kind, level, fmt), format!("cast_src{kind}_l{level}_f{fmt}"));
+                }
+            }
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //!   a profiler span, the launcher, and the error handling below. `matmul.rs` runs the linear
 //!   layers' GEMMs (beside `layers/matmul.rs`), `gemm_output.rs` what follows a GEMM in its output
 //!   (`kernels/gemm_output.cu`), `bias_grad.rs` the bias gradients (`kernels/bias_grad.cu`),
-//!   `reports.rs` copies the step's reports to the host;
+//!   `reports.rs` copies the step's reports to the host, `weight_casts.rs` casts the step's FP8
+//!   weights in one launch before the forward (`Backend::cast_weights`);
 //!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
 //!   `error`), returns a harmless value in place of the result, and skips the device work of every
@@ -215,6 +216,8 @@ pub struct CudaBackend {
     loss_split_smem: usize,
     /// Transposed casts kept for the second GEMM of their site ([`cast`]).
     kept: cast::KeptCasts,
+    /// The step's weights cast before the forward, in one launch ([`weight_casts`]).
+    weights: weight_casts::WeightCasts,
     /// Per-channel statistics of the step's recorded casts ([`channels`]).
     chan: channels::ChannelRecords,
     /// The recorded casts' statistics partials, waiting for their batched reduction ([`stat_batch`]).
@@ -338,6 +341,7 @@ impl CudaBackend {
             loss_row_smem,
             loss_split_smem,
             kept: Default::default(),
+            weights: weight_casts::WeightCasts::from_env()?,
             chan: channels::ChannelRecords::new(s)?,
             stat: stat_batch::StatArena::new(s)?,
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
@@ -521,3 +525,4 @@ mod rope;
 mod rope_attention;
 mod stats;
 mod swiglu;
+mod weight_casts;

@@ -63,14 +63,21 @@ impl TensorTable {
             host.extend_from_slice(&e.words(first));
             first += e.blocks;
         }
-        let blocks = u32::try_from(first).map_err(|_| CudaError::Unsupported(format!("a multi-tensor launch of {first} blocks")))?;
+        self.upload_words(stream, host, entries.len(), first)
+    }
+
+    /// A table of `count` entries already laid out as their kernel reads them (`host`, each entry
+    /// starting with its first block), `blocks` in all, on the device: uploaded on `stream` only
+    /// when it differs from the last one.
+    pub fn upload_words(&mut self, stream: &Arc<CudaStream>, host: Vec<u64>, count: usize, blocks: usize) -> Result<Uploaded, CudaError> {
+        let blocks = u32::try_from(blocks).map_err(|_| CudaError::Unsupported(format!("a multi-tensor launch of {blocks} blocks")))?;
         if self.dev.is_none() || host != self.host {
             self.dev = Some(stream.clone_htod(&host)?);
             self.host = host;
         }
         let Some(dev) = self.dev.as_ref() else { unreachable!("uploaded above") };
         let (table, _sync) = dev.device_ptr(stream);
-        Ok(Uploaded { table, count: entries.len() as i32, blocks })
+        Ok(Uploaded { table, count: count as i32, blocks })
     }
 }
 

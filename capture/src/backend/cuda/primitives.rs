@@ -70,9 +70,6 @@ impl Backend for CudaBackend {
     }
 
     fn embedding_fwd(&mut self, out: &mut DevBuf, tokens: &CudaTokens, wte: &DevBuf, c: usize) {
-        if self.lead_ns > 0 {
-            self.spanned("lead", |me| me.lead());
-        }
         self.spanned("embedding_fwd", |me| me.embedding_fwd_impl(out, tokens, wte, c));
     }
 
@@ -264,6 +261,16 @@ impl Backend for CudaBackend {
 
     fn adamw_all(&mut self, ps: &mut [DevBuf], gs: &[DevBuf], ms: &mut [DevBuf], vs: &mut [DevBuf], h: &AdamW) {
         self.spanned("adamw", |me| me.adamw_all_impl(ps, gs, ms, vs, h));
+    }
+
+    fn cast_weights(&mut self, calls: &[(GemmCall, &DevBuf)]) {
+        // The step's first primitive: the FP8SCOPE_LEAD_US hold goes first.
+        if self.lead_ns > 0 {
+            self.spanned("lead", |me| me.lead());
+        }
+        if self.weights.batched {
+            self.spanned("cast_weights", |me| me.cast_weights_impl(calls));
+        }
     }
 
     fn gemm(

@@ -77,13 +77,20 @@ impl CudaBackend {
         if need > self.stat.parts.len() {
             return Err(CudaError::Unsupported(format!("a cast of {blocks} blocks: its statistics outgrow the arena of {} partials", self.stat.parts.len())));
         }
-        if self.stat.pending.len() == STAT_BATCH || self.stat.next + need > self.stat.parts.len() {
+        if !self.stat_room(blocks) {
             self.flush_stats()?;
         }
         let parts = self.ptr(&self.stat.parts) + (self.stat.next * 8) as u64;
         self.stat.next += need;
         self.stat.pending.push(StatJob { parts, record, blocks: blocks as i32, level: level as i32 });
         Ok(parts)
+    }
+
+    /// Whether [`Self::stat_target`] would queue a cast of `blocks` blocks beside the pending ones,
+    /// rather than reduce those first (a caller that registers several casts before launching
+    /// them launches the ones registered so far first when it would not).
+    pub(super) fn stat_room(&self, blocks: usize) -> bool {
+        self.stat.pending.len() < STAT_BATCH && self.stat.next + blocks * STAT_FIELDS <= self.stat.parts.len()
     }
 
     /// Reduces every pending cast's partials into its record, one block each, in one launch; the
