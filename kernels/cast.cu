@@ -12,8 +12,9 @@
 // and one block reduces them in a fixed order (no floating-point atomics, reduce_partials). For the
 // amax pass of current scaling, whose scale the cast after it reads, that block is the cast's last
 // block to finish, and it turns the amax into the scale. Every other cast leaves its partials in
-// the step's arena, and cast_stats_reduce reduces a batch of casts' in one launch, in the same
-// order, so that no cast waits on its last block (capture/src/backend/cuda/stat_batch.rs).
+// the step's arena, and cast_stats_reduce reduces every recorded cast's of the step in one launch
+// (a table of jobs), in the same order, so that no cast waits on its last block
+// (capture/src/backend/cuda/stat_batch.rs).
 //
 // Each cast writes its scale slot (common.cuh: the layout), which the GEMM and its non-finite
 // count (gemm_output.cu) read.
@@ -1012,18 +1013,15 @@ CAST_SRC_KERNELS(7)
 CAST_SRC_KERNELS(8)
 #else
 
-// A batch of casts' statistics reductions (capture/src/backend/cuda/stat_batch.rs: StatJob,
-// StatBatch, the same layout): cast j's `blocks` partials (field-major) at parts, reduced at its
-// statistics level into record[STAT_FIELDS].
-#define STAT_BATCH 64
+// The step's casts' statistics reductions (capture/src/backend/cuda/stat_batch.rs): a table in
+// device memory of one job a cast, STAT_JOB_WORDS words each: the address of the cast's `blocks`
+// partials (field-major), of its record, then its blocks in the low half and its statistics level
+// in the high half of the third word. Reduced at that level into record[STAT_FIELDS].
+#define STAT_JOB_WORDS 3
 struct StatJob {
     const double* parts;
     double* record;
     int blocks, level;
-};
-struct StatBatch {
-    StatJob job[STAT_BATCH];
-    int n;
 };
 
 template <int L>
@@ -1034,15 +1032,12 @@ __device__ void reduce_job(const StatJob& t) {
     if (threadIdx.x < STAT_FIELDS) t.record[threadIdx.x] = res[threadIdx.x];
 }
 
-// Block j reduces job j (launch: b.n blocks of CAST_THREADS, the cast kernels' block size, which
-// fixes the order of the sums). The job is picked by constant indices, so that the batch stays in
-// the parameter bank.
-extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_stats_reduce(const StatBatch b) {
-    StatJob t = b.job[0];
-#pragma unroll
-    for (int k = 1; k < STAT_BATCH; k++) {
-        if (k == (int)blockIdx.x) t = b.job[k];
-    }
+// Block j reduces job j of the table (launch: one block of CAST_THREADS a job, the cast kernels'
+// block size, which fixes the order of the sums).
+extern "C" __global__ void __launch_bounds__(CAST_THREADS) cast_stats_reduce(const u64* __restrict__ jobs) {
+    const u64* j = jobs + (u64)blockIdx.x * STAT_JOB_WORDS;
+    u64 bl = __ldg(j + 2);
+    StatJob t{reinterpret_cast<const double*>(__ldg(j)), reinterpret_cast<double*>(__ldg(j + 1)), (int)(u32)bl, (int)(bl >> 32)};
     if (t.level == 0) reduce_job<0>(t);
     else if (t.level == 1) reduce_job<1>(t);
     else reduce_job<2>(t);
