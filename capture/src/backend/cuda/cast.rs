@@ -11,7 +11,9 @@
 //! takes it instead of casting again — when it would cast exactly the same way (same source
 //! buffer, shape, format, scale, planted fault, statistics no richer). The model guarantees what
 //! makes this sound: within a step, the operand of a given role at a given site is one tensor.
-//! Kept casts expire when the step's reports are taken.
+//! Kept casts expire when the step's reports are taken. The FP8 weights of delayed scaling are
+//! cast before the forward, all in one launch (`weight_casts.rs`), which leaves each fprop its W
+//! and each dgrad its kept Wᵀ, the codes and statistics of the dual cast here.
 
 use super::blas::{OpType, Operand};
 use super::channels::ChannelTarget;
