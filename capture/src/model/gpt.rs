@@ -11,7 +11,8 @@ impl<B: Backend> Model<B> {
         let lay = Layout::of(&d);
         let bias = |i: Option<usize>| i.expect("gpt linears and norms have biases");
         // ---- forward
-        self.cast_weights(be, plan);
+        let fprops = self.fprop_calls(plan);
+        self.cast_weights(be, &fprops);
         {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
@@ -20,7 +21,7 @@ impl<B: Backend> Model<B> {
         // the first).
         let mut ln1_ready = false;
         for l in 0..d.l {
-            let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
+            let calls = &fprops[l * Module::ALL.len()..(l + 1) * Module::ALL.len()];
             let s = &mut self.state;
             let (before, after) = s.res.split_at_mut(l + 1);
             let (res_in, res_out) = (&before[l], &mut after[0]);

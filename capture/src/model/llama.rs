@@ -11,7 +11,8 @@ impl<B: Backend> Model<B> {
         let d = self.dims;
         let lay = Layout::of(&d);
         // ---- forward
-        self.cast_weights(be, plan);
+        let fprops = self.fprop_calls(plan);
+        self.cast_weights(be, &fprops);
         {
             let s = &mut self.state;
             be.embedding_fwd(&mut s.res[0], inputs, &s.params[super::WTE], d.c);
@@ -19,7 +20,7 @@ impl<B: Backend> Model<B> {
         // Whether the residual add before a layer's first norm computed its rstd (none before the first).
         let mut ln1_ready = false;
         for l in 0..d.l {
-            let calls: Vec<GemmCall> = Module::ALL.iter().map(|&m| self.call(plan, l, m, Gemm::Fprop)).collect();
+            let calls = &fprops[l * Module::ALL.len()..(l + 1) * Module::ALL.len()];
             let s = &mut self.state;
             let (before, after) = s.res.split_at_mut(l + 1);
             let (res_in, res_out) = (&before[l], &mut after[0]);

@@ -340,18 +340,18 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// Every layer's fprop calls with their weights, handed to [`Backend::cast_weights`] before
-    /// the forward (a backend may cast all the weights at once).
-    fn cast_weights(&self, be: &mut B, plan: &StepPlan) {
+    /// Every layer's fprop calls, layer by layer in [`Module::ALL`]'s order: the calls the
+    /// forward makes, and hands to [`Backend::cast_weights`] before it (one list for both, so that
+    /// the weights a backend casts ahead are those of the calls that follow).
+    fn fprop_calls(&self, plan: &StepPlan) -> Vec<GemmCall> {
+        (0..self.dims.l).flat_map(|l| Module::ALL.iter().map(move |&m| (l, m))).map(|(l, m)| self.call(plan, l, m, Gemm::Fprop)).collect()
+    }
+
+    /// `calls` (the step's [`Self::fprop_calls`]) with their weights, handed to
+    /// [`Backend::cast_weights`] before the forward (a backend may cast all the weights at once).
+    fn cast_weights(&self, be: &mut B, calls: &[GemmCall]) {
         let lay = Layout::of(&self.dims);
-        let calls: Vec<GemmCall> = (0..self.dims.l).flat_map(|l| Module::ALL.iter().map(move |&m| (l, m))).map(|(l, m)| self.call(plan, l, m, Gemm::Fprop)).collect();
-        let weights: Vec<(GemmCall, &B::Buf)> = calls
-            .into_iter()
-            .map(|c| {
-                let w = lay.linear(c.id.layer as usize, c.id.module).0;
-                (c, &self.state.params[w])
-            })
-            .collect();
+        let weights: Vec<(GemmCall, &B::Buf)> = calls.iter().map(|c| (c.clone(), &self.state.params[lay.linear(c.id.layer as usize, c.id.module).0])).collect();
         be.cast_weights(&weights);
     }
 
