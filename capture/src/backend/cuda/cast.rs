@@ -43,7 +43,7 @@ fn cast_blocks_per_sm(level: usize) -> usize {
 /// (each block strides over the tiles, loading its next tile while it casts the current one), and
 /// with `channels` (it sums the per-channel statistics) a multiple of the column tiles where that
 /// idles few blocks ([`column_aligned`]).
-pub(super) fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
+fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
     let g = if transpose {
         tiled_grid(rows, cols, channels, if most > 0 { most } else { sms * cast_blocks_per_sm(level) }, most > 0)
     } else {
@@ -567,7 +567,7 @@ impl CudaBackend {
 
     /// Blocks of the tiled cast kernel (transposed, dual, or computed-source of launch kind `src`)
     /// for `rows × cols`, with `channels` when it sums the per-channel statistics.
-    fn tiled_cast_grid(&self, rows: usize, cols: usize, src: Option<i32>, channels: bool, level: StatsLevel) -> u32 {
+    pub(super) fn tiled_cast_grid(&self, rows: usize, cols: usize, src: Option<i32>, channels: bool, level: StatsLevel) -> u32 {
         let sms = self.info.parallelism.max(1) as usize;
         if let Some(kind) = src {
             cast_src_grid(rows, cols, kind, channels, level_code(level), sms, self.cast_grid)

@@ -81,6 +81,32 @@ impl TensorTable {
     }
 }
 
+/// The tables of a step's launches of one kernel, one a launch in the order of the step: a step
+/// that launches what the last one did uploads none.
+#[derive(Default)]
+pub(super) struct StepTables {
+    tables: Vec<TensorTable>,
+    /// Launches since the step began (the next one's table).
+    next: usize,
+}
+
+impl StepTables {
+    /// The step's next launch's table of `count` entries laid out as their kernel reads them
+    /// (`host`), `blocks` in all ([`TensorTable::upload_words`]).
+    pub fn upload_next(&mut self, stream: &Arc<CudaStream>, host: Vec<u64>, count: usize, blocks: usize) -> Result<Uploaded, CudaError> {
+        if self.tables.len() == self.next {
+            self.tables.push(TensorTable::default());
+        }
+        self.next += 1;
+        self.tables[self.next - 1].upload_words(stream, host, count, blocks)
+    }
+
+    /// A new step: its first launch takes the first table again.
+    pub fn restart(&mut self) {
+        self.next = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

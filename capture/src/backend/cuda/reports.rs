@@ -10,7 +10,7 @@ impl CudaBackend {
     pub(super) fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         let t0 = std::time::Instant::now();
         self.flush_stats()?;
-        self.stats_step_done();
+        self.stat.reset();
         self.flush_channels()?;
         // Prefetched (`gemms_done`), these are summarised while the stream finishes the step.
         let chans = self.channel_summaries()?;

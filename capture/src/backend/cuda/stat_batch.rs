@@ -16,7 +16,7 @@
 //! device function, `reduce_partials`, with the same block size), so the records are bit-identical
 //! to a per-cast reduction's.
 
-use super::multi_tensor::TensorTable;
+use super::multi_tensor::StepTables;
 use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, STAT_FIELDS, cfg};
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
@@ -55,22 +55,21 @@ pub(super) struct StatArena {
     /// Doubles of `parts` used by the pending casts.
     next: usize,
     pending: Vec<StatJob>,
-    tables: Vec<TensorTable>,
-    /// Reductions launched since the step began (the next one's table).
-    launched: usize,
+    tables: StepTables,
 }
 
 impl StatArena {
     /// An arena that holds [`ARENA_CASTS`] casts of the largest grid.
     pub(super) fn new(stream: &Arc<CudaStream>) -> Result<StatArena, CudaError> {
-        Ok(StatArena { parts: stream.alloc_zeros(ARENA_CASTS * CAST_GRID_MAX * STAT_FIELDS)?, next: 0, pending: Vec::new(), tables: Vec::new(), launched: 0 })
+        Ok(StatArena { parts: stream.alloc_zeros(ARENA_CASTS * CAST_GRID_MAX * STAT_FIELDS)?, next: 0, pending: Vec::new(), tables: StepTables::default() })
     }
 
-    /// Forgets the pending reductions (a failed step: its records are never read).
+    /// Forgets the pending reductions (a failed step: its records are never read), and starts the
+    /// next step's tables from the first (after a step's last reduction too).
     pub(super) fn reset(&mut self) {
         self.next = 0;
         self.pending.clear();
-        self.launched = 0;
+        self.tables.restart();
     }
 }
 
@@ -108,20 +107,9 @@ impl CudaBackend {
             return Ok(());
         }
         let words: Vec<u64> = jobs.iter().flat_map(|j| j.words()).collect();
-        let index = self.stat.launched;
-        self.stat.launched += 1;
-        if self.stat.tables.len() <= index {
-            self.stat.tables.resize_with(index + 1, TensorTable::default);
-        }
         let stream = self.stream.clone();
-        let t = self.stat.tables[index].upload_words(&stream, words, jobs.len(), jobs.len())?;
+        let t = self.stat.tables.upload_next(&stream, words, jobs.len(), jobs.len())?;
         self.span("gemm.cast.stat_reduce", |me| launch!(me, "cast_stats_reduce", cfg((t.blocks, 1, 1), CAST_THREADS), t.table))
-    }
-
-    /// Marks the step's end for the reductions' tables: the next step's first reduction takes the
-    /// first table again.
-    pub(super) fn stats_step_done(&mut self) {
-        self.stat.launched = 0;
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Here every weight whose cast is known before the forward (an FP8 cast with a given scale, no
 //! fault, no shadow GEMM beside it) is cast by one launch, which gives each weight the blocks its
-//! own launch would have had ([`cast::cast_grid`]): its codes, scale slot, statistics partials
+//! own launch would have had (`cast.rs`: `tiled_cast_grid`): its codes, scale slot, statistics partials
 //! and channel partials are that launch's bit for bit. W lands in a buffer of the site's own
 //! ([`WeightCast`]), which the fprop takes ([`CudaBackend::cast_weight_taken`]) when its cast is
 //! the one made here (same key, same statistics level); Wᵀ in the site's kept cast, as the fprop
@@ -21,7 +21,7 @@
 //! weights registered since the last one as soon as the next one would start a new batch.
 
 use super::cast::{self, CastKey, CastUse, level_code};
-use super::multi_tensor::TensorTable;
+use super::multi_tensor::StepTables;
 use super::{CAST_THREADS, CudaBackend, CudaError, DevBuf, STAT_FIELDS, cfg, fmt_code, grow, kernels, op_type};
 use crate::backend::operands::operand_shapes;
 use crate::backend::{GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
@@ -49,7 +49,7 @@ pub(super) struct WeightCasts {
     /// Whether the weights are cast before the forward at all (`FP8SCOPE_WEIGHT_CASTS`).
     pub batched: bool,
     by_site: HashMap<(u32, Module), WeightCast>,
-    tables: Vec<TensorTable>,
+    tables: StepTables,
     /// Fprops that took their weight's cast from here so far (`weight_casts_taken`).
     taken: u64,
 }
@@ -58,7 +58,7 @@ impl WeightCasts {
     /// As `FP8SCOPE_WEIGHT_CASTS` says: `batched` (or unset) or `each`.
     pub fn from_env() -> Result<WeightCasts, CudaError> {
         let v = std::env::var("FP8SCOPE_WEIGHT_CASTS").ok();
-        Ok(WeightCasts { batched: batched(v.as_deref())?, by_site: HashMap::new(), tables: Vec::new(), taken: 0 })
+        Ok(WeightCasts { batched: batched(v.as_deref())?, by_site: HashMap::new(), tables: StepTables::default(), taken: 0 })
     }
 }
 
@@ -110,7 +110,7 @@ impl CudaBackend {
     /// launch a statistics level and format (one, in a step), the others left to their GEMMs.
     pub(super) fn cast_weights_impl(&mut self, calls: &[(GemmCall, &DevBuf)]) -> Result<(), CudaError> {
         let mut launch: Option<Launch> = None;
-        let mut launches = 0;
+        self.weights.tables.restart();
         for (call, w) in calls {
             let Some(scale) = given_scale(call) else { continue };
             let ty = op_type(call.cast_b)?;
@@ -122,15 +122,14 @@ impl CudaBackend {
             // Every weight of the forward's GEMMs is recorded (`linear`'s report), at the step's level.
             let level = call.stats;
             let channels = level >= StatsLevel::Channels;
-            let sms = self.info.parallelism.max(1) as usize;
-            let grid = cast::cast_grid(rows, cols, true, channels, level_code(level), sms, self.cast_grid) as usize;
-            let chunks = if channels { self.tiled_chunks(rows, cols, level) } else { 0 };
+            let grid = self.tiled_cast_grid(rows, cols, None, channels, level) as usize;
+            // With channels the grid is the one whose channel slots `column_targets` reserves.
+            let chunks = if channels { cast::channel_slots(rows, cols, grid, None) } else { 0 };
             // A launch of another kind, or one whose partials the next weight's would send to
             // their reduction before it ran, goes first.
             let fits = |me: &Self, l: &Launch| l.level == level && l.fmt == fmt && me.stat_room(grid) && (!channels || me.channel_room(cols, chunks));
             if let Some(l) = launch.take_if(|l| !fits(self, l)) {
-                self.launch_weight_casts(l, launches)?;
-                launches += 1;
+                self.launch_weight_casts(l)?;
             }
             let at = CastUse { site: (call.id.layer, call.id.module), role: Role::Weight, transposed: false, share: true, column_sums: false };
             let key = CastKey::new(self.ptr(w.raw()), rows, cols, fmt, call.cast_b, call.fault_b);
@@ -145,17 +144,9 @@ impl CudaBackend {
             launch.get_or_insert_with(|| Launch { level, fmt, entries: Vec::new() }).entries.push(Entry { blocks: grid, rows, cols, scale, ptrs });
         }
         if let Some(l) = launch {
-            self.launch_weight_casts(l, launches)?;
+            self.launch_weight_casts(l)?;
         }
         Ok(())
-    }
-
-    /// The row chunks of the channel partials of a tiled cast of `rows × cols` (`cast.rs`'s
-    /// channel slots for its grid).
-    fn tiled_chunks(&self, rows: usize, cols: usize, level: StatsLevel) -> usize {
-        let sms = self.info.parallelism.max(1) as usize;
-        let grid = cast::cast_grid(rows, cols, true, true, level_code(level), sms, self.cast_grid) as usize;
-        cast::channel_slots(rows, cols, grid, None)
     }
 
     /// The site's buffer for W's codes, grown to `bytes` and holding the cast of `key` from now on.
@@ -171,8 +162,8 @@ impl CudaBackend {
         Ok(self.ptr(&self.weights.by_site[&site].codes))
     }
 
-    /// One launch of `cast_weights_l{L}_f{F}` over `l`'s entries, from table `index` of the step.
-    fn launch_weight_casts(&mut self, l: Launch, index: usize) -> Result<(), CudaError> {
+    /// One launch of `cast_weights_l{L}_f{F}` over `l`'s entries, from the step's next table.
+    fn launch_weight_casts(&mut self, l: Launch) -> Result<(), CudaError> {
         let name = kernels::cast_weights_kernel(level_code(l.level), l.fmt as usize).ok_or_else(|| CudaError::Unsupported("a BF16 weight in the FP8 weights' launch".into()))?;
         let mut host = Vec::with_capacity(l.entries.len() * WORDS);
         let mut first = 0;
@@ -180,11 +171,8 @@ impl CudaBackend {
             host.extend_from_slice(&e.words(first));
             first += e.blocks;
         }
-        if self.weights.tables.len() <= index {
-            self.weights.tables.resize_with(index + 1, TensorTable::default);
-        }
         let stream = self.stream.clone();
-        let t = self.weights.tables[index].upload_words(&stream, host, l.entries.len(), first)?;
+        let t = self.weights.tables.upload_next(&stream, host, l.entries.len(), first)?;
         self.span("gemm.cast_weights", |me| launch!(me, name, cfg((t.blocks, 1, 1), CAST_THREADS), t.table, t.count))
     }
 
