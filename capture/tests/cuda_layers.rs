@@ -1706,7 +1706,12 @@ fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
             let call = |i: usize, gemm: Gemm, cast_b: OperandCast| {
                 let (m, k) = shapes[i];
                 let id = GemmId { layer: (i / 4) as u32, module: Module::ALL[i % 4], gemm };
-                let cast_a = if gemm == Gemm::Fprop { given(16.0) } else { grad };
+                // A BF16 weight's GEMMs are BF16 on both sides, as the model issues them.
+                let cast_a = match cast_b {
+                    OperandCast::Bf16 => OperandCast::Bf16,
+                    _ if gemm == Gemm::Fprop => given(16.0),
+                    _ => grad,
+                };
                 GemmCall { cast_a, cast_b, stats: level, ..GemmCall::bf16(id, LinearDims { n, k, m }) }
             };
             let told: Vec<(GemmCall, &Buf)> = (0..70).map(|i| (call(i, Gemm::Fprop, if i == changed { given(1.0) } else { weight_cast(i) }), &bufs[i][0])).collect();
