@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use fp8scope_schemas::names::{Module, Role};
+use fp8scope_schemas::names::{Gemm, Module, Role};
 use serde_json::Value;
 
 fn f(v: &Value) -> f64 {
@@ -200,11 +200,48 @@ fn locate_names_the_planted_gemm_from_the_dumped_tensors() {
     assert_eq!((act["amax_channel"].as_i64(), f(&act["top_channel_sq_frac"])), (Some(OUTLIER_CHANNEL as i64), OUTLIER_SHARE));
     let w = ev.iter().find(|e| e["role"] == "weight").expect("weight evidence");
     assert_eq!((w["amax_channel"].as_i64(), f(&w["top_channel_sq_frac"])), (Some(7), 0.03));
+    assert_eq!(act["channel_step"], act["step"], "channels of the evidence step itself");
 
     let text = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--top", "3"]);
     assert!(text.stdout.contains("first to cross") && text.stdout.contains("layers.1.fc1.fprop at step 120"), "{}", text.stdout);
     assert!(
         text.stdout.contains("channels of layers.1.fc1.fprop's operands at step 120: activation amax 2 in channel 33, top 1% of channels hold 87.00% of Σx²; weight amax 2 in channel 7, top 1% of channels hold 3.00% of Σx²"),
+        "{}",
+        text.stdout
+    );
+}
+
+/// A run that took its channel statistics every 7th step (`--channel-stats-every 7`): the
+/// crossing step (120) has none, so the evidence takes the operands' channels from step 119, with
+/// that step's amax, and says so.
+#[test]
+fn locate_takes_channels_from_the_latest_step_that_has_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut plan = fp8_plan();
+    let planted = std::mem::replace(&mut plan.stat, Box::new(|_| {}));
+    plan.stat = Box::new(move |r| {
+        planted(r);
+        if (r.layer, r.module, r.gemm, r.role, r.step) == (1, Module::Fc1, Gemm::Fprop, Role::Activation, DRIFT_STEP - 1) {
+            (r.amax, r.amax_channel, r.top_channel_sq_frac) = (5.0, Some(OUTLIER_CHANNEL), Some(0.5));
+        }
+        if r.step % 7 != 0 {
+            (r.amax_channel, r.top_channel_sq_frac) = (None, None);
+        }
+    });
+    let (run, base) = (write_run(tmp.path(), &plan), bf16(tmp.path()));
+    let out = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["first"], "layers.1.fc1.fprop");
+    let ev = j["ranked"][0]["evidence"].as_array().unwrap();
+    let act = ev.iter().find(|e| e["role"] == "activation").expect("activation evidence");
+    // The step's own statistics, and the channels of step 119 with its amax.
+    assert_eq!((act["step"].as_i64(), f(&act["underflow_frac"]), f(&act["amax"])), (Some(DRIFT_STEP as i64), 0.3, 2.0));
+    assert_eq!((act["amax_channel"].as_i64(), f(&act["top_channel_sq_frac"])), (Some(OUTLIER_CHANNEL as i64), 0.5));
+    assert_eq!((act["channel_step"].as_i64(), f(&act["channel_amax"])), (Some(DRIFT_STEP as i64 - 1), 5.0));
+    let text = analyze(&["locate", &p(&run), "--baseline", &p(&base)]);
+    assert!(
+        text.stdout.contains("channels of layers.1.fc1.fprop's operands at step 120: activation amax 5 in channel 33 at step 119, top 1% of channels hold 50.00% of Σx²; weight amax 2 in channel 7 at step 119"),
         "{}",
         text.stdout
     );

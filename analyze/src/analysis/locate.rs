@@ -85,18 +85,28 @@ pub struct OperandEvidence {
     pub amax: Option<f64>,
     pub amax_used: Option<f64>,
     pub scale: Option<f64>,
-    /// The channel holding the amax (None in runs recorded before the column existed).
+    /// The channel holding the amax (None in runs recorded before the column existed, or that
+    /// took no channel statistics up to this step).
     pub amax_channel: Option<i64>,
     /// Share of Σx² held by the top 1% of channels (at least one).
     pub top_channel_sq_frac: Option<f64>,
+    /// The step the two channel fields come from: `step`, or the latest earlier step with channel
+    /// statistics when this one has none (`--channel-stats-every` above 1).
+    pub channel_step: Option<i64>,
+    /// The operand's amax at `channel_step`.
+    pub channel_amax: Option<f64>,
 }
 
 impl OperandEvidence {
-    /// "activation amax 412 in channel 1733, top 1% of channels hold 87% of Σx²", or None when the
-    /// run has no channel statistics for this operand.
+    /// "activation amax 412 in channel 1733, top 1% of channels hold 87% of Σx²" ("… in channel
+    /// 1733 at step 110, …" when they come from an earlier step than the evidence), or None when
+    /// the run has no channel statistics for this operand.
     pub fn channel_phrase(&self) -> Option<String> {
         let ch = self.amax_channel?;
-        let mut s = format!("{} amax {} in channel {ch}", self.role, self.amax.map(crate::output::num).unwrap_or_else(|| "-".into()));
+        let mut s = format!("{} amax {} in channel {ch}", self.role, self.channel_amax.map(crate::output::num).unwrap_or_else(|| "-".into()));
+        if let Some(at) = self.channel_step.filter(|&at| at != self.step) {
+            s += &format!(" at step {at}");
+        }
         if let Some(f) = self.top_channel_sq_frac {
             s += &format!(", top 1% of channels hold {} of Σx²", crate::output::pct(f));
         }
@@ -325,10 +335,68 @@ pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeE
 }
 
 /// The stats of a GEMM's operands at `step`, or at the latest recorded step before it (one row
-/// per operand, and per rank in a multi-rank run from elsewhere).
-pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
+/// per operand, and per rank in a multi-rank run from elsewhere). An operand whose row has no
+/// channel statistics (a run that takes them every N statistics steps, `--channel-stats-every`)
+/// takes them from the latest earlier step that has some, with that step and its amax
+/// ([`OperandEvidence::channel_step`]).
+pub fn evidence(run: &Run, id: &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let df = run.collect(Table::Stats, operand_rows(run, id, step, false)?)?;
+    let (st, ro, fo) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
+    let rk = i64s(&df, col::RANK).map_err(e)?;
+    let (un, sa, am, au, sc) = (
+        f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?,
+        f64s(&df, col::SATURATED_FRAC).map_err(e)?,
+        f64s(&df, col::AMAX).map_err(e)?,
+        f64s(&df, col::AMAX_USED).map_err(e)?,
+        f64s(&df, col::SCALE).map_err(e)?,
+    );
+    let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
+    let mut rows: Vec<OperandEvidence> = (0..df.height())
+        .map(|i| OperandEvidence {
+            role: ro[i].clone().unwrap_or_default(),
+            step: st[i].unwrap_or(step),
+            rank: rk[i],
+            format: fo[i].clone(),
+            underflow_frac: un[i],
+            saturated_frac: sa[i],
+            amax: am[i],
+            amax_used: au[i],
+            scale: sc[i],
+            amax_channel: ch[i],
+            top_channel_sq_frac: tf[i],
+            channel_step: ch[i].and(st[i]),
+            channel_amax: ch[i].and(am[i]),
+        })
+        .collect();
+    if rows.iter().any(|r| r.amax_channel.is_none()) {
+        let df = run.collect(Table::Stats, operand_rows(run, id, step, true)?)?;
+        let (st, ro, rk, am) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, i64s(&df, col::RANK).map_err(e)?, f64s(&df, col::AMAX).map_err(e)?);
+        let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
+        for r in rows.iter_mut().filter(|r| r.amax_channel.is_none()) {
+            if let Some(i) = (0..df.height()).find(|&i| ro[i].as_deref() == Some(r.role.as_str()) && rk[i] == r.rank) {
+                (r.amax_channel, r.top_channel_sq_frac, r.channel_step, r.channel_amax) = (ch[i], tf[i], st[i], am[i]);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The stats rows of a GEMM's operands at the latest recorded step at or before `step`; with
+/// `with_channels`, at the latest such step whose rows have channel statistics.
+fn operand_rows(run: &Run, (layer, module, gemm): &GemmId, step: i64, with_channels: bool) -> Result<LazyFrame, AnalyzeError> {
     let operands: Vec<&str> = Gemm::parse(gemm).map(|g| g.operands().map(|r| r.as_str()).to_vec()).unwrap_or_default();
-    let lf = run
+    let mut keep = col(col::LAYER)
+        .cast(DataType::Int64)
+        .eq(lit(*layer))
+        .and(col(col::MODULE).eq(lit(module.clone())))
+        .and(col(col::GEMM).eq(lit(gemm.clone())))
+        .and(col(col::ROLE).is_in(lit(Series::new("ops".into(), operands)).implode(false), false))
+        .and(col(col::STEP).lt_eq(lit(step)));
+    if with_channels {
+        keep = keep.and(col(col::AMAX_CHANNEL).is_not_null());
+    }
+    Ok(run
         .scan(
             Table::Stats,
             &[
@@ -348,44 +416,9 @@ pub fn evidence(run: &Run, (layer, module, gemm): &GemmId, step: i64) -> Result<
                 col::TOP_CHANNEL_SQ_FRAC,
             ],
         )?
-        .filter(
-            col(col::LAYER)
-                .cast(DataType::Int64)
-                .eq(lit(*layer))
-                .and(col(col::MODULE).eq(lit(module.clone())))
-                .and(col(col::GEMM).eq(lit(gemm.clone())))
-                .and(col(col::ROLE).is_in(lit(Series::new("ops".into(), operands)).implode(false), false))
-                .and(col(col::STEP).lt_eq(lit(step))),
-        )
+        .filter(keep)
         .filter(col(col::STEP).eq(col(col::STEP).max()))
-        .sort([col::ROLE, col::RANK], Default::default());
-    let df = run.collect(Table::Stats, lf)?;
-    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, ro, fo) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
-    let rk = i64s(&df, col::RANK).map_err(e)?;
-    let (un, sa, am, au, sc) = (
-        f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?,
-        f64s(&df, col::SATURATED_FRAC).map_err(e)?,
-        f64s(&df, col::AMAX).map_err(e)?,
-        f64s(&df, col::AMAX_USED).map_err(e)?,
-        f64s(&df, col::SCALE).map_err(e)?,
-    );
-    let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
-    Ok((0..df.height())
-        .map(|i| OperandEvidence {
-            role: ro[i].clone().unwrap_or_default(),
-            step: st[i].unwrap_or(step),
-            rank: rk[i],
-            format: fo[i].clone(),
-            underflow_frac: un[i],
-            saturated_frac: sa[i],
-            amax: am[i],
-            amax_used: au[i],
-            scale: sc[i],
-            amax_channel: ch[i],
-            top_channel_sq_frac: tf[i],
-        })
-        .collect())
+        .sort([col::ROLE, col::RANK], Default::default()))
 }
 
 /// Ranks the GEMMs of `run` by the harm (or error) each adds.

@@ -75,7 +75,11 @@ fn sites_table(f: &RunFindings) -> String {
                 opt(e.amax, short),
                 opt(e.amax_used, short),
                 opt(e.scale, short),
-                e.amax_channel.map(|c| c.to_string()).unwrap_or_else(|| "–".into()),
+                match (e.amax_channel, e.channel_step) {
+                    (Some(c), Some(at)) if at != e.step => format!("{c} (step {at})"),
+                    (Some(c), _) => c.to_string(),
+                    (None, _) => "–".into(),
+                },
                 opt(e.top_channel_sq_frac, percent)
             );
         }
