@@ -2,7 +2,7 @@
 // reference: capture/src/layers/linear.rs): the sums of dY's values as the wgrad GEMM read them,
 // from its FP8 or BF16 cast (rowsum_dequant), or down the columns of a BF16 dY held in its own
 // layout (colsum_bf16_partial, then colsum_bf16_reduce, which also adds the column sums a cast of
-// dY took as it cast it: cast.cu's tile_column_sums). Every value is added in f64, where such sums
+// dY took as it cast it: cast_tile.cuh's tile_column_sums). Every value is added in f64, where such sums
 // are exact unless their exponents span about 2^29, so the three ways give the same bits.
 #include "common.cuh"
 

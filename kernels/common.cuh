@@ -29,7 +29,7 @@ typedef unsigned char u8;
 // mis-scale: dequantisation uses it, as a stale scale would be used), slot[SLOT_INV] =
 // 1/slot[SLOT_BASE], the dequantisation factor cuBLASLt reads through A/B_SCALE_POINTER; both
 // 16-byte aligned, as cuBLASLt requires of scale pointers. slot[SLOT_RISKY] (a u32) is set by a
-// cast that met a non-finite value or one past RISKY_ABS (cast.cu: stats_commit); the GEMM's
+// cast that met a non-finite value or one past RISKY_ABS (cast_stats.cuh: stats_commit); the GEMM's
 // non-finite count reads it (gemm_output.cu: gemm_nonfinite_count), and slot_flags_clear clears it
 // before the slots are reused.
 #define SLOT_BASE 1

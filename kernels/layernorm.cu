@@ -1,6 +1,6 @@
 // LayerNorm over the last dimension C, eps 1e-5, f32.
 // Forward: out (N, C), and mean (N), rstd (N) saved for backward; with out null, mean and rstd only
-// (a cast that computes out as it reads x follows: cast.cu, SRC_LAYERNORM).
+// (a cast that computes out as it reads x follows: cast_src.cuh, SRC_LAYERNORM).
 // Backward: dinp (+=), dw (+=), db (+=), deterministically: layernorm_bwd takes a chunk of LN_CHUNK
 // rows per block, computes dinp and writes the chunk's column sums of dout * norm and dout;
 // layernorm_bwd_reduce adds the chunks in a fixed order, in f64 (the kernels are RMSNorm's too:
@@ -35,7 +35,7 @@ extern "C" __global__ void layernorm_fwd(float* __restrict__ out, float* __restr
 // out = a + b (the residual add, b f32 or BF16 as in residual.cu) and mean, rstd of out, one warp
 // per row: residual_fwd's add and layernorm_fwd's statistics, the same operations in the same
 // order, the variance pass reading back the row the warp just wrote (from the caches), for a cast
-// that computes the normalized out as it reads it (cast.cu: SRC_LAYERNORM).
+// that computes the normalized out as it reads it (cast_src.cuh: SRC_LAYERNORM).
 extern "C" __global__ void layernorm_add_stats(float* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                                                const float* __restrict__ a, const void* __restrict__ b, int b_bf16,
                                                int n, int c) {

@@ -1,6 +1,6 @@
 // RMSNorm over the last dimension C (Llama): out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps), f32.
 // Forward: out (N, C), and rstd (N) saved for backward; with out null, rstd only (a cast that
-// computes out as it reads x follows: cast.cu, SRC_RMSNORM).
+// computes out as it reads x follows: cast_src.cuh, SRC_RMSNORM).
 // Backward: dinp (+=) and dw (+=), deterministically: rmsnorm_bwd takes a chunk of RMS_CHUNK rows
 // per block, computes dinp and writes the chunk's column sums of dout * norm; rmsnorm_bwd_reduce
 // adds the chunks in a fixed order, in f64 (the kernels are LayerNorm's too: norms.cuh). One pass
@@ -31,7 +31,7 @@ extern "C" __global__ void rmsnorm_fwd(float* __restrict__ out, float* __restric
 // out = a + b (the residual add, b f32 or BF16 as in residual.cu) and rstd of out, one warp per
 // row: residual_fwd's add and rmsnorm_fwd's statistics, the same operations in the same order, in
 // one pass (the statistics without a second read of out), for a cast that computes the normalized
-// out as it reads it (cast.cu: SRC_RMSNORM).
+// out as it reads it (cast_src.cuh: SRC_RMSNORM).
 extern "C" __global__ void rmsnorm_add_stats(float* __restrict__ out, float* __restrict__ rstd,
                                              const float* __restrict__ a, const void* __restrict__ b, int b_bf16,
                                              int n, int c, float eps) {

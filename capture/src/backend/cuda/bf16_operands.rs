@@ -3,7 +3,7 @@
 //! wgrad read. The CPU reference is the same GEMM on the f32 values (`layers/matmul.rs`): a BF16
 //! buffer holds exactly the values an f32 one would, so every code and statistic is the same.
 //!
-//! Such an operand is cast by the computed-source kernel of kind SRC_BF16 (`kernels/cast.cu`),
+//! Such an operand is cast by the computed-source kernel of kind SRC_BF16 (`kernels/cast_src.cuh`),
 //! which widens each value to f32 as it loads it: no f32 copy is written or read, and the cast is
 //! kept for the site's other GEMM under the buffer's own address, as an f32 buffer's is. A BF16
 //! operand is not even cast: its codes are the buffer's bits, so the GEMMs read the buffer and the

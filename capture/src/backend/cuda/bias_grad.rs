@@ -12,7 +12,7 @@ impl CudaBackend {
     /// dbias += the row sums of dequant(P), P being wgrad's dYᵀ (rows = m × k = n): summed along
     /// P's rows, or down the columns of dY when the BF16 operand lies in dY's own layout; or, when
     /// dY's cast summed its columns as it cast them (`column_slots` of them, in `column_sums`),
-    /// those slots added in order: the same sums (kernels/cast.cu: tile_column_sums).
+    /// those slots added in order: the same sums (kernels/cast_tile.cuh: tile_column_sums).
     pub(super) fn bias_grad(&mut self, pa: Operand, rows: usize, k: usize, db: &mut CudaSlice<f32>, column_slots: Option<usize>) -> Result<(), CudaError> {
         let dbp = self.ptr(db);
         if !pa.transposed {

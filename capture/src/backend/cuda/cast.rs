@@ -110,7 +110,7 @@ pub(super) struct CastUse {
 }
 
 /// What a cast reads: the f32 values of a buffer, or values computed as they are read
-/// (`kernels/cast.cu`: CastSrc, one of its SRC_* kinds) from the saved inputs of the layer that
+/// (`kernels/cast_src.cuh`: CastSrc, one of its SRC_* kinds) from the saved inputs of the layer that
 /// would otherwise write them to a buffer first: an activation function's (`Computed`, from BF16
 /// inputs) or a normalization's (`Normed`, from its f32 input and saved row statistics); `like` is
 /// that buffer, left unwritten, whose address keys the cast as its own would (so the site's other
@@ -125,7 +125,7 @@ pub(super) enum CastInput<'a> {
     Normed(NormSrc<'a>),
 }
 
-/// A normalization computed as its output is cast (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM):
+/// A normalization computed as its output is cast (kernels/cast_src.cuh: SRC_RMSNORM, SRC_LAYERNORM):
 /// its input `x` (rows × cols), gain and (LayerNorm) shift per column, rstd and (LayerNorm) mean
 /// per row, all f32; `like` stands for its unwritten output.
 #[derive(Clone, Copy)]
@@ -151,16 +151,16 @@ impl NormSrc<'_> {
     }
 }
 
-/// CastSrc kinds (kernels/cast.cu: SRC_*).
+/// CastSrc kinds (kernels/cast_src.cuh: SRC_*).
 pub(super) const SRC_SWIGLU: i32 = 1;
 pub(super) const SRC_DSWIGLU: i32 = 2;
 pub(super) const SRC_GELU: i32 = 3;
 pub(super) const SRC_DGELU: i32 = 4;
 /// SRC_DSWIGLU cast by pairs of tiles, a gate tile and its up tile from one read of the inputs
-/// (kernels/cast.cu: SRC_DSWIGLU_PAIRS): the launch kind of SRC_DSWIGLU when each half of the
+/// (kernels/cast_src.cuh: SRC_DSWIGLU_PAIRS): the launch kind of SRC_DSWIGLU when each half of the
 /// operand is a whole number of tiles ([`launch_kind`]).
 const SRC_DSWIGLU_PAIRS: i32 = 5;
-/// A normalization's output (kernels/cast.cu: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
+/// A normalization's output (kernels/cast_src.cuh: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
 const SRC_RMSNORM: i32 = 6;
 const SRC_LAYERNORM: i32 = 7;
 /// A tensor held in a BF16 buffer, each value widened to f32 as it is read (kernels/cast.cu:
@@ -828,7 +828,7 @@ mod tests {
         }
     }
 
-    /// The pairs kernel of SwiGLU's backward (kernels/cast.cu: SRC_DSWIGLU_PAIRS) strides over the
+    /// The pairs kernel of SwiGLU's backward (kernels/cast_src.cuh: SRC_DSWIGLU_PAIRS) strides over the
     /// gate half's tiles and casts each with its pair in the up half, one run a tile: every tile
     /// of the operand is cast once, and every (column tile, row tile) slot written once.
     #[test]

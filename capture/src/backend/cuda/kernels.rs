@@ -1,9 +1,10 @@
 //! The CUDA sources of `kernels/`, embedded in the binary and compiled by NVRTC at start-up to a
 //! CUBIN for the GPU found (cached per process), and the table of kernel modules.
 //!
-//! Each `kernels/<family>.cu` is one NVRTC program; `#include "common.cuh"` (and
-//! `activations.cuh`, `norms.cuh`) is replaced by that file's text before compilation, so no header
-//! search is needed for our own code. `cast.cu` is two: its plain casts ([`Family::Cast`]) and,
+//! Each `kernels/<family>.cu` is one NVRTC program; each `#include` of one of our headers
+//! (`common.cuh`, `activations.cuh`, `norms.cuh`, and `cast.cu`'s parts `cast_stats.cuh`,
+//! `cast_tile.cuh`, `cast_src.cuh`) is replaced by that file's text before compilation, so no
+//! header search is needed for our own code. `cast.cu` is two: its plain casts ([`Family::Cast`]) and,
 //! with `CAST_SRC_UNIT` defined, its computed-source casts ([`Family::CastSrc`]), compiled side by
 //! side at start-up. NVRTC still
 //! needs CUDA's headers (`cuda_fp8.h`, `cuda_bf16.h`): see [`include_dirs`].
@@ -14,9 +15,16 @@ use std::ffi::{CString, c_char};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-const COMMON: &str = include_str!("../../../../kernels/common.cuh");
-const ACTIVATIONS: &str = include_str!("../../../../kernels/activations.cuh");
-const NORMS: &str = include_str!("../../../../kernels/norms.cuh");
+/// The headers of `kernels/`, each pasted in place of its `#include` line ([`Family::translation_unit`]);
+/// none includes another.
+const HEADERS: [(&str, &str); 6] = [
+    ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("activations.cuh", include_str!("../../../../kernels/activations.cuh")),
+    ("norms.cuh", include_str!("../../../../kernels/norms.cuh")),
+    ("cast_stats.cuh", include_str!("../../../../kernels/cast_stats.cuh")),
+    ("cast_tile.cuh", include_str!("../../../../kernels/cast_tile.cuh")),
+    ("cast_src.cuh", include_str!("../../../../kernels/cast_src.cuh")),
+];
 
 /// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
 /// [`cast_kernel`]) and its other entry points.
@@ -63,7 +71,7 @@ const CAST_SRC_KERNELS: [&str; 48] = [
     "cast_src8_l0_f0", "cast_src8_l0_f1", "cast_src8_l0_f2", "cast_src8_l1_f0", "cast_src8_l1_f1", "cast_src8_l1_f2",
 ];
 
-/// The cast kernel of a computed source of kind `kind` (`cast.cu`: SRC_*, 1 to 8) at statistics
+/// The cast kernel of a computed source of kind `kind` (`cast_src.cuh`: SRC_*, 1 to 8) at statistics
 /// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
 /// [`cast_kernel`]'s).
 pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
@@ -192,11 +200,12 @@ impl Family {
         }
     }
 
-    /// The full translation unit NVRTC compiles: the family's file with `common.cuh`,
-    /// `activations.cuh` and `norms.cuh` pasted in (and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
+    /// The full translation unit NVRTC compiles: the family's file with the headers it includes
+    /// pasted in ([`HEADERS`]; and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
     pub fn translation_unit(self) -> String {
         let unit = if self == Family::CastSrc { "#define CAST_SRC_UNIT\n" } else { "" };
-        unit.to_string() + &self.source().replace("#include \"common.cuh\"", COMMON).replace("#include \"activations.cuh\"", ACTIVATIONS).replace("#include \"norms.cuh\"", NORMS)
+        let src = HEADERS.iter().fold(self.source().to_string(), |s, (name, text)| s.replace(&format!("#include \"{name}\""), text));
+        unit.to_string() + &src
     }
 }
 

@@ -108,7 +108,7 @@ fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
     }
 }
 
-/// Fields of a statistics record (kernels/cast.cu: STAT_FIELDS).
+/// Fields of a statistics record (kernels/cast_stats.cuh: STAT_FIELDS).
 const STAT_FIELDS: usize = 17;
 /// Floats per scale slot (kernels/common.cuh: SLOT_FLOATS): scale at 0, its inverse at SLOT_INV;
 /// 32 bytes keep both 16-byte aligned, as cuBLASLt needs of scale pointers.

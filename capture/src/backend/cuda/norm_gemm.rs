@@ -2,7 +2,7 @@
 //! (`Backend::gemm_of_norm`): qkv's and fc1's fprop read ln = RMSNorm(x) (Llama) or LayerNorm(x)
 //! (GPT). Unfused, `kernels/rmsnorm.cu` or `layernorm.cu` writes ln in f32 and the cast reads it
 //! back; fused, the norm's kernel writes only its row statistics (rstd, and the mean) and the cast
-//! kernel of a normalization source (`kernels/cast.cu`: SRC_RMSNORM, SRC_LAYERNORM) reads x and
+//! kernel of a normalization source (`kernels/cast_src.cuh`: SRC_RMSNORM, SRC_LAYERNORM) reads x and
 //! computes each value with the same element math (`kernels/norms.cuh`), so the codes and
 //! statistics are bit-identical and ln is neither written nor read again. The cast is kept for the
 //! site's wgrad under ln's address, as the activations' are (`activation_gemm.rs`).
