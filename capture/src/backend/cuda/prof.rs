@@ -8,6 +8,11 @@
 //! work queued outside a span would count there too; every primitive is spanned). The events
 //! themselves leave a few µs a gap: an H200 step whose host had queued it all in advance still
 //! reads 0.5 ms at llama-1b (bench/results/2026-12-03-host-wait).
+//!
+//! And where it waited between steps: from the last top-level span's end in one step to the first
+//! one's start in the next (the host reading the step's reports, planning and launching the next),
+//! beside the wall-clock time between the steps' synchronisations, so that the time a step takes
+//! that no span accounts for shows.
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, sys};
 use std::collections::BTreeMap;
@@ -27,6 +32,14 @@ pub struct Profiler {
     /// GPU ms between a top-level span's end and the next one's start (nothing queued between:
     /// the GPU waiting for the host's launches), by the span that follows, and how often.
     idle_ms: BTreeMap<&'static str, (f64, u64)>,
+    /// The end event of the last step's last top-level span (taken out of the pool, so that it
+    /// outlives the step), for the gap before this step's first.
+    last_end: Option<CudaEvent>,
+    /// GPU ms between steps (see `last_end`), and how many such gaps.
+    between_ms: (f64, u64),
+    /// Host clock at the last [`Profiler::collect`], and the wall ms between collects summed.
+    last_collect: Option<Instant>,
+    wall_ms: f64,
     steps: u64,
     /// Whether the warm-up steps have been dropped.
     warmed: bool,
@@ -44,6 +57,10 @@ impl Profiler {
             gpu_ms: BTreeMap::new(),
             host_ms: BTreeMap::new(),
             idle_ms: BTreeMap::new(),
+            last_end: None,
+            between_ms: (0.0, 0),
+            last_collect: None,
+            wall_ms: 0.0,
             steps: 0,
             warmed: false,
             started: Instant::now(),
@@ -86,6 +103,11 @@ impl Profiler {
 
     /// After a synchronisation: folds this step's event pairs into the totals.
     pub fn collect(&mut self) {
+        let now = Instant::now();
+        if let Some(t) = self.last_collect {
+            self.wall_ms += (now - t).as_secs_f64() * 1e3;
+        }
+        self.last_collect = Some(now);
         let mut prev_top: Option<usize> = None;
         for &(name, i) in &self.open {
             if let Ok(ms) = self.pool[i].0.elapsed_ms(&self.pool[i].1) {
@@ -104,7 +126,27 @@ impl Profiler {
                     e.0 += ms as f64;
                     e.1 += 1;
                 }
+                // The step's first top-level span: the gap since the last step's last one.
+                if prev_top.is_none()
+                    && let Some(end) = &self.last_end
+                    && let Ok(ms) = end.elapsed_ms(&self.pool[i].0)
+                {
+                    self.between_ms.0 += ms.max(0.0) as f64;
+                    self.between_ms.1 += 1;
+                }
                 prev_top = Some(i);
+            }
+        }
+        // This step's last end event leaves the pool for the next step's gap; the event it
+        // replaces (the last step's, or a new one) takes its place there.
+        if let Some(p) = prev_top {
+            let spare = match self.last_end.take() {
+                Some(e) => Some(e),
+                None => self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).ok(),
+            };
+            if let Some(mut e) = spare {
+                std::mem::swap(&mut self.pool[p].1, &mut e);
+                self.last_end = Some(e);
             }
         }
         self.open.clear();
@@ -116,6 +158,8 @@ impl Profiler {
             self.gpu_ms.clear();
             self.host_ms.clear();
             self.idle_ms.clear();
+            self.between_ms = (0.0, 0);
+            self.wall_ms = 0.0;
             self.steps = 0;
             self.started = Instant::now();
         }
@@ -148,6 +192,15 @@ impl Drop for Profiler {
         eprintln!("== GPU idle inside a step, waiting for the host's launches: {total:.3} ms a step; by the span it waited for: ms, gaps");
         for (name, (ms, n)) in idle.iter().take(12) {
             eprintln!("  {name:<24} {:>8.3} {:>6.0}", ms / steps, *n as f64 / steps);
+        }
+        let (between, gaps) = self.between_ms;
+        if gaps > 0 {
+            eprintln!(
+                "== GPU idle between steps (last span's end to the next step's first start): {:.3} ms a step over {gaps} gaps; wall {:.3} ms a step (host clock between synchronisations) against {:.3} GPU ms in top-level spans",
+                between / gaps as f64,
+                self.wall_ms / steps,
+                tot.0
+            );
         }
     }
 }
