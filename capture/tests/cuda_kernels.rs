@@ -36,3 +36,44 @@ fn every_kernel_file_compiles_to_an_sm90_cubin_that_exports_every_kernel_the_bac
         }
     }
 }
+
+/// The disk cache of CUBINs with the real compiler: a family compiled once is read back, bit for
+/// bit what NVRTC gives, and its key changes with its translation unit's inputs.
+#[test]
+fn the_kernel_cache_gives_back_what_nvrtc_compiled() {
+    use fp8_capture::backend::cuda::kernel_cache::{KernelCache, KeyInputs};
+    use fp8_capture::backend::cuda::kernels::{compile_options, nvrtc_version};
+    let includes = cuda_common::nvrtc_setup();
+    let version = nvrtc_version().expect("NVRTC says its version");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(Some(dir.path().to_path_buf()));
+    let options = compile_options("sm_90", &includes);
+    for fam in [Family::Probe, Family::Residual] {
+        let inputs = KeyInputs { family: fam, arch: "sm_90", nvrtc_version: version, options: &options };
+        let (first, hit) = cache.get_or_compile(&inputs, || compile_cubin(fam, "sm_90", &includes)).unwrap();
+        assert!(!hit, "{}: an empty cache compiles", fam.file());
+        let (again, hit) = cache.get_or_compile(&inputs, || panic!("{}: compiled although kept", fam.file())).unwrap();
+        assert!(hit && again == first);
+        assert_eq!(first, compile_cubin(fam, "sm_90", &includes).unwrap(), "{}: the kept CUBIN is NVRTC's", fam.file());
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
+/// Start-up compilation of every family through the disk cache, timed (a measurement: run it twice
+/// with one FP8SCOPE_KERNEL_CACHE, the first run compiles and keeps, the second reads):
+/// `FP8SCOPE_KERNEL_CACHE=/tmp/kc cargo test --release --test cuda_kernels -- --ignored --nocapture start_up`.
+#[test]
+#[ignore]
+fn start_up_compilation_of_every_kernel_timed() {
+    let includes = cuda_common::nvrtc_setup();
+    let t = std::time::Instant::now();
+    let all = fp8_capture::backend::cuda::kernels::compile_all("sm_90", &includes).unwrap_or_else(|e| panic!("{e}"));
+    let bytes: usize = all.iter().map(|(_, c)| c.len()).sum();
+    println!(
+        "compile_all: {} families, {:.1} MB of CUBIN, {:.3} s (FP8SCOPE_KERNEL_CACHE={:?})",
+        all.len(),
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64(),
+        std::env::var("FP8SCOPE_KERNEL_CACHE").ok()
+    );
+}

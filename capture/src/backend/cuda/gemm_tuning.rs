@@ -54,11 +54,7 @@ impl TuneCache {
         };
         let path = match std::env::var_os("FP8SCOPE_GEMM_CACHE") {
             Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-            _ => std::env::var_os("XDG_CACHE_HOME")
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .map(|d| d.join("fp8scope").join("gemm-algorithms.json")),
+            _ => super::kernel_cache::user_cache_dir().map(|d| d.join("gemm-algorithms.json")),
         };
         Ok(Some(TuneCache { candidates, ..TuneCache::at(path, gpu, cublaslt_version) }))
     }

@@ -10,6 +10,7 @@
 //! needs CUDA's headers (`cuda_fp8.h`, `cuda_bf16.h`): see [`include_dirs`].
 
 use super::CudaError;
+use super::kernel_cache::{KernelCache, KeyInputs};
 use cudarc::nvrtc::{result as nr, sys as ns};
 use std::ffi::{CString, c_char};
 use std::path::PathBuf;
@@ -241,6 +242,24 @@ pub fn nvrtc_present() -> bool {
     unsafe { ns::is_culib_present() }
 }
 
+/// NVRTC's options for a CUBIN for `arch` with CUDA's headers from `includes`.
+pub fn compile_options(arch: &str, includes: &[String]) -> Vec<String> {
+    let mut opts: Vec<String> = includes.iter().map(|p| format!("--include-path={p}")).collect();
+    opts.push(format!("--gpu-architecture={arch}"));
+    opts.push("--std=c++17".into());
+    opts
+}
+
+/// NVRTC's version (major, minor), or None when the library is absent or does not say.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    if !nvrtc_present() {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is present; the call writes two ints.
+    unsafe { ns::nvrtcVersion(&mut major, &mut minor) }.result().ok().map(|_| (major, minor))
+}
+
 /// Compiles one family to a CUBIN for `arch` (e.g. `sm_90`).
 pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<Vec<u8>, CudaError> {
     if !nvrtc_present() {
@@ -250,9 +269,7 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
     let src = CString::new(family.translation_unit()).map_err(|e| fail(e.to_string()))?;
     let name = CString::new(family.file()).map_err(|e| fail(e.to_string()))?;
     let prog = nr::create_program(&src, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
-    let mut opts: Vec<String> = includes.iter().map(|p| format!("--include-path={p}")).collect();
-    opts.push(format!("--gpu-architecture={arch}"));
-    opts.push("--std=c++17".into());
+    let opts = compile_options(arch, includes);
     // SAFETY: prog is a live program; the options are plain strings.
     let r = unsafe { nr::compile_program(prog, &opts) };
     // SAFETY: prog is live; the log is read before the program is destroyed.
@@ -289,7 +306,9 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
 type CubinCache = Mutex<Vec<(String, Family, std::sync::Arc<Vec<u8>>)>>;
 
 /// Compiles (once per process, per architecture) every family to CUBIN, the families in parallel
-/// (each NVRTC program is single-threaded; `cast.cu`, the largest, bounds the wall time).
+/// (each NVRTC program is single-threaded; `cast.cu`, the largest, bounds the wall time), or reads
+/// the CUBINs an earlier run kept on disk for the same sources, compiler and target
+/// ([`super::kernel_cache`]).
 pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::sync::Arc<Vec<u8>>)>, CudaError> {
     static CACHE: OnceLock<CubinCache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
@@ -299,12 +318,20 @@ pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::
             .ok()
             .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()))
     };
-    // The cached families as they are, the others compiled each on its own thread.
+    let disk = KernelCache::from_env();
+    let version = nvrtc_version();
+    let options = compile_options(arch, includes);
+    let (disk, options) = (&disk, &options);
+    // One family's CUBIN: from the disk cache when NVRTC says its version, else compiled.
+    let build = move |f: Family| match version {
+        Some(nvrtc_version) => disk
+            .get_or_compile(&KeyInputs { family: f, arch, nvrtc_version, options }, || compile_cubin(f, arch, includes))
+            .map(|(cubin, _)| cubin),
+        None => compile_cubin(f, arch, includes),
+    };
+    // The cached families as they are, the others each on its own thread.
     let compiled: Vec<(Family, Result<std::sync::Arc<Vec<u8>>, CudaError>)> = std::thread::scope(|s| {
-        let jobs: Vec<_> = Family::ALL
-            .iter()
-            .map(|&f| (f, cached(f).ok_or_else(|| s.spawn(move || compile_cubin(f, arch, includes)))))
-            .collect();
+        let jobs: Vec<_> = Family::ALL.iter().map(|&f| (f, cached(f).ok_or_else(|| s.spawn(move || build(f))))).collect();
         jobs.into_iter()
             .map(|(f, job)| {
                 let bin = match job {

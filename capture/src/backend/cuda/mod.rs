@@ -36,6 +36,7 @@
 pub mod blas;
 mod buffer;
 pub mod kernels;
+pub mod kernel_cache;
 mod prof;
 
 pub use buffer::DevBuf;
