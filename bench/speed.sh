@@ -24,6 +24,9 @@ ROUNDS=${STATS_ROUNDS:-2}
 [[ "$ROUNDS" =~ ^[0-9]+$ ]] || { echo "STATS_ROUNDS must be a whole number, not '$ROUNDS'" >&2; exit 2; }
 mkdir -p "$OUT/runs"
 RES="$OUT/speed.jsonl"; : > "$RES"
+# The card the rows were measured on (speed_summary.py heads the table with it): an H100's and an
+# H200's ratios differ (the statistics' cost, bench/BENCHMARKS.md), so a table says which it is.
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 > "$OUT/gpu.txt"
 # The seed preset's dims (capture/src/config.rs), for torch_tiny.py's TFLOP/s; our runs read theirs
 # from run.json, torch_llama.py prints its own.
 SEED_DIMS=(--arch gpt --vocab 32000 --channels 1024 --ffn 4096 --heads 16 --layers 12 --seq 512)

@@ -5,6 +5,9 @@ runs and one line per speed target (bench/BENCHMARKS.md) with its ratio and verd
 
 Usage: bench/speed_summary.py SPEED_JSONL OUT_MD
 
+A file gpu.txt beside SPEED_JSONL (speed.sh writes nvidia-smi's name and driver of the card there)
+heads the table: "GPU: <its line>".
+
 A target measured once gets "met" or "missed". The statistics cost (delayed scaling with statistics
 every step against none) and the FP8 speed-up (our bf16 against delayed) move by a few percent
 between runs, as much as their targets' margins, so speed.sh repeats those runs STATS_ROUNDS times,
@@ -12,6 +15,7 @@ interleaved (runs NAME-rK): their lines give the median ratio over every pair an
 the verdict is "met" when every pair meets the target, "missed" when none does, and "unsettled"
 otherwise. The repeats' rows stay out of the table unless they failed."""
 import json
+import os
 import re
 import statistics
 import sys
@@ -29,7 +33,12 @@ REPEAT = re.compile(r"-r[0-9]+$")
 by = {r["run"]: r for r in rows}
 def val(n, k): return by.get(n, {}).get(k)
 def f(x, nd=2): return "" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
-out = ["| run | ms/step (median) | ms/step (mean) | tokens/step | model TFLOP/s | peak GPU MiB | note |",
+try:
+    gpu = open(os.path.join(os.path.dirname(sys.argv[1]), "gpu.txt")).read().strip()
+except OSError:
+    gpu = ""
+out = [f"GPU: {gpu}", ""] if gpu else []
+out += ["| run | ms/step (median) | ms/step (mean) | tokens/step | model TFLOP/s | peak GPU MiB | note |",
        "| --- | --- | --- | --- | --- | --- | --- |"]
 for r in rows:
     if REPEAT.search(r["run"]) and "error" not in r:

@@ -59,12 +59,14 @@ for p in $(seq 1 "$PAIRS"); do
     printf 'pair %d%s: %.2f ms with statistics, %.2f without: %+.1f%%\n' "$p" "$label" "${with[$v]}" "$without" "$(python3 -c "print(($r - 1) * 100)")"
   done
 done
+# The card (an H100's and an H200's costs differ): nvidia-smi's name, or "none" without one.
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 for v in "${!variants[@]}"; do
   # shellcheck disable=SC2086 # the ratios are words
-  python3 - "$PRESET" "$RECIPE" "${variants[$v]}" ${ratios[$v]} <<'PY'
+  python3 - "$PRESET" "$RECIPE" "${variants[$v]}" "${GPU_NAME:-none}" ${ratios[$v]} <<'PY'
 import json, statistics, sys
-preset, recipe, flags, rs = sys.argv[1], sys.argv[2], sys.argv[3], [float(x) for x in sys.argv[4:]]
-print(json.dumps({"check": "stats_cost", "preset": preset, "recipe": recipe, "stats_flags": flags, "pairs": len(rs),
+preset, recipe, flags, gpu, rs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], [float(x) for x in sys.argv[5:]]
+print(json.dumps({"check": "stats_cost", "gpu": gpu, "preset": preset, "recipe": recipe, "stats_flags": flags, "pairs": len(rs),
                   "median_ratio": statistics.median(rs), "lowest": min(rs), "highest": max(rs),
                   "target": 1.03, "met": statistics.median(rs) <= 1.03}))
 PY

@@ -75,6 +75,11 @@ fn the_statistics_cost_is_judged_over_every_pair() {
     assert!(stats_line(&text).ends_with("(delayed/delayed-nostats ms): 1.044 (target <= 1.03: missed)"), "{text}");
     // The other targets: one ratio each.
     assert!(text.contains("- seed b32, FP8 delayed speed-up over our bf16 (bf16/delayed ms): 1.128 (target >= 1.3: missed)"), "{text}");
+    // No card named beside the rows: no GPU line; one named (speed.sh's gpu.txt): the table says it.
+    assert!(text.starts_with("| run |"), "{text}");
+    std::fs::write(dir.path().join("gpu.txt"), "NVIDIA H100 80GB HBM3, 580.159\n").unwrap();
+    let (_, text) = summarise(dir.path(), &b32_rows(&[(59.85, 57.35)]));
+    assert!(text.starts_with("GPU: NVIDIA H100 80GB HBM3, 580.159\n\n| run |"), "{text}");
 }
 
 #[test]
@@ -367,6 +372,7 @@ fn stats_cost_takes_each_variant_against_its_rounds_run_without_statistics() {
     for (v, flags) in verdicts.iter().zip(["--channel-stats-every 1", "--channel-stats-every 3"]) {
         assert_eq!(v["stats_flags"], flags);
         assert_eq!(v["pairs"], 2);
+        assert!(v["gpu"].as_str().is_some_and(|g| !g.is_empty()), "the card, or none: {v}");
         let (lo, mid, hi) = (v["lowest"].as_f64().unwrap(), v["median_ratio"].as_f64().unwrap(), v["highest"].as_f64().unwrap());
         assert!(lo > 0.0 && lo <= mid && mid <= hi, "{v}");
     }
