@@ -36,7 +36,12 @@ fp8-capture train --preset tiny --recipe delayed --bf16-gemms dgrad --out runs/f
 fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100 --out runs/planted\n\n\
 The run directory holds run.json and Parquet tables (steps, stats, tensors, events, shadow); \
 read it with fp8-analyze. Exit status: 0 completed, 3 diverged (non-finite loss), \
-130 interrupted, 1 error, 2 bad flags.")]
+130 interrupted, 1 error, 2 bad flags.\n\n\
+On the GPU, kept between runs: the compiled kernels in ~/.cache/fp8scope/kernels \
+(FP8SCOPE_KERNEL_CACHE=DIR moves them, 0 turns the cache off) and the timed GEMM algorithms in \
+~/.cache/fp8scope/gemm-algorithms.json (FP8SCOPE_GEMM_CACHE=FILE moves it; FP8SCOPE_GEMM_TUNE=0 takes \
+cuBLASLt's first choice untimed); $XDG_CACHE_HOME replaces ~/.cache when set. FP8SCOPE_PROFILE=1 \
+prints where a step's GPU and host time go.")]
     Train(Box<TrainArgs>),
     /// List the model presets.
     Presets,
