@@ -61,7 +61,9 @@ def kernels(tool, cubins):
     for path in cubins.split(","):
         for name, lines in kernel_lines(listing(tool, path)).items():
             ins = [re.sub(r"/\*[0-9a-f]{4,}\*/", "", l).strip() for l in lines if "/*" in l and ";" in l]
-            ins = [re.sub(r"__internal_\d+_", "__internal_", re.sub(r"\.L_x_\d+", "L", i)) for i in ins]
+            # Runs of blanks collapsed: nvdisasm pads its trailing comments to the listing's widest
+            # address, which moves when another kernel joins the CUBIN.
+            ins = [re.sub(r"\s+", " ", re.sub(r"__internal_\d+_", "__internal_", re.sub(r"\.L_x_\d+", "L", i))) for i in ins]
             out[name] = ins
     return out
 

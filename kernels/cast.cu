@@ -137,10 +137,13 @@ __device__ void cast_straight(CAST_PARAMS) {
 // SRC (a CastSrc kind, 0 for none) computes the values from src instead of reading x. With
 // SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half (cols / 2 wide, a multiple
 // of TILE), and cast each one and then its pair in the up half, F columns on, from one read;
-// every run is then one tile (the slot its row tile).
+// every run is then one tile (the slot its row tile). With SRC_DSWIGLU_PAIR_RUNS the runs are as
+// a plain cast's (a grid aligned to the gate half's column tiles: runs down one column pair),
+// each half's partials in 8 rows of csq / cam.
 template <int FMT, int L, int SRC = 0>
 __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
-    constexpr bool PAIRS = SRC == SRC_DSWIGLU_PAIRS;
+    constexpr bool PAIRS = SrcPairs<SRC>::V;
+    constexpr bool PAIR_RUNS = SRC == SRC_DSWIGLU_PAIR_RUNS;
     // The codes' column sums exist for the BF16 casts of a gradient only (a buffer's, or GELU's
     // backward computed); the other kernels compile them out (cast.rs: column_sums_of). Their
     // tile is word-aligned, for tile_column_sums (only theirs: the alignment moves ptxas's
@@ -180,7 +183,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
     // tile starts a run, and the run's slot, are derived each tile from tr and the block's first
     // row tile (first_tr, the starting tr): a run-start flag and slot carried from tile to tile
     // took two more registers and made the BF16 dual cast spill its next tile.
-    bool one_tile_runs = PAIRS || step_c != 0;
+    bool one_tile_runs = (PAIRS && !PAIR_RUNS) || step_c != 0;
     int first_tr = g.bid / tiles_c;
     // Whether a tile's inputs are loaded a tile ahead, while the one before is cast: x's, and the
     // raw inputs of the computed sources of one or two inputs a value. Those of three (SwiGLU's
@@ -202,6 +205,8 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
     // Casts the thread's values vv of the tile at (r0, c0), writes out, out_t and the channel
     // partials; nr / nc: the block's next tile (the end of a run).
     auto cast_one_tile = [&](const float (&vv)[4][4], int r0, int c0, int nr, int nc) {
+        // SRC_DSWIGLU_PAIR_RUNS: 1 for a pair tile (the up half's rows of csq / cam).
+        int half = PAIR_RUNS && c0 >= pair_off ? 1 : 0;
         int c = c0 + 4 * tx;
         double sq[4] = {0.0, 0.0, 0.0, 0.0};
         float am[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
@@ -211,10 +216,28 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
             // it out when they sum those).
             a.sumsq += (sq[0] + sq[1]) + (sq[2] + sq[3]);
             bool run_start = one_tile_runs || tr == first_tr;
+            if (PAIR_RUNS) {
+                // Row groups ty and ty ^ 1 (lanes l and l ^ 16 of a warp, the same columns)
+                // combined, then kept by the even one in its half's 8 rows.
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                csq[ty][4 * tx + k] = run_start ? sq[k] : csq[ty][4 * tx + k] + sq[k];
-                cam[ty][4 * tx + k] = run_start ? am[k] : fmaxf(cam[ty][4 * tx + k], am[k]);
+                for (int k = 0; k < 4; k++) {
+                    sq[k] += __shfl_xor_sync(0xffffffffu, sq[k], 16);
+                    am[k] = fmaxf(am[k], __shfl_xor_sync(0xffffffffu, am[k], 16));
+                }
+                int row = 8 * half + (ty >> 1);
+                if ((ty & 1) == 0) {
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        csq[row][4 * tx + k] = run_start ? sq[k] : csq[row][4 * tx + k] + sq[k];
+                        cam[row][4 * tx + k] = run_start ? am[k] : fmaxf(cam[row][4 * tx + k], am[k]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    csq[ty][4 * tx + k] = run_start ? sq[k] : csq[ty][4 * tx + k] + sq[k];
+                    cam[ty][4 * tx + k] = run_start ? am[k] : fmaxf(cam[ty][4 * tx + k], am[k]);
+                }
             }
         }
         // The run ends with the block's last tile or where the next tile is in another column tile.
@@ -231,10 +254,19 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
             int lane = threadIdx.x & 31, part = lane >> 3, col = (threadIdx.x >> 5) * 8 + (lane & 7);
             double cs = 0.0;
             float cm = -INFINITY;
+            if (PAIR_RUNS) {
+                // A half's 8 combined row groups: 2 for each of the 4 threads.
 #pragma unroll
-            for (int y = 0; y < 4; y++) {
-                cs += csq[4 * part + y][col];
-                cm = fmaxf(cm, cam[4 * part + y][col]);
+                for (int y = 0; y < 2; y++) {
+                    cs += csq[8 * half + 2 * part + y][col];
+                    cm = fmaxf(cm, cam[8 * half + 2 * part + y][col]);
+                }
+            } else {
+#pragma unroll
+                for (int y = 0; y < 4; y++) {
+                    cs += csq[4 * part + y][col];
+                    cm = fmaxf(cm, cam[4 * part + y][col]);
+                }
             }
             cs += __shfl_xor_sync(0xffffffffu, cs, 8);
             cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 8));
@@ -449,6 +481,7 @@ CAST_SRC_KERNELS(5)
 CAST_SRC_KERNELS(6)
 CAST_SRC_KERNELS(7)
 CAST_SRC_KERNELS(8)
+CAST_SRC_KERNELS(9)
 #else
 
 // The step's casts' statistics reductions (capture/src/backend/cuda/stat_batch.rs): a table in

@@ -6,7 +6,7 @@
 // Values a cast computes as it reads them (the cast_src_* kernels) instead of reading x, from the
 // saved inputs of the layer that would otherwise have written x first; the element math is
 // activations.cuh's (and norms.cuh's), so the values, and the codes, are those of the unfused pair
-// of kernels. For the activation kinds (1 to 5), h and b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
+// of kernels. For the activation kinds (1 to 5, 9), h and b hold BF16 values (the GEMM outputs they are), and every row of them and of x has a multiple of
 // 4 values, 8-byte aligned (capture/src/backend/cuda/cast.rs checks both). The kind is a template
 // parameter of the kernels (cast_src{K}_*), so each is compiled with its own inputs only.
 #define SRC_SWIGLU 1   // x (rows, F) = swiglu(h), h = fc1's output (rows, 2F)
@@ -17,6 +17,11 @@
 // one at up columns F + c0.. come from one read of gate, up and dout and one evaluation of the
 // backward (SRC_DSWIGLU reads and evaluates them once for each half).
 #define SRC_DSWIGLU_PAIRS 5
+// SRC_DSWIGLU_PAIRS whose channel partials add up over a block's run of tiles down one column
+// pair, as a plain cast's do (cast_transposed), instead of leaving once a tile: with a grid
+// aligned to the gate half's column tiles, a column gets a few slots instead of one a row tile.
+// Each half's partials take 8 rows of csq / cam, two row groups combined in the warp first.
+#define SRC_DSWIGLU_PAIR_RUNS 9
 // A normalization's output, computed from its input x (the kernel's x, f32) with norms.cuh's math:
 // each row's saved statistics (rstd, and the mean for LayerNorm) and each column's gain (and bias),
 // f32. The normalization's own kernel then writes only the row statistics (rmsnorm.cu,
@@ -33,6 +38,11 @@ struct CastSrc {
     const float* shift;
     const float* rstd;
     const float* mean;
+};
+
+// Whether kind K casts SwiGLU's backward by pairs of tiles (SRC_DSWIGLU_PAIRS, SRC_DSWIGLU_PAIR_RUNS).
+template <int K> struct SrcPairs {
+    static constexpr bool V = K == SRC_DSWIGLU_PAIRS || K == SRC_DSWIGLU_PAIR_RUNS;
 };
 
 // Whether kind K normalizes x as it is read (its values are x's, loaded as a plain cast's).
@@ -91,7 +101,7 @@ __device__ __forceinline__ uint2 ld_bf16x4(const unsigned short* p, u64 i) {
 template <int K>
 __device__ __forceinline__ void src_load_raw(const CastSrc& s, int rows, int cols, int r0, int c0, int tx, int ty, SrcRaw<K>& raw) {
     int c = c0 + 4 * tx;
-    bool swiglu_bwd = K == SRC_DSWIGLU || K == SRC_DSWIGLU_PAIRS;
+    bool swiglu_bwd = K == SRC_DSWIGLU || SrcPairs<K>::V;
     int f = swiglu_bwd ? cols / 2 : cols;  // SwiGLU: the width of a half of h
     bool up = K == SRC_DSWIGLU && c >= f;  // the d(up) half: no up value needed
     int j = up ? c - f : c;
@@ -129,11 +139,11 @@ __device__ __forceinline__ void src_compute(int cols, int c0, int tx, const SrcR
         for (int k = 0; k < 4; k++) {
             if (K == SRC_SWIGLU) {
                 v[q][k] = swiglu_one(a[k], u[k]);
-            } else if (K == SRC_DSWIGLU || K == SRC_DSWIGLU_PAIRS) {
+            } else if (K == SRC_DSWIGLU || SrcPairs<K>::V) {
                 float dg, du;
                 dswiglu_one(a[k], u[k], d[k], dg, du);
                 v[q][k] = K == SRC_DSWIGLU && up ? du : dg;
-                if (K == SRC_DSWIGLU_PAIRS) w[q][k] = du;
+                if (SrcPairs<K>::V) w[q][k] = du;
             } else if (K == SRC_GELU) {
                 v[q][k] = gelu_one(a[k]);
             } else if (K == SRC_BF16) {

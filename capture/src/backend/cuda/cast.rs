@@ -55,11 +55,14 @@ fn cast_grid(rows: usize, cols: usize, transpose: bool, channels: bool, level: u
 /// Blocks of a computed-source cast of launch kind `kind`: as [`cast_grid`]'s tiled casts, as many
 /// resident on an SM as the plain casts' (kernels/cast.cu caps their registers alike). With
 /// SRC_DSWIGLU_PAIRS the blocks stride over the tiles of the gate half, each a run of its own
-/// (never column-aligned: [`channel_slots`]).
+/// (never column-aligned: [`channel_slots`]); with SRC_DSWIGLU_PAIR_RUNS over the same tiles, the
+/// grid aligned to the gate half's column tiles as a plain cast's is to its own.
 fn cast_src_grid(rows: usize, cols: usize, kind: i32, channels: bool, level: usize, sms: usize, most: usize) -> u32 {
     let resident = if most > 0 { most } else { sms * cast_blocks_per_sm(level) };
     let g = if kind == SRC_DSWIGLU_PAIRS {
         tiled_grid(rows, cols / 2, false, resident, true)
+    } else if kind == SRC_DSWIGLU_PAIR_RUNS {
+        tiled_grid(rows, cols / 2, channels, resident, most > 0)
     } else {
         tiled_grid(rows, cols, channels, resident, most > 0)
     };
@@ -91,7 +94,8 @@ fn column_aligned(g: usize, tiles_c: usize) -> usize {
 /// tile is then `block / tiles_c`, below `grid / tiles_c`), else one tile (every row tile), as
 /// always for a computed source of launch kind SRC_DSWIGLU_PAIRS (`src`).
 pub(super) fn channel_slots(rows: usize, cols: usize, grid: usize, src: Option<i32>) -> usize {
-    let tiles_c = cols.div_ceil(CAST_TILE);
+    // SRC_DSWIGLU_PAIR_RUNS strides over the gate half's column tiles.
+    let tiles_c = if src == Some(SRC_DSWIGLU_PAIR_RUNS) { (cols / 2).div_ceil(CAST_TILE) } else { cols.div_ceil(CAST_TILE) };
     if grid.is_multiple_of(tiles_c) && src != Some(SRC_DSWIGLU_PAIRS) { grid / tiles_c } else { rows.div_ceil(CAST_TILE) }
 }
 
@@ -160,6 +164,10 @@ pub(super) const SRC_DGELU: i32 = 4;
 /// (kernels/cast_src.cuh: SRC_DSWIGLU_PAIRS): the launch kind of SRC_DSWIGLU when each half of the
 /// operand is a whole number of tiles ([`launch_kind`]).
 const SRC_DSWIGLU_PAIRS: i32 = 5;
+/// SRC_DSWIGLU_PAIRS with its channel partials added over a block's run of tiles, as a plain
+/// cast's are, instead of leaving once a tile (kernels/cast_src.cuh: SRC_DSWIGLU_PAIR_RUNS): fewer
+/// slots to write and reduce. Taken with `FP8SCOPE_PAIR_RUNS=1` ([`pair_runs_from`]).
+const SRC_DSWIGLU_PAIR_RUNS: i32 = 9;
 /// A normalization's output (kernels/cast_src.cuh: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
 const SRC_RMSNORM: i32 = 6;
 const SRC_LAYERNORM: i32 = 7;
@@ -173,9 +181,26 @@ fn column_sums_of(src: Option<i32>) -> bool {
     matches!(src, None | Some(SRC_DGELU) | Some(SRC_BF16))
 }
 
-/// The kernel kind a computed source of `kind` casting `cols` columns launches as.
-fn launch_kind(kind: i32, cols: usize) -> i32 {
-    if kind == SRC_DSWIGLU && cols.is_multiple_of(2 * CAST_TILE) { SRC_DSWIGLU_PAIRS } else { kind }
+/// The kernel kind a computed source of `kind` casting `cols` columns launches as (`pair_runs`:
+/// the paired kind whose channel partials add up over runs of tiles).
+fn launch_kind(kind: i32, cols: usize, pair_runs: bool) -> i32 {
+    match kind == SRC_DSWIGLU && cols.is_multiple_of(2 * CAST_TILE) {
+        true if pair_runs => SRC_DSWIGLU_PAIR_RUNS,
+        true => SRC_DSWIGLU_PAIRS,
+        false => kind,
+    }
+}
+
+/// Whether SwiGLU's backward takes SRC_DSWIGLU_PAIR_RUNS, as `FP8SCOPE_PAIR_RUNS` says: 1, or 0
+/// (or unset) for SRC_DSWIGLU_PAIRS.
+pub(super) fn pair_runs_from(value: Option<&str>) -> Result<bool, CudaError> {
+    match value.map(str::trim) {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(CudaError::Setting(format!(
+            "FP8SCOPE_PAIR_RUNS={v}: expected 1 (SwiGLU's backward cast adds its channel partials over runs of tiles) or 0 (one tile a run, the default)"
+        ))),
+    }
 }
 
 /// Whether the cast kernels of a computed source take `kind` for an operand of `cols` columns from
@@ -205,9 +230,9 @@ impl CastInput<'_> {
     }
 
     /// For a computed source cast as `cols` columns, its kernel's kind ([`launch_kind`]).
-    fn launch_kind(&self, cols: usize) -> Option<i32> {
+    fn launch_kind(&self, cols: usize, pair_runs: bool) -> Option<i32> {
         match *self {
-            CastInput::Computed { kind, .. } => Some(launch_kind(kind, cols)),
+            CastInput::Computed { kind, .. } => Some(launch_kind(kind, cols, pair_runs)),
             CastInput::Normed(n) => Some(n.kind()),
             CastInput::Buf(_) | CastInput::Held(_) => None,
         }
@@ -454,7 +479,7 @@ impl CudaBackend {
         // kept BF16 cast that records them takes the tiled kernel, writing its own layout only
         // (the dual kernel without a transpose): the same statistics, from one read.
         let channels = reported.filter(|_| level >= StatsLevel::Channels && rows > 0 && cols > 0);
-        let src = x.launch_kind(cols);
+        let src = x.launch_kind(cols, self.pair_runs);
         // The codes' column sums: by the tiled kernel, into slots of `column_sums` (the kept cast
         // says how many, for the site's wgrad: `kept_column_sums`).
         let sums = at.column_sums && straight_keep && column_sums_of(src) && rows > 0 && cols > 0;
@@ -536,7 +561,7 @@ impl CudaBackend {
         let keep = at.share && !at.transposed;
         let sums = at.column_sums && keep && rows > 0 && cols > 0;
         let channels = slot.filter(|_| level >= StatsLevel::Channels && rows > 0 && cols > 0);
-        let (fused, sums_ptr, slots) = self.column_targets(rows, cols, x.launch_kind(cols), level, channels, sums)?;
+        let (fused, sums_ptr, slots) = self.column_targets(rows, cols, x.launch_kind(cols, self.pair_runs), level, channels, sums)?;
         if keep {
             let column_slots = sums.then_some(slots);
             match self.kept.get_mut(&kept_key(at)) {
@@ -618,7 +643,7 @@ impl CudaBackend {
                     // amax and writes the scale the cast below reads. A computed source's pass is
                     // its own kernel at the amax level: the same values, so the same amax.
                     let (parts, counter) = (self.ptr(&self.partials), self.ptr(&self.cast_counter));
-                    if let Some(kind) = x.launch_kind(cols) {
+                    if let Some(kind) = x.launch_kind(cols, self.pair_runs) {
                         let grid = self.tiled_cast_grid(rows, cols, Some(kind), false, StatsLevel::Amax);
                         #[rustfmt::skip]
                         launch!(self, kernels::cast_src_kernel(kind, 0, fmt as usize), cfg((grid, 1, 1), CAST_THREADS), xp, rows as i32, cols as i32, 1.0f32, 2i32,
@@ -634,7 +659,7 @@ impl CudaBackend {
                 }
             }
         }
-        if let Some(kind) = x.launch_kind(cols) {
+        if let Some(kind) = x.launch_kind(cols, self.pair_runs) {
             if level > StatsLevel::Channels {
                 return Err(CudaError::Unsupported("a computed cast source is cast without the quantization error".into()));
             }
@@ -745,6 +770,12 @@ impl CudaBackend {
         self.cast_grid = most.min(CAST_GRID_MAX);
     }
 
+    /// Whether SwiGLU's backward cast adds its channel partials over runs of tiles
+    /// (`FP8SCOPE_PAIR_RUNS`); the tests set it to compare both kernels in one process.
+    pub fn set_pair_runs(&mut self, on: bool) {
+        self.pair_runs = on;
+    }
+
     /// GPU microseconds per cast of `x` (rows × cols) as `how` says, averaged over `reps` casts
     /// timed with CUDA events (after one warm-up cast): the cast kernels' speed on their own, for
     /// `cuda_layers`' throughput table. `dual` casts to both layouts at once.
@@ -788,7 +819,7 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind};
+    use super::{CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIR_RUNS, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind, pair_runs_from};
 
     /// Walks every block of a tiled cast as kernels/cast.cu's `cast_transposed` does (tiles
     /// b, b + G, b + 2G, ... in row-major order; a run of consecutive tiles in one column tile
@@ -833,8 +864,8 @@ mod tests {
     /// of the operand is cast once, and every (column tile, row tile) slot written once.
     #[test]
     fn every_channel_slot_of_a_paired_cast_is_written_once() {
-        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 8192), SRC_DSWIGLU_PAIRS);
-        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 80), SRC_DSWIGLU, "halves not a whole number of tiles");
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 8192, false), SRC_DSWIGLU_PAIRS);
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 80, false), SRC_DSWIGLU, "halves not a whole number of tiles");
         for (rows, cols) in [(64usize, 128usize), (130, 256), (8192, 16384), (2048, 11264)] {
             let (tiles_r, tiles_c) = (rows.div_ceil(CAST_TILE), cols.div_ceil(CAST_TILE));
             let half = tiles_c / 2;
@@ -855,6 +886,59 @@ mod tests {
                 assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
             }
         }
+    }
+
+    /// The pairs kernel whose channel partials add up over runs (SRC_DSWIGLU_PAIR_RUNS) walked as
+    /// kernels/cast.cu's `cast_transposed` walks it: over the gate half's tiles, a run the block's
+    /// consecutive tiles in one column pair, its partials written at its end into the slot of its
+    /// first tile's row tile, for the gate tile's columns and the up tile's. Every tile is cast
+    /// once and every (column tile, slot) below `channel_slots` written once; with a column-aligned
+    /// grid a column takes a few slots instead of one a row tile.
+    #[test]
+    fn every_channel_slot_of_a_paired_cast_over_runs_is_written_once() {
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 8192, true), SRC_DSWIGLU_PAIR_RUNS);
+        assert_eq!(launch_kind(SRC_DSWIGLU, 2 * 80, true), SRC_DSWIGLU, "halves not a whole number of tiles");
+        assert_eq!((pair_runs_from(None).unwrap(), pair_runs_from(Some("0")).unwrap(), pair_runs_from(Some(" 1")).unwrap()), (false, false, true));
+        assert!(pair_runs_from(Some("yes")).unwrap_err().to_string().contains("FP8SCOPE_PAIR_RUNS=yes: expected 1"));
+        for (rows, cols) in [(64usize, 128usize), (130, 256), (8192, 16384), (2048, 11264), (8192, 11264)] {
+            let (tiles_r, tiles_c) = (rows.div_ceil(CAST_TILE), cols.div_ceil(CAST_TILE));
+            let half = tiles_c / 2;
+            let n = tiles_r * half;
+            for (sms, most, channels) in [(132, 0, true), (1, 0, true), (132, 7, true), (132, 1, true), (132, 0, false)] {
+                let g = cast_src_grid(rows, cols, SRC_DSWIGLU_PAIR_RUNS, channels, 1, sms, most) as usize;
+                let slots = channel_slots(rows, cols, g, Some(SRC_DSWIGLU_PAIR_RUNS));
+                let mut written = vec![0u32; tiles_c * slots];
+                let mut cast = vec![0u32; n];
+                for b in 0..g {
+                    let mut t = b;
+                    let mut run_tr = None;
+                    while t < n {
+                        cast[t] += 1;
+                        let (tr, tc) = (t / half, t % half);
+                        let first = *run_tr.get_or_insert(tr);
+                        let next = t + g;
+                        // One-tile runs unless the grid is a multiple of the gate half's column tiles.
+                        if !g.is_multiple_of(half) || next >= n || next % half != tc {
+                            let slot = if g.is_multiple_of(half) { first } else { tr };
+                            assert!(slot < slots, "{rows}x{cols} over {g}: slot {slot} of {slots}");
+                            written[tc * slots + slot] += 1;
+                            written[(tc + half) * slots + slot] += 1;
+                            run_tr = None;
+                        }
+                        t = next;
+                    }
+                }
+                assert!(cast.iter().all(|&c| c == 1), "{rows}x{cols} over {g}: a tile cast twice or never");
+                assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
+                // An aligned grid: one slot a block of a column pair, not one a row tile.
+                let aligned = g.is_multiple_of(half);
+                assert_eq!(slots, if aligned { g / half } else { tiles_r }, "{rows}x{cols} over {g}");
+            }
+        }
+        // llama-1b's dY of fc1 (8192 tokens, 2 x 8192 wide) on an H200 at the cheap level: 384 blocks
+        // of 128 column tiles, 3 slots a column instead of 128.
+        let g = cast_src_grid(8192, 16384, SRC_DSWIGLU_PAIR_RUNS, true, 1, 132, 0) as usize;
+        assert_eq!((g, channel_slots(8192, 16384, g, Some(SRC_DSWIGLU_PAIR_RUNS))), (384, 3));
     }
 
     /// A grid is aligned to the column tiles only where that idles at most 1/32 of its blocks, and

@@ -58,10 +58,10 @@ pub fn cast_weights_kernel(level: usize, fmt: usize) -> Option<&'static str> {
     (fmt == 1 || fmt == 2).then(|| CAST_KERNELS[30 + level.min(2) * 2 + fmt - 1])
 }
 
-/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 8,
+/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 9,
 /// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
 #[rustfmt::skip]
-const CAST_SRC_KERNELS: [&str; 48] = [
+const CAST_SRC_KERNELS: [&str; 54] = [
     "cast_src1_l0_f0", "cast_src1_l0_f1", "cast_src1_l0_f2", "cast_src1_l1_f0", "cast_src1_l1_f1", "cast_src1_l1_f2",
     "cast_src2_l0_f0", "cast_src2_l0_f1", "cast_src2_l0_f2", "cast_src2_l1_f0", "cast_src2_l1_f1", "cast_src2_l1_f2",
     "cast_src3_l0_f0", "cast_src3_l0_f1", "cast_src3_l0_f2", "cast_src3_l1_f0", "cast_src3_l1_f1", "cast_src3_l1_f2",
@@ -70,13 +70,14 @@ const CAST_SRC_KERNELS: [&str; 48] = [
     "cast_src6_l0_f0", "cast_src6_l0_f1", "cast_src6_l0_f2", "cast_src6_l1_f0", "cast_src6_l1_f1", "cast_src6_l1_f2",
     "cast_src7_l0_f0", "cast_src7_l0_f1", "cast_src7_l0_f2", "cast_src7_l1_f0", "cast_src7_l1_f1", "cast_src7_l1_f2",
     "cast_src8_l0_f0", "cast_src8_l0_f1", "cast_src8_l0_f2", "cast_src8_l1_f0", "cast_src8_l1_f1", "cast_src8_l1_f2",
+    "cast_src9_l0_f0", "cast_src9_l0_f1", "cast_src9_l0_f2", "cast_src9_l1_f0", "cast_src9_l1_f1", "cast_src9_l1_f2",
 ];
 
-/// The cast kernel of a computed source of kind `kind` (`cast_src.cuh`: SRC_*, 1 to 8) at statistics
+/// The cast kernel of a computed source of kind `kind` (`cast_src.cuh`: SRC_*, 1 to 9) at statistics
 /// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
 /// [`cast_kernel`]'s).
 pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
-    CAST_SRC_KERNELS[(kind.clamp(1, 8) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
+    CAST_SRC_KERNELS[(kind.clamp(1, 9) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
 }
 
 /// A kernel family: one NVRTC program (a `.cu` file, or for `CastSrc` a part of one), one module.

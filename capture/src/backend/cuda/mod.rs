@@ -211,6 +211,9 @@ pub struct CudaBackend {
     next_gemm: usize,
     /// Most blocks of a cast kernel (0: the defaults of `cast::cast_grid`; benchmarks set it).
     cast_grid: usize,
+    /// SwiGLU's backward cast by pairs of tiles with its channel partials over runs of tiles
+    /// (`cast.rs`: SRC_DSWIGLU_PAIR_RUNS) instead of one tile a run (`FP8SCOPE_PAIR_RUNS=1`).
+    pair_runs: bool,
     /// Shared memory bytes `crossentropy_smem_fwd` may take (0: the GPU refused; [`loss`]).
     loss_row_smem: usize,
     /// Shared memory bytes `crossentropy_split_fwd` may take (0: refused, or turned off by a test).
@@ -339,6 +342,7 @@ impl CudaBackend {
             column_sums: s.alloc_zeros(1)?,
             fused_bias_grads: 0,
             cast_grid: 0,
+            pair_runs: cast::pair_runs_from(std::env::var("FP8SCOPE_PAIR_RUNS").ok().as_deref())?,
             loss_row_smem,
             loss_split_smem,
             kept: Default::default(),
