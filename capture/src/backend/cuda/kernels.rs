@@ -1,5 +1,6 @@
 //! The CUDA sources of `kernels/`, embedded in the binary and compiled by NVRTC at start-up to a
-//! CUBIN for the GPU found (cached per process), and the table of kernel modules.
+//! CUBIN for the GPU found (cached per process, and on disk between runs: `kernel_cache.rs`), and
+//! the table of kernel modules.
 //!
 //! Each `kernels/<family>.cu` is one NVRTC program; each `#include` of one of our headers
 //! (`common.cuh`, `activations.cuh`, `norms.cuh`, and `cast.cu`'s parts `cast_stats.cuh`,
