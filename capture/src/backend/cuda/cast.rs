@@ -821,10 +821,34 @@ impl CudaBackend {
 mod tests {
     use super::{CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIR_RUNS, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind, pair_runs_from};
 
-    /// Walks every block of a tiled cast as kernels/cast.cu's `cast_transposed` does (tiles
-    /// b, b + G, b + 2G, ... in row-major order; a run of consecutive tiles in one column tile
-    /// writes its partials at its end, into the slot of its first tile's row tile) and checks that
-    /// every tile is cast once and every (column tile, slot) below `channel_slots` written once.
+    /// Walks every block of a tiled cast of `n` tiles, `tiles_c` a row, over `g` blocks, as
+    /// kernels/cast.cu's `cast_transposed` does: block b takes tiles b, b + g, b + 2g, ... in
+    /// row-major order, and a run of its consecutive tiles in one column tile ends where the next
+    /// is in another column tile or past the last (so every tile is a run of its own unless g is a
+    /// multiple of tiles_c). At each run's end calls `run_end(slot, tc)`, the slot being the row
+    /// tile of the run's first tile; returns how often each tile was cast.
+    fn walk_runs(n: usize, tiles_c: usize, g: usize, mut run_end: impl FnMut(usize, usize)) -> Vec<u32> {
+        let mut cast = vec![0u32; n];
+        for b in 0..g {
+            let mut t = b;
+            let mut run_tr = None;
+            while t < n {
+                cast[t] += 1;
+                let (tr, tc) = (t / tiles_c, t % tiles_c);
+                let first = *run_tr.get_or_insert(tr);
+                let next = t + g;
+                if next >= n || next % tiles_c != tc {
+                    run_end(first, tc);
+                    run_tr = None;
+                }
+                t = next;
+            }
+        }
+        cast
+    }
+
+    /// Every tile of a tiled cast is cast once and every (column tile, slot) below
+    /// `channel_slots` written once ([`walk_runs`]).
     #[test]
     fn every_channel_slot_of_a_tiled_cast_is_written_once() {
         let shapes: [(usize, usize); 9] = [(1, 1), (64, 64), (100, 3000), (2048, 2048), (8192, 2048), (8192, 5632), (2048, 32000), (8192, 11264), (130, 70)];
@@ -835,23 +859,10 @@ mod tests {
                 for g in [resident.min(n), column_aligned(resident.min(n), tiles_c)] {
                     let slots = channel_slots(rows, cols, g, None);
                     let mut written = vec![0u32; tiles_c * slots];
-                    let mut cast = vec![0u32; n];
-                    for b in 0..g {
-                        let mut t = b;
-                        let mut run_tr = None;
-                        while t < n {
-                            cast[t] += 1;
-                            let (tr, tc) = (t / tiles_c, t % tiles_c);
-                            let first = *run_tr.get_or_insert(tr);
-                            let next = t + g;
-                            if next >= n || next % tiles_c != tc {
-                                assert!(first < slots, "{rows}x{cols} over {g}: slot {first} of {slots}");
-                                written[tc * slots + first] += 1;
-                                run_tr = None;
-                            }
-                            t = next;
-                        }
-                    }
+                    let cast = walk_runs(n, tiles_c, g, |first, tc| {
+                        assert!(first < slots, "{rows}x{cols} over {g}: slot {first} of {slots}");
+                        written[tc * slots + first] += 1;
+                    });
                     assert!(cast.iter().all(|&c| c == 1), "{rows}x{cols} over {g}: a tile cast twice or never");
                     assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
                 }
@@ -908,26 +919,12 @@ mod tests {
                 let g = cast_src_grid(rows, cols, SRC_DSWIGLU_PAIR_RUNS, channels, 1, sms, most) as usize;
                 let slots = channel_slots(rows, cols, g, Some(SRC_DSWIGLU_PAIR_RUNS));
                 let mut written = vec![0u32; tiles_c * slots];
-                let mut cast = vec![0u32; n];
-                for b in 0..g {
-                    let mut t = b;
-                    let mut run_tr = None;
-                    while t < n {
-                        cast[t] += 1;
-                        let (tr, tc) = (t / half, t % half);
-                        let first = *run_tr.get_or_insert(tr);
-                        let next = t + g;
-                        // One-tile runs unless the grid is a multiple of the gate half's column tiles.
-                        if !g.is_multiple_of(half) || next >= n || next % half != tc {
-                            let slot = if g.is_multiple_of(half) { first } else { tr };
-                            assert!(slot < slots, "{rows}x{cols} over {g}: slot {slot} of {slots}");
-                            written[tc * slots + slot] += 1;
-                            written[(tc + half) * slots + slot] += 1;
-                            run_tr = None;
-                        }
-                        t = next;
-                    }
-                }
+                // Over the gate half's tiles; each run's end writes the gate columns and the up ones.
+                let cast = walk_runs(n, half, g, |first, tc| {
+                    assert!(first < slots, "{rows}x{cols} over {g}: slot {first} of {slots}");
+                    written[tc * slots + first] += 1;
+                    written[(tc + half) * slots + first] += 1;
+                });
                 assert!(cast.iter().all(|&c| c == 1), "{rows}x{cols} over {g}: a tile cast twice or never");
                 assert!(written.iter().all(|&w| w == 1), "{rows}x{cols} over {g}: slots written {written:?}");
                 // An aligned grid: one slot a block of a column pair, not one a row tile.
