@@ -3,13 +3,14 @@
 #  1. the CUDA test binaries (FP8 casts bit-exact vs the CPU emulation; every layer, the Llama
 #     family's included, vs the CPU reference within its tolerance table, and bit-identical on a
 #     rerun; the per-channel statistics of operand casts — amax channel exact, top channels' share
-#     of sum x^2 to f64 rounding — vs the CPU's),
+#     of sum x^2 to f64 rounding — vs the CPU's; whole runs with the step in CUDA graphs against
+#     the same runs launch by launch, every table bit for bit),
 #  2. parity: `small` and `llama-small` presets, same seed, 100 steps, bf16 and delayed: GPU loss
 #     within 1% of the CPU's at every step,
 #  3. determinism: two identical GPU runs give bit-identical loss columns (the first times its GEMM
 #     algorithms into a fresh cache, the second reads them back).
 # Usage: bench/gpu_check.sh BIN_DIR OUT_DIR   (BIN_DIR holds fp8-capture and the test binaries
-# cuda_layers, cuda_kernels; build them with bench/stage.sh on the build machine).
+# cuda_layers, cuda_kernels, cuda_graph; build them with bench/stage.sh on the build machine).
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +18,7 @@ mkdir -p "$OUT/runs"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== GPU tests"
-for t in cuda_kernels cuda_layers; do
+for t in cuda_kernels cuda_layers cuda_graph; do
   "$BIN/$t" --nocapture --test-threads 1 2>&1 | tee "$OUT/test_$t.log" | grep -v "^$" | tail -60 || status=1
   grep -q "test result: ok" "$OUT/test_$t.log" || status=1
 done

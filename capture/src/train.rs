@@ -275,7 +275,9 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
             None => batches.stage(be, step),
         };
         let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
+        be.begin_step_work(plan.graph_signature());
         let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan);
+        be.end_step_work();
         be.gemms_done();
         if let Some(f) = finished.take() {
             let t = Instant::now();

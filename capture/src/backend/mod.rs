@@ -487,6 +487,13 @@ pub trait Backend {
         false
     }
 
+    /// The step's forward and backward start (`signature`: the kind of step,
+    /// [`crate::model::StepPlan::graph_signature`]); they end at [`Backend::end_step_work`]. A
+    /// device backend may record the device work in between and launch it as graphs of an
+    /// earlier step of the same kind, with the same results. Default: nothing.
+    fn begin_step_work(&mut self, _signature: Option<u64>) {}
+    /// The step's forward and backward are all called (see [`Backend::begin_step_work`]).
+    fn end_step_work(&mut self) {}
     /// A hint that the step's GEMMs are all queued (the optimizer comes next): a device backend
     /// may start bringing their statistics to the host while the optimizer runs. `take_reports`
     /// is complete with or without it, and a GEMM after it is still reported.

@@ -173,6 +173,26 @@ impl StepPlan {
     pub fn dumps(&self, site: Site, role: Role) -> bool {
         self.dump_sites.contains(&site) && self.dump_roles.contains(&role)
     }
+
+    /// The kind of step this is, for a backend that replays a step's device work from a graph of
+    /// an earlier one (the CUDA backend's `FP8SCOPE_GRAPH`): steps of one kind launch the same
+    /// kernels in the same order but for their arguments (the delayed scales). The statistics
+    /// level and the planted faults decide it; None for a step that dumps tensors or computes
+    /// shadow GEMMs, which reads the device mid-step. The casts' kinds are the run's, the same
+    /// every step.
+    pub fn graph_signature(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        if !self.dump_sites.is_empty() {
+            return None;
+        }
+        let bits = |f: &OperandFault| (f.scale_mult.to_bits(), f.outlier_factor.to_bits(), f.overflow_nan);
+        let mut faults: Vec<_> = self.faults.iter().map(|(id, (fa, fb, nan))| (*id, bits(fa), bits(fb), *nan)).collect();
+        faults.sort_by_key(|f| f.0);
+        let mut h = std::hash::DefaultHasher::new();
+        (self.stats as u8, self.shadow, format!("{:?}", self.accumulation)).hash(&mut h);
+        faults.hash(&mut h);
+        Some(h.finish())
+    }
 }
 
 /// Values of one tensor sampled at a dump step.
@@ -483,6 +503,38 @@ impl<B: Backend> Model<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step that dumps has no graph signature; the faults' order does not matter, their values
+    /// and the statistics level do; the casts' scales (which change every step) do not.
+    #[test]
+    fn graph_signatures_name_a_kind_of_step() {
+        let id = |layer| GemmId { layer, module: Module::Fc2, gemm: Gemm::Dgrad };
+        let scale = |s| OperandCast::Fp8Tensor { format: crate::fp8::Fp8Format::E4M3, scale: crate::backend::ScaleSource::Given { scale: s, amax_used: 1.0 } };
+        let plan = |stats, mult: f32, s: f32| {
+            let fault = OperandFault { scale_mult: mult, ..OperandFault::NONE };
+            StepPlan {
+                casts: [(id(0), (scale(s), scale(s)))].into_iter().collect(),
+                faults: [(id(0), (fault, OperandFault::NONE, false)), (id(1), (OperandFault::NONE, fault, false))].into_iter().collect(),
+                stats,
+                dump_sites: HashSet::new(),
+                dump_roles: Vec::new(),
+                dump_max_elems: 0,
+                dump_strided: false,
+                shadow: false,
+                accumulation: Accumulation::Split,
+            }
+        };
+        let a = plan(StatsLevel::Cheap, 4.0, 1.0).graph_signature();
+        assert!(a.is_some());
+        for _ in 0..4 {
+            assert_eq!(plan(StatsLevel::Cheap, 4.0, 2.0).graph_signature(), a, "another scale, the same kind (and any map order)");
+        }
+        assert_ne!(plan(StatsLevel::Cheap, 8.0, 1.0).graph_signature(), a);
+        assert_ne!(plan(StatsLevel::Channels, 4.0, 1.0).graph_signature(), a);
+        let mut dumping = plan(StatsLevel::Cheap, 4.0, 1.0);
+        dumping.dump_sites.insert(Site::new(0, Module::Fc2));
+        assert_eq!(dumping.graph_signature(), None);
+    }
 
     #[test]
     fn dump_windows_take_leading_rows_or_a_stride() {

@@ -263,6 +263,15 @@ impl AttentionState {
 }
 
 impl CudaBackend {
+    /// cuBLAS's batched BF16 product `g` (the unfused attention): run now, or recorded while the
+    /// step is recorded into CUDA graphs (`step_graph.rs`).
+    fn blas_gemm(&self, g: Batched, a: u64, b: u64, c: u64) -> Result<(), CudaError> {
+        if !self.record_op(|| super::step_graph::Op::Blas { g, a, b, c })? {
+            self.blas.gemm_bf16_f32(g, a, b, c)?;
+        }
+        Ok(())
+    }
+
     /// Chooses the fused kernels (the default) or the unfused path, for measuring one against
     /// the other in one process.
     pub fn set_fused_attention(&mut self, on: bool) {
@@ -483,11 +492,11 @@ impl CudaBackend {
         let (bi, ti, nhi, hsi) = (b as i32, t as i32, nh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         // preatt = scale · q kᵀ, into att (the softmax runs in place).
-        self.blas.gemm_bf16_f32(Batched::attention_scores(t, hs, groups, rep, scale), k, q, attp)?;
+        self.blas_gemm(Batched::attention_scores(t, hs, groups, rep, scale), k, q, attp)?;
         let rows = (bh * t) as u64;
         launch!(self, "attention_softmax_fwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), attp, a16, attp, rows, ti, causal as i32)?;
         // y = att v.
-        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, 1.0), v, a16, y)?;
+        self.blas_gemm(Batched::attention_values(t, hs, groups, rep, false, 1.0), v, a16, y)?;
         launch!(self, "attention_merge_fwd", grid_for(nq, 256), outp, out16, y, bi, ti, nhi, hsi)?;
         Ok(())
     }
@@ -522,15 +531,15 @@ impl CudaBackend {
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
         let scale = 1.0 / (hs as f32).sqrt();
         // datt = dy vᵀ
-        self.blas.gemm_bf16_f32(Batched::attention_scores(t, hs, groups, rep, 1.0), v, dy, dattp)?;
+        self.blas_gemm(Batched::attention_scores(t, hs, groups, rep, 1.0), v, dy, dattp)?;
         let rows = (bh * t) as u64;
         launch!(self, "attention_softmax_bwd", cfg((((bh * t) as u32).div_ceil(8), 1, 1), 256), dp16, a16, attp, dattp, rows, ti, causal as i32)?;
         // dv = attᵀ dy, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, true, 1.0), dy, a16, dv)?;
+        self.blas_gemm(Batched::attention_values(t, hs, groups, rep, true, 1.0), dy, a16, dv)?;
         // dq = scale · dpre k
-        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, false, scale), k, dp16, dq)?;
+        self.blas_gemm(Batched::attention_values(t, hs, groups, rep, false, scale), k, dp16, dq)?;
         // dk = scale · dpreᵀ q, summed over the kv head's query heads.
-        self.blas.gemm_bf16_f32(Batched::attention_values(t, hs, groups, rep, true, scale), q, dp16, dk)?;
+        self.blas_gemm(Batched::attention_values(t, hs, groups, rep, true, scale), q, dp16, dk)?;
         launch!(self, "attention_merge_bwd", grid_for(nq + nkv, 256), dqkvp, dqkv16, dq, dk, dv, bi, ti, nhi, kvhi, hsi)?;
         Ok(())
     }

@@ -101,6 +101,45 @@ impl Operand {
     }
 }
 
+/// A product of [`Lt::prepare`]: its plan's key and its device addresses (operands, their
+/// dequantisation factors, D, the bias or 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LtCall {
+    key: Key,
+    p: u64,
+    p_inv: u64,
+    q: u64,
+    q_inv: u64,
+    d: u64,
+    bias: u64,
+}
+
+/// A cuBLASLt error with the product it refused, in one line.
+fn describe(key: &Key, p_t: bool, q_t: bool, e: CudaError) -> CudaError {
+    match e {
+        CudaError::Blas { what, status } => CudaError::Blas {
+            what,
+            status: format!(
+                "{status} (D[{}x{}] = P[{}x{}]{} {:?} . Q[{}x{}]^T{} {:?}, D {}{}{})",
+                key.rows,
+                key.cols,
+                key.rows,
+                key.k,
+                if p_t { " (held transposed)" } else { "" },
+                key.p,
+                key.cols,
+                key.k,
+                if q_t { " (held transposed)" } else { "" },
+                key.q,
+                if key.d_bf16 { "bf16" } else { "f32" },
+                if key.fast { ", fast accumulation" } else { "" },
+                if key.bias { ", BF16 bias in the epilogue" } else { "" }
+            ),
+        },
+        e => e,
+    }
+}
+
 struct Plan {
     desc: lt::cublasLtMatmulDesc_t,
     la: lt::cublasLtMatrixLayout_t,
@@ -280,6 +319,16 @@ impl Lt {
     /// reduced precision (cuBLASLt's fast accumulation); BF16 products ignore it.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64) -> Result<(), CudaError> {
+        let call = self.prepare(rows, cols, k, p, q, d, d_bf16, fast, bias, true)?;
+        self.execute(&call)
+    }
+
+    /// [`Lt::matmul`]'s product resolved to its plan and its algorithm, for [`Lt::execute`] to run
+    /// (now, or in a CUDA graph of the step). A shape's first product times the heuristic's
+    /// candidates on these operands (`may_tune`; else that is an error: a recorded step must not
+    /// run anything at once).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64, may_tune: bool) -> Result<LtCall, CudaError> {
         let (pt, qt) = (p.ty, q.ty);
         if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
             return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
@@ -299,48 +348,52 @@ impl Lt {
             fast: fast && (pt.is_fp8() || qt.is_fp8()),
             bias: bias != 0,
         };
-        let r = self.matmul_key(key, p.ptr, p.inv(), q.ptr, q.inv(), d, bias);
-        r.map_err(|e| match e {
-            CudaError::Blas { what, status } => CudaError::Blas {
-                what,
-                status: format!(
-                    "{status} (D[{rows}x{cols}] = P[{rows}x{k}]{} {pt:?} . Q[{cols}x{k}]^T{} {qt:?}, D {}{}{})",
-                    if p.transposed { " (held transposed)" } else { "" },
-                    if q.transposed { " (held transposed)" } else { "" },
-                    if d_bf16 { "bf16" } else { "f32" },
-                    if key.fast { ", fast accumulation" } else { "" },
-                    if key.bias { ", BF16 bias in the epilogue" } else { "" }
-                ),
-            },
-            e => e,
-        })
+        let call = LtCall { key, p: p.ptr, p_inv: p.inv(), q: q.ptr, q_inv: q.inv(), d, bias };
+        self.tune(&call, may_tune).map_err(|e| describe(&key, p.transposed, q.transposed, e))?;
+        Ok(call)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_key(&mut self, key: Key, p: u64, p_inv: u64, q: u64, q_inv: u64, d: u64, bias: u64) -> Result<(), CudaError> {
-        self.plan(key)?;
-        let plan = &self.plans[&key];
+    /// Plans `c`'s shape, and times its candidates on `c`'s operands if it never ran.
+    fn tune(&mut self, c: &LtCall, may_tune: bool) -> Result<(), CudaError> {
+        self.plan(c.key)?;
+        if self.plans[&c.key].untimed.is_empty() {
+            return Ok(());
+        }
+        if !may_tune {
+            return Err(CudaError::Unsupported("a GEMM shape first seen inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH); a step of its kind ran before".into()));
+        }
+        self.set_pointers(&self.plans[&c.key], c)?;
+        let best = self.fastest(c.key, c.p, c.q, c.d)?;
+        let plan = self.plans.get_mut(&c.key).expect("planned above");
+        plan.algo = best;
+        plan.untimed.clear();
+        if let Some(cache) = &mut self.cache {
+            cache.put(&shape_name(&c.key), best.data);
+        }
+        Ok(())
+    }
+
+    /// The pointers of `c` that its plan's descriptor holds: the bias and the dequantisation
+    /// factors.
+    fn set_pointers(&self, plan: &Plan, c: &LtCall) -> Result<(), CudaError> {
         use lt::cublasLtMatmulDescAttributes_t as A;
-        if key.bias {
-            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)?;
+        if c.key.bias {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias)?;
         }
-        if key.q.is_fp8() {
-            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &q_inv)?;
+        if c.key.q.is_fp8() {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.q_inv)?;
         }
-        if key.p.is_fp8() {
-            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p_inv)?;
+        if c.key.p.is_fp8() {
+            set_desc(plan.desc, A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.p_inv)?;
         }
-        if !plan.untimed.is_empty() {
-            let best = self.fastest(key, p, q, d)?;
-            let plan = self.plans.get_mut(&key).expect("planned above");
-            plan.algo = best;
-            plan.untimed.clear();
-            if let Some(c) = &mut self.cache {
-                c.put(&shape_name(&key), best.data);
-            }
-        }
-        let plan = &self.plans[&key];
-        self.run(plan, &plan.algo, p, q, d)
+        Ok(())
+    }
+
+    /// Runs a prepared product on the stream.
+    pub fn execute(&self, c: &LtCall) -> Result<(), CudaError> {
+        let plan = self.plans.get(&c.key).ok_or_else(|| CudaError::Unsupported("a cuBLASLt product without its plan".into()))?;
+        self.set_pointers(plan, c)?;
+        self.run(plan, &plan.algo, c.p, c.q, c.d).map_err(|e| describe(&c.key, c.key.p_t, c.key.q_t, e))
     }
 
     /// Runs `plan` with `algo` on the stream.
@@ -424,7 +477,7 @@ pub struct Blas {
 }
 
 /// One strided-batched GEMM in cuBLAS's column-major terms.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Batched {
     pub ta: bool,
     pub tb: bool,

@@ -129,6 +129,10 @@ fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(st
     if buf.len() >= n {
         return Ok(());
     }
+    if super::step_graph::recording() {
+        // Recorded ops not launched yet would write the old buffer after the copy.
+        return Err(CudaError::Unsupported("the channel records grew inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH); a step of its kind ran before at this size".into()));
+    }
     let mut bigger = stream.alloc_zeros::<T>(n.next_power_of_two())?;
     if used > 0 {
         stream.memcpy_dtod(&buf.slice(0..used), &mut bigger)?;

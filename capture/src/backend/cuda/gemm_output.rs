@@ -16,7 +16,7 @@
 //! accumulating GEMM, a planted NaN, and shapes whose bias or FP32 output cuBLASLt refuses.
 
 use super::blas::{OpType, Operand};
-use super::{CudaBackend, CudaError, DevBuf, cfg, grid_for, grow};
+use super::{CudaBackend, CudaError, DevBuf, cfg, grid_for, grow, step_graph};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 /// A GEMM shape and types, as [`CudaBackend`] remembers what cuBLASLt refused for it.
@@ -87,6 +87,17 @@ impl CudaBackend {
     /// The GEMM itself: BF16 D with the bias in cuBLASLt's epilogue where cuBLASLt takes it, else
     /// (a bias it refuses) FP32 D for `gemm_epilogue` to add the bias to, else BF16 D; into `out`
     /// when nothing is left to convert, else into scratch.
+    /// cuBLASLt's `D = P · Qᵀ` of `g` into `d` (BF16 or f32, with the BF16 bias at `bias` or
+    /// none): run now, or recorded while the step is recorded into CUDA graphs (`step_graph.rs`).
+    fn lt_matmul(&mut self, g: &LinearGemm, d: u64, d_bf16: bool, bias: u64) -> Result<(), CudaError> {
+        let recording = self.graph.borrow().is_recording();
+        let call = self.lt.prepare(g.rows, g.cols, g.k, g.p, g.q, d, d_bf16, g.fast, bias, !recording)?;
+        if !self.record_op(|| step_graph::Op::Lt(call))? {
+            self.lt.execute(&call)?;
+        }
+        Ok(())
+    }
+
     fn linear_product(&mut self, g: &LinearGemm, out: &DevBuf, bias: Option<&CudaSlice<f32>>, accumulate: bool) -> Result<Product, CudaError> {
         let n_out = g.rows * g.cols;
         let key = g.key();
@@ -104,7 +115,7 @@ impl CudaBackend {
         if let Some(b) = bias.filter(|_| !self.bias_refused.contains(&key)) {
             let d = dst(self, out.is_bf16())?;
             let bias16 = self.span("gemm.bias_round", |me| me.bias_to_bf16(b))?;
-            match self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, d, true, g.fast, bias16)) {
+            match self.span("gemm.matmul", |me| me.lt_matmul(g, d, true, bias16)) {
                 Ok(()) => return Ok(Product { ptr: d, bf16: true, bias_added: true }),
                 Err(e) => {
                     if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
@@ -119,7 +130,7 @@ impl CudaBackend {
         // refuses FP32 D for the shape (some FP8 combinations).
         if bias.is_some() && !self.bf16_out.contains(&key) {
             let f32_dst = dst(self, !out.is_bf16())?;
-            match self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, f32_dst, false, g.fast, 0)) {
+            match self.span("gemm.matmul", |me| me.lt_matmul(g, f32_dst, false, 0)) {
                 Ok(()) => return Ok(Product { ptr: f32_dst, bf16: false, bias_added: false }),
                 Err(e) => {
                     if !(g.p.ty.is_fp8() || g.q.ty.is_fp8()) {
@@ -133,7 +144,7 @@ impl CudaBackend {
             }
         }
         let bf16_dst = dst(self, out.is_bf16() && bias.is_none())?;
-        self.span("gemm.matmul", |me| me.lt.matmul(g.rows, g.cols, g.k, g.p, g.q, bf16_dst, true, g.fast, 0))?;
+        self.span("gemm.matmul", |me| me.lt_matmul(g, bf16_dst, true, 0))?;
         Ok(Product { ptr: bf16_dst, bf16: true, bias_added: false })
     }
 

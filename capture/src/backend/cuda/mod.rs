@@ -12,7 +12,9 @@
 //!   layers' GEMMs (beside `layers/matmul.rs`), `gemm_output.rs` what follows a GEMM in its output
 //!   (`kernels/gemm_output.cu`), `bias_grad.rs` the bias gradients (`kernels/bias_grad.cu`),
 //!   `reports.rs` copies the step's reports to the host, `weight_casts.rs` casts the step's FP8
-//!   weights in one launch before the forward (`Backend::cast_weights`);
+//!   weights in one launch before the forward (`Backend::cast_weights`), `step_graph.rs` launches
+//!   the step's forward and backward as CUDA graphs (`FP8SCOPE_GRAPH=1`: every launch below is
+//!   recorded instead while a step is);
 //!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
 //!   `error`), returns a harmless value in place of the result, and skips the device work of every
@@ -247,6 +249,9 @@ pub struct CudaBackend {
     mt_adamw: multi_tensor::TensorTable,
     mt_sumsq: multi_tensor::TensorTable,
     mt_zero: multi_tensor::TensorTable,
+    /// The step's forward and backward as CUDA graphs ([`step_graph`]; `FP8SCOPE_GRAPH=1`).
+    /// Shared, not `&mut`: `launch!` records into it from launchers that hold `&self`.
+    graph: std::cell::RefCell<step_graph::StepGraphs>,
     /// The first error of a primitive since the last [`Backend::take_error`], as
     /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
     error: Option<String>,
@@ -273,6 +278,15 @@ fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
 macro_rules! launch {
     ($self:ident, $name:expr, $cfg:expr $(, $arg:expr)* $(,)?) => {{
         (|| -> Result<(), CudaError> {
+            // While a step is recorded into graphs (step_graph.rs), the launch is recorded instead.
+            if $self.graph.borrow().is_recording() {
+                let func = $self.func($name)?.cu_function();
+                let args = vec![$( $crate::backend::cuda::step_graph::arg_words(&$arg) ),*];
+                let cfg: cudarc::driver::LaunchConfig = $cfg;
+                if $self.record_op(|| $crate::backend::cuda::step_graph::Op::Kernel($crate::backend::cuda::step_graph::KernelOp::new($name, func, cfg, args)))? {
+                    return Ok(());
+                }
+            }
             let f = $self.func($name)?;
             let mut b = $self.stream.launch_builder(f);
             $( let a = $arg; b.arg(&a); )*
@@ -288,10 +302,12 @@ mod cast;
 mod channels;
 mod gemm_output;
 mod stat_batch;
+pub mod step_graph;
 
-fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'static>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
     if buf.len() < n {
-        *buf = stream.alloc_zeros::<T>(n.next_power_of_two())?;
+        // The old buffer outlives the recorded ops that may still name it (step_graph.rs).
+        step_graph::defer_drop(std::mem::replace(buf, stream.alloc_zeros::<T>(n.next_power_of_two())?));
     }
     Ok(())
 }
@@ -330,6 +346,11 @@ impl CudaBackend {
             parallelism: sms as u32,
             block_gemm: None,
         };
+        let prof = prof::Profiler::from_env(&ctx);
+        let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref())?;
+        if graphs && prof.is_some() {
+            return Err(CudaError::Setting("FP8SCOPE_GRAPH=1 and FP8SCOPE_PROFILE=1 cannot be combined: the profiler times each launch, a graph launches many at once".into()));
+        }
         let s = &stream;
         Ok(CudaBackend {
             op_p: s.alloc_zeros(1 << 20)?,
@@ -361,6 +382,7 @@ impl CudaBackend {
             mt_adamw: Default::default(),
             mt_sumsq: Default::default(),
             mt_zero: Default::default(),
+            graph: std::cell::RefCell::new(step_graph::StepGraphs::new(graphs)),
             error: None,
             next_slot: 0,
             next_gemm: 0,
@@ -369,7 +391,7 @@ impl CudaBackend {
             bias_refused: Default::default(),
             bias16: s.alloc_zeros(1 << 12)?,
             bias_flag: s.alloc_zeros(1)?,
-            prof: prof::Profiler::from_env(&ctx),
+            prof,
             lead_ns: probe::lead_ns_from_env()?,
             ctx,
             stream,
@@ -462,6 +484,9 @@ impl CudaBackend {
     fn download_impl(&mut self, buf: &DevBuf, offset: usize, len: usize, stride: usize) -> Result<Vec<f32>, CudaError> {
         if len == 0 {
             return Ok(Vec::new());
+        }
+        if step_graph::recording() {
+            return Err(CudaError::Unsupported("a download inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH): its ops are not launched yet".into()));
         }
         let end = offset + (len - 1) * stride + 1;
         if end > buf.len() {

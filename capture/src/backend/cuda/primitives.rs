@@ -62,7 +62,14 @@ impl Backend for CudaBackend {
     }
 
     fn fill_zero(&mut self, buf: &mut DevBuf) {
-        self.spanned("fill_zero", |me| Ok(me.stream.memset_zeros(buf.raw_mut())?));
+        self.spanned("fill_zero", |me| {
+            let raw = buf.raw_mut();
+            let (ptr, bytes) = (me.ptr(raw), raw.len() * std::mem::size_of::<f32>());
+            if !me.record_op(|| step_graph::Op::Zero { ptr, bytes })? {
+                me.stream.memset_zeros(raw)?;
+            }
+            Ok(())
+        });
     }
 
     fn fill_zero_all(&mut self, bufs: &mut [&mut DevBuf]) {
@@ -304,6 +311,14 @@ impl Backend for CudaBackend {
 
     fn reuses_kept_cast(&self, call: &GemmCall, operand: usize, x: &DevBuf) -> bool {
         self.reuses_kept_cast_impl(call, operand, x)
+    }
+
+    fn begin_step_work(&mut self, signature: Option<u64>) {
+        self.begin_step_work_impl(signature);
+    }
+
+    fn end_step_work(&mut self) {
+        self.end_step_work_impl();
     }
 
     fn gemms_done(&mut self) {
