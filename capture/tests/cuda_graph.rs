@@ -42,10 +42,10 @@ fn table(run: &std::path::Path, t: Table, skip: &[&str]) -> Option<RecordBatch> 
 fn both_ways(test: &str, preset: &str, flags: &[&str]) -> Option<GraphCounts> {
     let mut be = cuda_common::gpu(test)?;
     let dir = tempfile::tempdir().expect("temp dir");
-    be.set_step_graphs(false);
+    be.set_step_graphs(false).expect("graphs off");
     let plain = train(&mut be, dir.path(), "plain", preset, flags);
     assert_eq!(be.step_graph_counts(), GraphCounts::default(), "graphs off: nothing graphed");
-    be.set_step_graphs(true);
+    be.set_step_graphs(true).expect("graphs on");
     let graphed = train(&mut be, dir.path(), "graphed", preset, flags);
     let counts = be.step_graph_counts();
     for t in Table::ALL {

@@ -391,13 +391,23 @@ impl Lt {
 
     /// Runs a prepared product on the stream.
     pub fn execute(&self, c: &LtCall) -> Result<(), CudaError> {
+        self.execute_on(c, self.stream.cu_stream())
+    }
+
+    /// Runs a prepared product on `stream` (the stream a CUDA graph of the step is captured on).
+    pub fn execute_on(&self, c: &LtCall, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
         let plan = self.plans.get(&c.key).ok_or_else(|| CudaError::Unsupported("a cuBLASLt product without its plan".into()))?;
         self.set_pointers(plan, c)?;
-        self.run(plan, &plan.algo, c.p, c.q, c.d).map_err(|e| describe(&c.key, c.key.p_t, c.key.q_t, e))
+        self.run_on(plan, &plan.algo, c.p, c.q, c.d, stream).map_err(|e| describe(&c.key, c.key.p_t, c.key.q_t, e))
     }
 
     /// Runs `plan` with `algo` on the stream.
     fn run(&self, plan: &Plan, algo: &lt::cublasLtMatmulAlgo_t, p: u64, q: u64, d: u64) -> Result<(), CudaError> {
+        self.run_on(plan, algo, p, q, d, self.stream.cu_stream())
+    }
+
+    /// Runs `plan` with `algo` on `stream`.
+    fn run_on(&self, plan: &Plan, algo: &lt::cublasLtMatmulAlgo_t, p: u64, q: u64, d: u64, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
         let (ws, _g) = self.ws.device_ptr(&self.stream);
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: pointers are live device allocations of the sizes the plan describes; the
@@ -420,7 +430,7 @@ impl Lt {
                     algo,
                     ws as *mut c_void,
                     self.ws.len(),
-                    self.stream.cu_stream() as lt::cudaStream_t,
+                    stream as lt::cudaStream_t,
                 )
             },
             "cublasLtMatmul",
@@ -474,6 +484,8 @@ fn shape_name(key: &Key) -> String {
 /// cuBLAS handle for attention's strided-batched BF16 products (f32 out).
 pub struct Blas {
     blas: cudarc::cublas::CudaBlas,
+    /// The stream the handle runs on.
+    stream: Arc<CudaStream>,
 }
 
 /// One strided-batched GEMM in cuBLAS's column-major terms.
@@ -533,7 +545,21 @@ impl Blas {
             what: "cublasCreate",
             status: format!("{e:?}"),
         })?;
-        Ok(Blas { blas })
+        Ok(Blas { blas, stream: stream.clone() })
+    }
+
+    /// [`Blas::gemm_bf16_f32`] on `stream` (the stream a CUDA graph of the step is captured on),
+    /// the handle's own stream set back after.
+    pub fn gemm_bf16_f32_on(&self, g: Batched, a: u64, b: u64, c: u64, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
+        let set = |s: cudarc::driver::sys::CUstream| {
+            // SAFETY: the handle is live; stream is a live stream of its context.
+            let st = unsafe { bs::cublasSetStream_v2(*self.blas.handle(), s as bs::cudaStream_t) };
+            if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what: "cublasSetStream", status: format!("{st:?}") }) }
+        };
+        set(stream)?;
+        let r = self.gemm_bf16_f32(g, a, b, c);
+        set(self.stream.cu_stream())?;
+        r
     }
 
     /// C (f32) = alpha · op(A) · op(B), A and B BF16, column-major, batched with strides.

@@ -281,7 +281,9 @@ macro_rules! launch {
             // While a step is recorded into graphs (step_graph.rs), the launch is recorded instead.
             if $self.graph.borrow().is_recording() {
                 let func = $self.func($name)?.cu_function();
-                let args = vec![$( $crate::backend::cuda::step_graph::arg_words(&$arg) ),*];
+                #[allow(unused_mut)]
+                let mut args = $crate::backend::cuda::step_graph::ArgWords::default();
+                $( args.push(&$arg); )*
                 let cfg: cudarc::driver::LaunchConfig = $cfg;
                 if $self.record_op(|| $crate::backend::cuda::step_graph::Op::Kernel($crate::backend::cuda::step_graph::KernelOp::new($name, func, cfg, args)))? {
                     return Ok(());
@@ -349,7 +351,7 @@ impl CudaBackend {
         let prof = prof::Profiler::from_env(&ctx);
         let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref())?;
         if graphs && prof.is_some() {
-            return Err(CudaError::Setting("FP8SCOPE_GRAPH=1 and FP8SCOPE_PROFILE=1 cannot be combined: the profiler times each launch, a graph launches many at once".into()));
+            return Err(CudaError::Setting(step_graph::PROFILED.into()));
         }
         let s = &stream;
         Ok(CudaBackend {

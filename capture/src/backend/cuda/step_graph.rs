@@ -6,8 +6,9 @@
 //! [`Op`], and every [`SEGMENT_OPS`] ops, and at the end of the backward, the segment is launched
 //! as one graph:
 //!
-//! - the first time a segment is seen, it is captured (the ops issued on the stream in capture
-//!   mode), instantiated and launched; the graph node of each kernel is kept;
+//! - the first time a segment is seen, it is captured (the ops issued in capture mode on a stream
+//!   of its own: the backend's is the legacy default stream, which cannot be captured),
+//!   instantiated and launched on the backend's stream; the graph node of each kernel is kept;
 //! - the next times, the recorded ops are compared with the graph's. Where the same kernels,
 //!   products and zeroings come in the same order, and only the kernels' arguments or launch
 //!   shapes differ (a delayed scale, a table uploaded anew, 1/supervised, the embedding
@@ -37,6 +38,9 @@ use std::collections::{HashMap, HashSet};
 /// Ops a graph segment holds at most: a llama-1b step is about a dozen segments, so the GPU
 /// waits for the host's recording of the first segment alone.
 pub(super) const SEGMENT_OPS: usize = 64;
+
+/// Why the step graphs and the profiler do not go together.
+pub(super) const PROFILED: &str = "FP8SCOPE_GRAPH=1 and FP8SCOPE_PROFILE=1 cannot be combined: the profiler times each launch, a graph launches many at once";
 
 /// Whether `FP8SCOPE_GRAPH` turns the step graphs on: unset or `0` off, `1` on.
 pub(super) fn graphs_from(v: Option<&str>) -> Result<bool, CudaError> {
@@ -68,14 +72,32 @@ pub(super) fn defer_drop<T: 'static>(old: T) {
     }
 }
 
-/// A kernel argument's bytes, in whole words (so that each argument is 8-byte aligned).
-pub(super) fn arg_words<T: DeviceRepr>(v: &T) -> Vec<u64> {
-    let n = std::mem::size_of::<T>();
-    let mut w = vec![0u64; n.div_ceil(8).max(1)];
-    // SAFETY: v is plain data of n bytes (DeviceRepr: passed to kernels by value), and w holds
-    // at least n bytes.
-    unsafe { std::ptr::copy_nonoverlapping(v as *const T as *const u8, w.as_mut_ptr() as *mut u8, n) };
-    w
+/// A kernel's arguments, each in whole words (so that each is 8-byte aligned), one after the other.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct ArgWords {
+    words: Vec<u64>,
+    /// Where each argument starts in `words`.
+    starts: Vec<u32>,
+}
+
+impl ArgWords {
+    /// Appends the bytes of `v`, zero-padded to whole words.
+    pub fn push<T: DeviceRepr>(&mut self, v: &T) {
+        let n = std::mem::size_of::<T>();
+        let at = self.words.len();
+        self.starts.push(at as u32);
+        self.words.resize(at + n.div_ceil(8).max(1), 0);
+        // SAFETY: v is plain data of n bytes (DeviceRepr: passed to kernels by value), and the
+        // words from `at` on hold at least n bytes.
+        unsafe { std::ptr::copy_nonoverlapping(v as *const T as *const u8, self.words[at..].as_mut_ptr() as *mut u8, n) };
+    }
+
+    /// The words of argument `i`.
+    #[cfg(test)]
+    fn arg(&self, i: usize) -> &[u64] {
+        let end = self.starts.get(i + 1).map_or(self.words.len(), |&e| e as usize);
+        &self.words[self.starts[i] as usize..end]
+    }
 }
 
 /// One recorded kernel launch.
@@ -86,19 +108,18 @@ pub(super) struct KernelOp {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     pub smem: u32,
-    /// Each argument's words ([`arg_words`]).
-    pub args: Vec<Vec<u64>>,
+    pub args: ArgWords,
 }
 
 impl KernelOp {
-    pub fn new(name: &'static str, func: sys::CUfunction, cfg: LaunchConfig, args: Vec<Vec<u64>>) -> KernelOp {
+    pub fn new(name: &'static str, func: sys::CUfunction, cfg: LaunchConfig, args: ArgWords) -> KernelOp {
         KernelOp { name, func, grid: cfg.grid_dim, block: cfg.block_dim, smem: cfg.shared_mem_bytes, args }
     }
 
     /// Pointers to the arguments, as cuLaunchKernel and the graph nodes take them (valid while
     /// `self` is).
     fn params(&self) -> Vec<*mut std::ffi::c_void> {
-        self.args.iter().map(|a| a.as_ptr() as *mut std::ffi::c_void).collect()
+        self.args.starts.iter().map(|&i| self.args.words[i as usize..].as_ptr() as *mut std::ffi::c_void).collect()
     }
 }
 
@@ -137,8 +158,7 @@ pub(super) fn compare(old: &[Op], new: &[Op]) -> Match {
             (Op::Kernel(a), Op::Kernel(b)) => {
                 // A node keeps its function (and so its arguments' sizes); its arguments and its
                 // launch shape may change (the embedding's backward takes a block a distinct token).
-                let kernel = |k: &KernelOp| (k.func, k.args.iter().map(Vec::len).collect::<Vec<_>>());
-                if kernel(a) != kernel(b) {
+                if (a.func, &a.args.starts) != (b.func, &b.args.starts) {
                     return Match::Differs;
                 }
                 if a != b {
@@ -183,9 +203,12 @@ struct Recording {
 }
 
 /// The backend's step graphs: on or off, the kinds of step seen, the captured segments by
-/// (signature, index), the step being recorded.
+/// (signature, index), the step being recorded, the stream segments are captured on.
 pub(super) struct StepGraphs {
     pub enabled: bool,
+    /// A stream of its own (the backend's is the legacy default stream, which cannot be
+    /// captured); made at the first capture. The graphs are launched on the backend's stream.
+    capture_stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
     seen: HashSet<u64>,
     segments: HashMap<(u64, usize), Segment>,
     rec: Option<Recording>,
@@ -206,7 +229,7 @@ impl Drop for StepGraphs {
 
 impl StepGraphs {
     pub fn new(enabled: bool) -> StepGraphs {
-        StepGraphs { enabled, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default() }
+        StepGraphs { enabled, capture_stream: None, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default() }
     }
 
     pub fn is_recording(&self) -> bool {
@@ -216,9 +239,13 @@ impl StepGraphs {
 
 impl CudaBackend {
     /// Turns the step graphs on or off (`FP8SCOPE_GRAPH`); the tests compare both ways in one
-    /// process. Forgets every graph.
-    pub fn set_step_graphs(&mut self, on: bool) {
+    /// process. Forgets every graph. Refused while the profiler is on.
+    pub fn set_step_graphs(&mut self, on: bool) -> Result<(), CudaError> {
+        if on && self.prof.is_some() {
+            return Err(CudaError::Setting(PROFILED.into()));
+        }
         self.graph = RefCell::new(StepGraphs::new(on));
+        Ok(())
     }
 
     /// What the step graphs did so far.
@@ -330,57 +357,45 @@ impl CudaBackend {
                 seg.ops = ops;
             }
             Some(Match::Differs) | None => {
-                let seg = self.capture(ops)?;
+                if g.capture_stream.is_none() {
+                    g.capture_stream = Some(self.ctx.new_stream()?);
+                }
+                let stream = g.capture_stream.as_ref().expect("made above");
+                let seg = self.capture(ops, stream)?;
                 g.segments.insert(key, seg);
                 g.counts.captured += 1;
             }
         }
         g.counts.replayed += u64::from(replay);
-        g.segments[&key].graph.launch()?;
+        // SAFETY: the exec is live (kept in segments); the stream is the backend's.
+        unsafe { sys::cuGraphLaunch(g.segments[&key].graph.cu_graph_exec(), self.stream.cu_stream()) }.result()?;
         Ok(())
     }
 
-    /// Captures `ops` into a graph: each issued on the stream in capture mode, each kernel's node
+    /// Captures `ops` into a graph: each issued on `stream` in capture mode, each kernel's node
     /// taken from the capture as it is added.
-    fn capture(&self, ops: Vec<Op>) -> Result<Segment, CudaError> {
-        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+    fn capture(&self, ops: Vec<Op>, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Segment, CudaError> {
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let mut nodes = Vec::with_capacity(ops.len());
         let mut issued = Ok(());
         for op in &ops {
-            if let Err(e) = self.issue(op) {
+            if let Err(e) = self.issue(op, stream.cu_stream()) {
                 issued = Err(e);
                 break;
             }
             // A kernel's node, for its arguments to be patched (None if the driver does not name
             // it: the segment is then captured again whenever they change).
-            nodes.push(if matches!(op, Op::Kernel(_)) { self.last_captured_node().ok() } else { None });
+            nodes.push(if matches!(op, Op::Kernel(_)) { last_captured_node(stream.cu_stream()).ok() } else { None });
         }
         // The capture ends whatever happened, so that the stream is usable again.
-        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         issued?;
         let graph = graph?.ok_or_else(|| CudaError::Unsupported("a captured graph segment came back empty".into()))?;
         Ok(Segment { ops, nodes, graph })
     }
 
-    /// The node the capture added last: the one the stream's next work would depend on.
-    fn last_captured_node(&self) -> Result<sys::CUgraphNode, CudaError> {
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut id: sys::cuuint64_t = 0;
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        let mut deps: *const sys::CUgraphNode = std::ptr::null();
-        let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
-        let mut n: usize = 0;
-        // SAFETY: every out-pointer is a live local; the stream is this backend's.
-        unsafe { sys::cuStreamGetCaptureInfo_v3(self.stream.cu_stream(), &mut status, &mut id, &mut graph, &mut deps, &mut edges, &mut n) }.result()?;
-        if n != 1 || deps.is_null() {
-            return Err(CudaError::Unsupported(format!("a captured kernel left {n} dependencies instead of its own node")));
-        }
-        // SAFETY: the driver returned n = 1 node handles at deps, valid until the next capture call.
-        Ok(unsafe { *deps })
-    }
-
-    /// Issues one op on the stream now.
-    fn issue(&self, op: &Op) -> Result<(), CudaError> {
+    /// Issues one op on `stream` (capturing).
+    fn issue(&self, op: &Op, stream: sys::CUstream) -> Result<(), CudaError> {
         match op {
             Op::Kernel(k) => {
                 let mut params = k.params();
@@ -396,7 +411,7 @@ impl CudaBackend {
                         k.block.1,
                         k.block.2,
                         k.smem,
-                        self.stream.cu_stream(),
+                        stream,
                         params.as_mut_ptr(),
                         std::ptr::null_mut(),
                     )
@@ -404,15 +419,32 @@ impl CudaBackend {
                 .result()?;
                 Ok(())
             }
-            Op::Lt(c) => self.lt.execute(c),
-            Op::Blas { g, a, b, c } => self.blas.gemm_bf16_f32(*g, *a, *b, *c),
+            Op::Lt(c) => self.lt.execute_on(c, stream),
+            Op::Blas { g, a, b, c } => self.blas.gemm_bf16_f32_on(*g, *a, *b, *c, stream),
             Op::Zero { ptr, bytes } => {
                 // SAFETY: ptr is a live allocation of at least `bytes` bytes (a buffer of the step).
-                unsafe { cudarc::driver::result::memset_d8_async(*ptr, 0, *bytes, self.stream.cu_stream()) }?;
+                unsafe { cudarc::driver::result::memset_d8_async(*ptr, 0, *bytes, stream) }?;
                 Ok(())
             }
         }
     }
+}
+
+/// The node the capture on `stream` added last: the one the stream's next work would depend on.
+fn last_captured_node(stream: sys::CUstream) -> Result<sys::CUgraphNode, CudaError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: sys::cuuint64_t = 0;
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
+    let mut n: usize = 0;
+    // SAFETY: every out-pointer is a live local; the stream is capturing.
+    unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, &mut graph, &mut deps, &mut edges, &mut n) }.result()?;
+    if n != 1 || deps.is_null() {
+        return Err(CudaError::Unsupported(format!("a captured kernel left {n} dependencies instead of its own node")));
+    }
+    // SAFETY: the driver returned n = 1 node handles at deps, valid until the next capture call.
+    Ok(unsafe { *deps })
 }
 
 #[cfg(test)]
@@ -421,7 +453,11 @@ mod tests {
 
     fn kernel(f: usize, grid: u32, args: &[u64]) -> Op {
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        Op::Kernel(KernelOp::new("k", f as sys::CUfunction, cfg, args.iter().map(|a| arg_words(a)).collect()))
+        let mut words = ArgWords::default();
+        for a in args {
+            words.push(a);
+        }
+        Op::Kernel(KernelOp::new("k", f as sys::CUfunction, cfg, words))
     }
 
     /// The same ops match; a kernel's changed argument or grid is patched (its index); another
@@ -446,12 +482,10 @@ mod tests {
     }
 
     /// An argument's words hold its bytes, the rest zero: 4-byte values in the low half, a struct
-    /// in as many words as it needs.
+    /// in as many words as it needs; each argument starts on a word of its own, and the kernel's
+    /// parameter pointers point there.
     #[test]
     fn arguments_become_whole_words() {
-        assert_eq!(arg_words(&7u64), vec![7]);
-        assert_eq!(arg_words(&-1i32), vec![0xffff_ffff]);
-        assert_eq!(arg_words(&1.5f32), vec![u64::from(1.5f32.to_bits())]);
         #[repr(C)]
         #[derive(Clone, Copy)]
         struct Three {
@@ -461,7 +495,24 @@ mod tests {
         }
         // SAFETY: plain data, as a kernel's struct argument.
         unsafe impl DeviceRepr for Three {}
-        assert_eq!(arg_words(&Three { a: 1, b: 2, c: 3 }), vec![1, 2, 3]);
+        let mut w = ArgWords::default();
+        w.push(&7u64);
+        w.push(&-1i32);
+        w.push(&1.5f32);
+        w.push(&Three { a: 1, b: 2, c: 3 });
+        w.push(&9u8);
+        assert_eq!(w.arg(0), &[7]);
+        assert_eq!(w.arg(1), &[0xffff_ffff]);
+        assert_eq!(w.arg(2), &[u64::from(1.5f32.to_bits())]);
+        assert_eq!(w.arg(3), &[1, 2, 3]);
+        assert_eq!(w.arg(4), &[9]);
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let k = KernelOp::new("k", std::ptr::null_mut(), cfg, w);
+        let p = k.params();
+        assert_eq!(p.len(), 5);
+        // SAFETY: each pointer points at its argument's first word, live while k is.
+        assert_eq!(unsafe { *(p[3] as *const [u64; 3]) }, [1, 2, 3]);
+        assert_eq!(unsafe { *(p[2] as *const f32) }, 1.5);
     }
 
     /// `FP8SCOPE_GRAPH`: unset, empty or 0 off; 1 on; anything else a clear error.
