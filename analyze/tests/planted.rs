@@ -247,6 +247,42 @@ fn locate_takes_channels_from_the_latest_step_that_has_them() {
     );
 }
 
+/// Operands that took their channel statistics on different steps (a run from elsewhere): the
+/// activation every 7th step, the weight every 11th. Each takes them from its own latest step
+/// before the crossing (119 and 110), not the weight from the activation's step, where it has none.
+#[test]
+fn locate_takes_each_operands_channels_from_its_own_latest_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut plan = fp8_plan();
+    let planted = std::mem::replace(&mut plan.stat, Box::new(|_| {}));
+    plan.stat = Box::new(move |r| {
+        planted(r);
+        let fc1 = (r.layer, r.module, r.gemm) == (1, Module::Fc1, Gemm::Fprop);
+        if fc1 && (r.role, r.step) == (Role::Activation, DRIFT_STEP - 1) {
+            r.amax_channel = Some(OUTLIER_CHANNEL);
+        }
+        if fc1 && (r.role, r.step) == (Role::Weight, 110) {
+            r.amax_channel = Some(9);
+        }
+        let every = if r.role == Role::Activation { 7 } else { 11 };
+        if r.step % every != 0 {
+            (r.amax_channel, r.top_channel_sq_frac) = (None, None);
+        }
+    });
+    let (run, base) = (write_run(tmp.path(), &plan), bf16(tmp.path()));
+    let out = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["first"], "layers.1.fc1.fprop");
+    let ev = j["ranked"][0]["evidence"].as_array().unwrap();
+    let at = |role: &str| {
+        let e = ev.iter().find(|e| e["role"] == role).unwrap_or_else(|| panic!("{role} evidence"));
+        (e["step"].as_i64(), e["channel_step"].as_i64(), e["amax_channel"].as_i64())
+    };
+    assert_eq!(at("activation"), (Some(DRIFT_STEP as i64), Some(119), Some(OUTLIER_CHANNEL as i64)));
+    assert_eq!(at("weight"), (Some(DRIFT_STEP as i64), Some(110), Some(9)), "the weight's own latest channels");
+}
+
 #[test]
 fn a_run_recorded_before_the_channel_columns_still_loads_with_them_null() {
     let tmp = tempfile::tempdir().unwrap();

@@ -337,8 +337,9 @@ pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeE
 /// The stats of a GEMM's operands at `step`, or at the latest recorded step before it (one row
 /// per operand, and per rank in a multi-rank run from elsewhere). An operand whose row has no
 /// channel statistics (a run that takes them every N statistics steps, `--channel-stats-every`)
-/// takes them from the latest earlier step that has some, with that step and its amax
-/// ([`OperandEvidence::channel_step`]).
+/// takes them from its own latest earlier row that has some, with that step and its amax
+/// ([`OperandEvidence::channel_step`]); operands of a run from elsewhere may have them on
+/// different steps.
 pub fn evidence(run: &Run, id: &GemmId, step: i64) -> Result<Vec<OperandEvidence>, AnalyzeError> {
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let df = run.collect(Table::Stats, operand_rows(run, id, step, false)?)?;
@@ -374,6 +375,7 @@ pub fn evidence(run: &Run, id: &GemmId, step: i64) -> Result<Vec<OperandEvidence
         let (st, ro, rk, am) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, i64s(&df, col::RANK).map_err(e)?, f64s(&df, col::AMAX).map_err(e)?);
         let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
         for r in rows.iter_mut().filter(|r| r.amax_channel.is_none()) {
+            // Rows come latest first: the first of the operand's is its latest with channels.
             if let Some(i) = (0..df.height()).find(|&i| ro[i].as_deref() == Some(r.role.as_str()) && rk[i] == r.rank) {
                 (r.amax_channel, r.top_channel_sq_frac, r.channel_step, r.channel_amax) = (ch[i], tf[i], st[i], am[i]);
             }
@@ -383,7 +385,9 @@ pub fn evidence(run: &Run, id: &GemmId, step: i64) -> Result<Vec<OperandEvidence
 }
 
 /// The stats rows of a GEMM's operands at the latest recorded step at or before `step`; with
-/// `with_channels`, at the latest such step whose rows have channel statistics.
+/// `with_channels`, every row at or before `step` that has channel statistics, latest first, so
+/// that each operand's first row is its own latest (operands may take them on different steps: a
+/// run from elsewhere).
 fn operand_rows(run: &Run, (layer, module, gemm): &GemmId, step: i64, with_channels: bool) -> Result<LazyFrame, AnalyzeError> {
     let operands: Vec<&str> = Gemm::parse(gemm).map(|g| g.operands().map(|r| r.as_str()).to_vec()).unwrap_or_default();
     let mut keep = col(col::LAYER)
@@ -396,7 +400,7 @@ fn operand_rows(run: &Run, (layer, module, gemm): &GemmId, step: i64, with_chann
     if with_channels {
         keep = keep.and(col(col::AMAX_CHANNEL).is_not_null());
     }
-    Ok(run
+    let rows = run
         .scan(
             Table::Stats,
             &[
@@ -416,9 +420,12 @@ fn operand_rows(run: &Run, (layer, module, gemm): &GemmId, step: i64, with_chann
                 col::TOP_CHANNEL_SQ_FRAC,
             ],
         )?
-        .filter(keep)
-        .filter(col(col::STEP).eq(col(col::STEP).max()))
-        .sort([col::ROLE, col::RANK], Default::default()))
+        .filter(keep);
+    Ok(if with_channels {
+        rows.sort([col::STEP], SortMultipleOptions::default().with_order_descending(true).with_maintain_order(true))
+    } else {
+        rows.filter(col(col::STEP).eq(col(col::STEP).max())).sort([col::ROLE, col::RANK], Default::default())
+    })
 }
 
 /// Ranks the GEMMs of `run` by the harm (or error) each adds.
