@@ -48,6 +48,7 @@ fn both_ways(test: &str, preset: &str, flags: &[&str]) -> Option<GraphCounts> {
     be.set_step_graphs(true).expect("graphs on");
     let graphed = train(&mut be, dir.path(), "graphed", preset, flags);
     let counts = be.step_graph_counts();
+    assert_eq!(be.step_graph_failure(), None, "{preset}: the graphs ran to the end");
     for t in Table::ALL {
         let skip: &[&str] = if t == Table::Steps { &["step_ms"] } else { &[] };
         let (a, b) = match (table(&plain, t, skip), table(&graphed, t, skip)) {

@@ -213,11 +213,13 @@ pub(super) struct StepGraphs {
     segments: HashMap<(u64, usize), Segment>,
     rec: Option<Recording>,
     pub counts: GraphCounts,
+    /// Why the graphs were turned off mid-run, if they were ([`CudaBackend::flush_segment`]).
+    failure: Option<String>,
 }
 
 impl Drop for StepGraphs {
     fn drop(&mut self) {
-        if self.enabled && std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
+        if (self.enabled || self.failure.is_some()) && std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
             let c = self.counts;
             eprintln!(
                 "CUDA graphs: {} steps graphed, {} launched op by op; {} segments captured, {} replayed, {} kernel nodes patched",
@@ -229,7 +231,7 @@ impl Drop for StepGraphs {
 
 impl StepGraphs {
     pub fn new(enabled: bool) -> StepGraphs {
-        StepGraphs { enabled, capture_stream: None, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default() }
+        StepGraphs { enabled, capture_stream: None, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default(), failure: None }
     }
 
     pub fn is_recording(&self) -> bool {
@@ -251,6 +253,12 @@ impl CudaBackend {
     /// What the step graphs did so far.
     pub fn step_graph_counts(&self) -> GraphCounts {
         self.graph.borrow().counts
+    }
+
+    /// Why the step graphs were turned off mid-run (the run went on launch by launch), if they
+    /// were.
+    pub fn step_graph_failure(&self) -> Option<String> {
+        self.graph.borrow().failure.clone()
     }
 
     /// Starts a step's forward and backward: recorded into graphs when they are on, the step has
@@ -304,22 +312,46 @@ impl CudaBackend {
     }
 
     /// Launches the recorded ops as the step's next segment: its graph, patched, or a new capture.
+    /// Should the graph fail (a capture the driver refuses, say), the ops are launched one by one
+    /// instead, as an ungraphed step would, the graphs are turned off for the rest of the run,
+    /// and stderr says why in one line ([`CudaBackend::step_graph_failure`]).
     fn flush_segment(&self) -> Result<(), CudaError> {
-        let (key, ops) = {
+        let (key, ops, enabled) = {
             let mut g = self.graph.borrow_mut();
+            let enabled = g.enabled;
             let Some(rec) = g.rec.as_mut() else { return Ok(()) };
             if rec.ops.is_empty() {
                 return Ok(());
             }
             let key = (rec.signature, rec.segment);
             rec.segment += 1;
-            (key, std::mem::take(&mut rec.ops))
+            (key, std::mem::take(&mut rec.ops), enabled)
         };
+        if enabled {
+            match self.launch_segment(key, &ops) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let mut g = self.graph.borrow_mut();
+                    let why = format!("CUDA graphs: {e}; the run goes on launch by launch");
+                    eprintln!("{why}");
+                    (g.enabled, g.failure) = (false, Some(why));
+                    g.segments.clear();
+                }
+            }
+        }
+        for op in &ops {
+            self.issue(op, self.stream.cu_stream())?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::flush_segment`]'s graph path: nothing of `ops` has run when it fails.
+    fn launch_segment(&self, key: (u64, usize), ops: &[Op]) -> Result<(), CudaError> {
         // The raw driver calls below need the context current, as cudarc's own calls make it.
         self.ctx.bind_to_thread()?;
         let mut guard = self.graph.borrow_mut();
         let g = &mut *guard;
-        let found = g.segments.get(&key).map(|s| match compare(&s.ops, &ops) {
+        let found = g.segments.get(&key).map(|s| match compare(&s.ops, ops) {
             // A kernel whose node the capture could not name is captured again instead.
             Match::Patch(idx) if idx.iter().any(|&i| s.nodes[i].is_none()) => Match::Differs,
             m => m,
@@ -354,14 +386,14 @@ impl CudaBackend {
                     unsafe { sys::cuGraphExecKernelNodeSetParams_v2(seg.graph.cu_graph_exec(), node, &p) }.result()?;
                 }
                 g.counts.patched_nodes += idx.len() as u64;
-                seg.ops = ops;
+                seg.ops = ops.to_vec();
             }
             Some(Match::Differs) | None => {
                 if g.capture_stream.is_none() {
                     g.capture_stream = Some(self.ctx.new_stream()?);
                 }
                 let stream = g.capture_stream.as_ref().expect("made above");
-                let seg = self.capture(ops, stream)?;
+                let seg = self.capture(ops.to_vec(), stream)?;
                 g.segments.insert(key, seg);
                 g.counts.captured += 1;
             }
