@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use fp8scope_schemas::names::{Gemm, Module, Role};
+use fp8scope_schemas::tables::StatRow;
 use serde_json::Value;
 
 fn f(v: &Value) -> f64 {
@@ -211,16 +212,32 @@ fn locate_names_the_planted_gemm_from_the_dumped_tensors() {
     );
 }
 
+/// The FP8 run with `plant` applied to each stats row after the planted run's own, beside the BF16
+/// baseline in `dir`: the run, the baseline, and the operand evidence of `locate --json`'s first
+/// GEMM, which must be the planted layers.1.fc1.fprop.
+fn located_evidence(dir: &std::path::Path, plant: impl Fn(&mut StatRow) + 'static) -> (std::path::PathBuf, std::path::PathBuf, Vec<Value>) {
+    let mut plan = fp8_plan();
+    let planted = std::mem::replace(&mut plan.stat, Box::new(|_| {}));
+    plan.stat = Box::new(move |r| {
+        planted(r);
+        plant(r);
+    });
+    let (run, base) = (write_run(dir, &plan), bf16(dir));
+    let out = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let j = out.json();
+    assert_eq!(j["first"], "layers.1.fc1.fprop");
+    let ev = j["ranked"][0]["evidence"].as_array().unwrap().clone();
+    (run, base, ev)
+}
+
 /// A run that took its channel statistics every 7th step (`--channel-stats-every 7`): the
 /// crossing step (120) has none, so the evidence takes the operands' channels from step 119, with
 /// that step's amax, and says so.
 #[test]
 fn locate_takes_channels_from_the_latest_step_that_has_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut plan = fp8_plan();
-    let planted = std::mem::replace(&mut plan.stat, Box::new(|_| {}));
-    plan.stat = Box::new(move |r| {
-        planted(r);
+    let (run, base, ev) = located_evidence(tmp.path(), |r| {
         if (r.layer, r.module, r.gemm, r.role, r.step) == (1, Module::Fc1, Gemm::Fprop, Role::Activation, DRIFT_STEP - 1) {
             (r.amax, r.amax_channel, r.top_channel_sq_frac) = (5.0, Some(OUTLIER_CHANNEL), Some(0.5));
         }
@@ -228,12 +245,6 @@ fn locate_takes_channels_from_the_latest_step_that_has_them() {
             (r.amax_channel, r.top_channel_sq_frac) = (None, None);
         }
     });
-    let (run, base) = (write_run(tmp.path(), &plan), bf16(tmp.path()));
-    let out = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let j = out.json();
-    assert_eq!(j["first"], "layers.1.fc1.fprop");
-    let ev = j["ranked"][0]["evidence"].as_array().unwrap();
     let act = ev.iter().find(|e| e["role"] == "activation").expect("activation evidence");
     // The step's own statistics, and the channels of step 119 with its amax.
     assert_eq!((act["step"].as_i64(), f(&act["underflow_frac"]), f(&act["amax"])), (Some(DRIFT_STEP as i64), 0.3, 2.0));
@@ -253,10 +264,7 @@ fn locate_takes_channels_from_the_latest_step_that_has_them() {
 #[test]
 fn locate_takes_each_operands_channels_from_its_own_latest_step() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut plan = fp8_plan();
-    let planted = std::mem::replace(&mut plan.stat, Box::new(|_| {}));
-    plan.stat = Box::new(move |r| {
-        planted(r);
+    let (_, _, ev) = located_evidence(tmp.path(), |r| {
         let fc1 = (r.layer, r.module, r.gemm) == (1, Module::Fc1, Gemm::Fprop);
         if fc1 && (r.role, r.step) == (Role::Activation, DRIFT_STEP - 1) {
             r.amax_channel = Some(OUTLIER_CHANNEL);
@@ -269,12 +277,6 @@ fn locate_takes_each_operands_channels_from_its_own_latest_step() {
             (r.amax_channel, r.top_channel_sq_frac) = (None, None);
         }
     });
-    let (run, base) = (write_run(tmp.path(), &plan), bf16(tmp.path()));
-    let out = analyze(&["locate", &p(&run), "--baseline", &p(&base), "--json"]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let j = out.json();
-    assert_eq!(j["first"], "layers.1.fc1.fprop");
-    let ev = j["ranked"][0]["evidence"].as_array().unwrap();
     let at = |role: &str| {
         let e = ev.iter().find(|e| e["role"] == role).unwrap_or_else(|| panic!("{role} evidence"));
         (e["step"].as_i64(), e["channel_step"].as_i64(), e["amax_channel"].as_i64())
