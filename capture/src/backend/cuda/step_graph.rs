@@ -3,8 +3,8 @@
 //! A step of a kind seen before (the same [`crate::model::StepPlan::graph_signature`]: statistics
 //! level and planted faults, no dumps) is not launched op by op. Its device work is recorded
 //! instead: every kernel launch (`launch!`), cuBLASLt and cuBLAS product and zeroing becomes an
-//! [`Op`], and every [`SEGMENT_OPS`] ops, and at the end of the backward, the segment is launched
-//! as one graph:
+//! [`Op`], and every [`segment_ops`] ops (8 at the step's start, then up to [`SEGMENT_OPS`]), and
+//! at the end of the backward, the segment is launched as one graph:
 //!
 //! - the first time a segment is seen, it is captured (the ops issued in capture mode on a stream
 //!   of its own: the backend's is the legacy default stream, which cannot be captured),
@@ -35,9 +35,14 @@ use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
-/// Ops a graph segment holds at most: a llama-1b step is about a dozen segments, so the GPU
-/// waits for the host's recording of the first segment alone.
+/// Ops a graph segment holds at most: a llama-1b step is about a dozen segments.
 pub(super) const SEGMENT_OPS: usize = 64;
+
+/// Ops segment `index` of a step holds: 8, 16, 32, then [`SEGMENT_OPS`], so that the GPU, idle
+/// between steps, waits for the recording of 8 ops before the step starts, not of 64.
+pub(super) fn segment_ops(index: usize) -> usize {
+    (8usize << index.min(3)).min(SEGMENT_OPS)
+}
 
 /// Why the step graphs and the profiler do not go together.
 pub(super) const PROFILED: &str = "FP8SCOPE_GRAPH=1 and FP8SCOPE_PROFILE=1 cannot be combined: the profiler times each launch, a graph launches many at once";
@@ -297,13 +302,13 @@ impl CudaBackend {
     }
 
     /// Records `op` while a step is recorded (launching the segment once it holds
-    /// [`SEGMENT_OPS`]); returns false when no step is, for the caller to issue it now.
+    /// [`segment_ops`]); returns false when no step is, for the caller to issue it now.
     pub(super) fn record_op(&self, op: impl FnOnce() -> Op) -> Result<bool, CudaError> {
         let full = {
             let mut g = self.graph.borrow_mut();
             let Some(rec) = g.rec.as_mut() else { return Ok(false) };
             rec.ops.push(op());
-            rec.ops.len() >= SEGMENT_OPS
+            rec.ops.len() >= segment_ops(rec.segment)
         };
         if full {
             self.flush_segment()?;
@@ -545,6 +550,12 @@ mod tests {
         // SAFETY: each pointer points at its argument's first word, live while k is.
         assert_eq!(unsafe { *(p[3] as *const [u64; 3]) }, [1, 2, 3]);
         assert_eq!(unsafe { *(p[2] as *const f32) }, 1.5);
+    }
+
+    /// Segments grow from 8 ops to 64 and stay there.
+    #[test]
+    fn segments_start_small() {
+        assert_eq!((0..6).map(segment_ops).collect::<Vec<_>>(), vec![8, 16, 32, 64, 64, 64]);
     }
 
     /// `FP8SCOPE_GRAPH`: unset, empty or 0 off; 1 on; anything else a clear error.
