@@ -264,7 +264,7 @@ impl AttentionState {
 
 impl CudaBackend {
     /// cuBLAS's batched BF16 product `g` (the unfused attention): run now, or recorded while the
-    /// step is recorded into CUDA graphs (`step_graph.rs`).
+    /// step is recorded into CUDA graphs (`step_graph/`).
     fn blas_gemm(&self, g: Batched, a: u64, b: u64, c: u64) -> Result<(), CudaError> {
         if !self.record_op(|| super::step_graph::Op::Blas { g, a, b, c })? {
             self.blas.gemm_bf16_f32(g, a, b, c)?;

@@ -88,7 +88,7 @@ impl CudaBackend {
     /// (a bias it refuses) FP32 D for `gemm_epilogue` to add the bias to, else BF16 D; into `out`
     /// when nothing is left to convert, else into scratch.
     /// cuBLASLt's `D = P · Qᵀ` of `g` into `d` (BF16 or f32, with the BF16 bias at `bias` or
-    /// none): run now, or recorded while the step is recorded into CUDA graphs (`step_graph.rs`).
+    /// none): run now, or recorded while the step is recorded into CUDA graphs (`step_graph/`).
     fn lt_matmul(&mut self, g: &LinearGemm, d: u64, d_bf16: bool, bias: u64) -> Result<(), CudaError> {
         let recording = self.graph.borrow().is_recording();
         let call = self.lt.prepare(g.rows, g.cols, g.k, g.p, g.q, d, d_bf16, g.fast, bias, !recording)?;

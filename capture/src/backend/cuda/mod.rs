@@ -12,7 +12,7 @@
 //!   layers' GEMMs (beside `layers/matmul.rs`), `gemm_output.rs` what follows a GEMM in its output
 //!   (`kernels/gemm_output.cu`), `bias_grad.rs` the bias gradients (`kernels/bias_grad.cu`),
 //!   `reports.rs` copies the step's reports to the host, `weight_casts.rs` casts the step's FP8
-//!   weights in one launch before the forward (`Backend::cast_weights`), `step_graph.rs` launches
+//!   weights in one launch before the forward (`Backend::cast_weights`), `step_graph/` launches
 //!   the step's forward and backward as CUDA graphs (`FP8SCOPE_GRAPH=1`: every launch below is
 //!   recorded instead while a step is);
 //!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
@@ -252,6 +252,8 @@ pub struct CudaBackend {
     /// The step's forward and backward as CUDA graphs ([`step_graph`]; `FP8SCOPE_GRAPH=1`).
     /// Shared, not `&mut`: `launch!` records into it from launchers that hold `&self`.
     graph: std::cell::RefCell<step_graph::StepGraphs>,
+    /// The stream the step graphs are captured on, made at the first capture.
+    graph_stream: std::cell::OnceCell<Arc<CudaStream>>,
     /// The first error of a primitive since the last [`Backend::take_error`], as
     /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
     error: Option<String>,
@@ -278,7 +280,7 @@ fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
 macro_rules! launch {
     ($self:ident, $name:expr, $cfg:expr $(, $arg:expr)* $(,)?) => {{
         (|| -> Result<(), CudaError> {
-            // While a step is recorded into graphs (step_graph.rs), the launch is recorded instead.
+            // While a step is recorded into graphs (step_graph/), the launch is recorded instead.
             if $self.graph.borrow().is_recording() {
                 let func = $self.func($name)?.cu_function();
                 #[allow(unused_mut)]
@@ -308,7 +310,7 @@ pub mod step_graph;
 
 fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'static>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
     if buf.len() < n {
-        // The old buffer outlives the recorded ops that may still name it (step_graph.rs).
+        // The old buffer outlives the recorded ops that may still name it (step_graph/).
         step_graph::defer_drop(std::mem::replace(buf, stream.alloc_zeros::<T>(n.next_power_of_two())?));
     }
     Ok(())
@@ -385,6 +387,7 @@ impl CudaBackend {
             mt_sumsq: Default::default(),
             mt_zero: Default::default(),
             graph: std::cell::RefCell::new(step_graph::StepGraphs::new(graphs)),
+            graph_stream: std::cell::OnceCell::new(),
             error: None,
             next_slot: 0,
             next_gemm: 0,

@@ -26,9 +26,14 @@
 //! one), a scratch buffer grown (the old one is kept alive until the step's last segment is
 //! launched: [`defer_drop`]). A buffer whose contents a growth must carry (the channel records)
 //! refuses to grow while recording ([`recording`]).
+//!
+//! This file is the bookkeeping, whatever the device ([`SegmentDevice`]; the tests drive it with a
+//! fake one); `device.rs` is the CUDA side (capture, patch, launch) and the backend's entry points.
+
+mod device;
 
 use super::blas::{Batched, LtCall};
-use super::{CudaBackend, CudaError};
+use super::CudaError;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaGraph, DeviceRepr, LaunchConfig};
 use std::any::Any;
@@ -177,12 +182,29 @@ pub(super) fn compare(old: &[Op], new: &[Op]) -> Match {
     if patch.is_empty() { Match::Same } else { Match::Patch(patch) }
 }
 
+/// A graph node's handle.
+pub(super) type Node = sys::CUgraphNode;
+
+/// What the step graphs need of the device: the CUDA backend's (`device.rs`), or the tests' fake.
+pub(super) trait SegmentDevice {
+    type Graph;
+    /// Captures `ops` into a graph ready to launch, with the node of each kernel op (None for the
+    /// others, or where the driver does not name it). Nothing runs.
+    fn capture(&self, ops: &[Op]) -> Result<(Self::Graph, Vec<Option<Node>>), CudaError>;
+    /// Gives kernel node `node` of `graph` the launch `k`.
+    fn patch(&self, graph: &Self::Graph, node: Node, k: &KernelOp) -> Result<(), CudaError>;
+    /// Launches `graph` on the backend's stream.
+    fn launch(&self, graph: &Self::Graph) -> Result<(), CudaError>;
+    /// Issues `op` on the backend's stream now, as an ungraphed step would.
+    fn issue(&self, op: &Op) -> Result<(), CudaError>;
+}
+
 /// A captured segment: its ops, the graph node of each kernel op (None for the others), and the
-/// instantiated graph.
-struct Segment {
+/// graph.
+struct Segment<G> {
     ops: Vec<Op>,
-    nodes: Vec<Option<sys::CUgraphNode>>,
-    graph: CudaGraph,
+    nodes: Vec<Option<Node>>,
+    graph: G,
 }
 
 /// What the step graphs did, for the tests and `FP8SCOPE_VERBOSE`.
@@ -208,21 +230,18 @@ struct Recording {
 }
 
 /// The backend's step graphs: on or off, the kinds of step seen, the captured segments by
-/// (signature, index), the step being recorded, the stream segments are captured on.
-pub(super) struct StepGraphs {
-    pub enabled: bool,
-    /// A stream of its own (the backend's is the legacy default stream, which cannot be
-    /// captured); made at the first capture. The graphs are launched on the backend's stream.
-    capture_stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
+/// (signature, index), the step being recorded.
+pub(super) struct StepGraphs<G = CudaGraph> {
+    enabled: bool,
     seen: HashSet<u64>,
-    segments: HashMap<(u64, usize), Segment>,
+    segments: HashMap<(u64, usize), Segment<G>>,
     rec: Option<Recording>,
-    pub counts: GraphCounts,
-    /// Why the graphs were turned off mid-run, if they were ([`CudaBackend::flush_segment`]).
+    counts: GraphCounts,
+    /// Why the graphs were turned off mid-run, if they were ([`StepGraphs::flush`]).
     failure: Option<String>,
 }
 
-impl Drop for StepGraphs {
+impl<G> Drop for StepGraphs<G> {
     fn drop(&mut self) {
         if (self.enabled || self.failure.is_some()) && std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
             let c = self.counts;
@@ -234,254 +253,123 @@ impl Drop for StepGraphs {
     }
 }
 
-impl StepGraphs {
-    pub fn new(enabled: bool) -> StepGraphs {
-        StepGraphs { enabled, capture_stream: None, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default(), failure: None }
+impl<G> StepGraphs<G> {
+    pub fn new(enabled: bool) -> StepGraphs<G> {
+        StepGraphs { enabled, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default(), failure: None }
     }
 
     pub fn is_recording(&self) -> bool {
         self.rec.is_some()
     }
-}
 
-impl CudaBackend {
-    /// Turns the step graphs on or off (`FP8SCOPE_GRAPH`); the tests compare both ways in one
-    /// process. Forgets every graph. Refused while the profiler is on.
-    pub fn set_step_graphs(&mut self, on: bool) -> Result<(), CudaError> {
-        if on && self.prof.is_some() {
-            return Err(CudaError::Setting(PROFILED.into()));
-        }
-        self.graph = RefCell::new(StepGraphs::new(on));
-        Ok(())
+    pub fn counts(&self) -> GraphCounts {
+        self.counts
     }
 
-    /// What the step graphs did so far.
-    pub fn step_graph_counts(&self) -> GraphCounts {
-        self.graph.borrow().counts
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
-    /// Why the step graphs were turned off mid-run (the run went on launch by launch), if they
-    /// were.
-    pub fn step_graph_failure(&self) -> Option<String> {
-        self.graph.borrow().failure.clone()
-    }
-
-    /// Starts a step's forward and backward: recorded into graphs when they are on, the step has
-    /// a signature, a step of that signature ran before, and no error is kept.
-    pub(super) fn begin_step_work_impl(&mut self, signature: Option<u64>) {
-        let g = self.graph.get_mut();
-        if !g.enabled || self.error.is_some() {
-            return;
+    /// A step's forward and backward start; returns whether they are recorded: graphs on, a
+    /// signature, and a step of that signature before (which ran launch by launch).
+    pub fn begin(&mut self, signature: Option<u64>) -> bool {
+        if !self.enabled {
+            return false;
         }
         match signature {
-            Some(s) if g.seen.contains(&s) => {
-                g.rec = Some(Recording { signature: s, segment: 0, ops: Vec::new() });
-                g.counts.graphed_steps += 1;
-                RECORDING.with(|r| r.set(true));
+            Some(s) if self.seen.contains(&s) => {
+                self.rec = Some(Recording { signature: s, segment: 0, ops: Vec::new() });
+                self.counts.graphed_steps += 1;
+                true
             }
             Some(s) => {
-                g.seen.insert(s);
-                g.counts.ungraphed_steps += 1;
+                self.seen.insert(s);
+                self.counts.ungraphed_steps += 1;
+                false
             }
-            None => g.counts.ungraphed_steps += 1,
+            None => {
+                self.counts.ungraphed_steps += 1;
+                false
+            }
         }
     }
 
-    /// Ends the step's forward and backward: launches the last segment, then frees the buffers
-    /// replaced while recording. After an error nothing recorded is launched.
-    pub(super) fn end_step_work_impl(&mut self) {
-        if !self.graph.get_mut().is_recording() {
-            return;
+    /// Records `op`; returns whether the segment is full ([`segment_ops`]) and must be flushed.
+    /// False, and nothing recorded, when no step is.
+    pub fn push(&mut self, op: Op) -> bool {
+        match self.rec.as_mut() {
+            Some(rec) => {
+                rec.ops.push(op);
+                rec.ops.len() >= segment_ops(rec.segment)
+            }
+            None => false,
         }
-        if self.error.is_none() {
-            self.guarded("step graph", |me| me.flush_segment());
-        }
-        self.graph.get_mut().rec = None;
-        RECORDING.with(|r| r.set(false));
-        DEFERRED.with(|d| d.borrow_mut().clear());
     }
 
-    /// Records `op` while a step is recorded (launching the segment once it holds
-    /// [`segment_ops`]); returns false when no step is, for the caller to issue it now.
-    pub(super) fn record_op(&self, op: impl FnOnce() -> Op) -> Result<bool, CudaError> {
-        let full = {
-            let mut g = self.graph.borrow_mut();
-            let Some(rec) = g.rec.as_mut() else { return Ok(false) };
-            rec.ops.push(op());
-            rec.ops.len() >= segment_ops(rec.segment)
-        };
-        if full {
-            self.flush_segment()?;
-        }
-        Ok(true)
+    /// The step's recording ends (its last segment flushed, or dropped after an error).
+    pub fn end(&mut self) {
+        self.rec = None;
     }
 
     /// Launches the recorded ops as the step's next segment: its graph, patched, or a new capture.
-    /// Should the graph fail (a capture the driver refuses, say), the ops are launched one by one
-    /// instead, as an ungraphed step would, the graphs are turned off for the rest of the run,
-    /// and stderr says why in one line ([`CudaBackend::step_graph_failure`]).
-    fn flush_segment(&self) -> Result<(), CudaError> {
-        let (key, ops, enabled) = {
-            let mut g = self.graph.borrow_mut();
-            let enabled = g.enabled;
-            let Some(rec) = g.rec.as_mut() else { return Ok(()) };
-            if rec.ops.is_empty() {
-                return Ok(());
-            }
-            let key = (rec.signature, rec.segment);
-            rec.segment += 1;
-            (key, std::mem::take(&mut rec.ops), enabled)
-        };
+    /// Should the graph fail (a capture the driver refuses, say), the ops are issued one by one
+    /// instead, as an ungraphed step's would be, the graphs are turned off for the rest of the
+    /// run, and stderr says why in one line ([`StepGraphs::failure`]).
+    pub fn flush<D: SegmentDevice<Graph = G>>(&mut self, dev: &D) -> Result<(), CudaError> {
+        let enabled = self.enabled;
+        let Some(rec) = self.rec.as_mut() else { return Ok(()) };
+        if rec.ops.is_empty() {
+            return Ok(());
+        }
+        let key = (rec.signature, rec.segment);
+        rec.segment += 1;
+        let ops = std::mem::take(&mut rec.ops);
         if enabled {
-            match self.launch_segment(key, &ops) {
+            match self.launch_segment(dev, key, ops.clone()) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    let mut g = self.graph.borrow_mut();
                     let why = format!("CUDA graphs: {e}; the run goes on launch by launch");
                     eprintln!("{why}");
-                    (g.enabled, g.failure) = (false, Some(why));
-                    g.segments.clear();
+                    (self.enabled, self.failure) = (false, Some(why));
+                    self.segments.clear();
                 }
             }
         }
         for op in &ops {
-            self.issue(op, self.stream.cu_stream())?;
+            dev.issue(op)?;
         }
         Ok(())
     }
 
-    /// [`Self::flush_segment`]'s graph path: nothing of `ops` has run when it fails.
-    fn launch_segment(&self, key: (u64, usize), ops: &[Op]) -> Result<(), CudaError> {
-        // The raw driver calls below need the context current, as cudarc's own calls make it.
-        self.ctx.bind_to_thread()?;
-        let mut guard = self.graph.borrow_mut();
-        let g = &mut *guard;
-        let found = g.segments.get(&key).map(|s| match compare(&s.ops, ops) {
+    /// [`Self::flush`]'s graph path: nothing of `ops` has run when it fails.
+    fn launch_segment<D: SegmentDevice<Graph = G>>(&mut self, dev: &D, key: (u64, usize), ops: Vec<Op>) -> Result<(), CudaError> {
+        let found = self.segments.get(&key).map(|s| match compare(&s.ops, &ops) {
             // A kernel whose node the capture could not name is captured again instead.
             Match::Patch(idx) if idx.iter().any(|&i| s.nodes[i].is_none()) => Match::Differs,
             m => m,
         });
-        let replay = matches!(found, Some(Match::Same | Match::Patch(_)));
         match found {
-            Some(Match::Same) => {}
+            Some(Match::Same) => self.counts.replayed += 1,
             Some(Match::Patch(idx)) => {
-                let seg = g.segments.get_mut(&key).expect("compared above");
+                let seg = self.segments.get_mut(&key).expect("compared above");
                 for &i in &idx {
                     let (Op::Kernel(k), Some(node)) = (&ops[i], seg.nodes[i]) else {
                         unreachable!("compare patches kernels only, and only those with a node")
                     };
-                    let mut params = k.params();
-                    let p = sys::CUDA_KERNEL_NODE_PARAMS {
-                        func: k.func,
-                        gridDimX: k.grid.0,
-                        gridDimY: k.grid.1,
-                        gridDimZ: k.grid.2,
-                        blockDimX: k.block.0,
-                        blockDimY: k.block.1,
-                        blockDimZ: k.block.2,
-                        sharedMemBytes: k.smem,
-                        kernelParams: params.as_mut_ptr(),
-                        extra: std::ptr::null_mut(),
-                        kern: std::ptr::null_mut(),
-                        ctx: std::ptr::null_mut(),
-                    };
-                    // SAFETY: node is a kernel node of the graph exec's graph, params point at
-                    // arguments of the kernel's signature (the same function as captured), live
-                    // for the call; the driver copies them.
-                    unsafe { sys::cuGraphExecKernelNodeSetParams_v2(seg.graph.cu_graph_exec(), node, &p) }.result()?;
+                    dev.patch(&seg.graph, node, k)?;
                 }
-                g.counts.patched_nodes += idx.len() as u64;
-                seg.ops = ops.to_vec();
+                seg.ops = ops;
+                self.counts.patched_nodes += idx.len() as u64;
+                self.counts.replayed += 1;
             }
             Some(Match::Differs) | None => {
-                if g.capture_stream.is_none() {
-                    g.capture_stream = Some(self.ctx.new_stream()?);
-                }
-                let stream = g.capture_stream.as_ref().expect("made above");
-                let seg = self.capture(ops.to_vec(), stream)?;
-                g.segments.insert(key, seg);
-                g.counts.captured += 1;
+                let (graph, nodes) = dev.capture(&ops)?;
+                self.segments.insert(key, Segment { ops, nodes, graph });
+                self.counts.captured += 1;
             }
         }
-        g.counts.replayed += u64::from(replay);
-        // SAFETY: the exec is live (kept in segments); the stream is the backend's.
-        unsafe { sys::cuGraphLaunch(g.segments[&key].graph.cu_graph_exec(), self.stream.cu_stream()) }.result()?;
-        Ok(())
+        dev.launch(&self.segments[&key].graph)
     }
-
-    /// Captures `ops` into a graph: each issued on `stream` in capture mode, each kernel's node
-    /// taken from the capture as it is added.
-    fn capture(&self, ops: Vec<Op>, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Result<Segment, CudaError> {
-        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-        let mut nodes = Vec::with_capacity(ops.len());
-        let mut issued = Ok(());
-        for op in &ops {
-            if let Err(e) = self.issue(op, stream.cu_stream()) {
-                issued = Err(e);
-                break;
-            }
-            // A kernel's node, for its arguments to be patched (None if the driver does not name
-            // it: the segment is then captured again whenever they change).
-            nodes.push(if matches!(op, Op::Kernel(_)) { last_captured_node(stream.cu_stream()).ok() } else { None });
-        }
-        // The capture ends whatever happened, so that the stream is usable again.
-        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        issued?;
-        let graph = graph?.ok_or_else(|| CudaError::Unsupported("a captured graph segment came back empty".into()))?;
-        Ok(Segment { ops, nodes, graph })
-    }
-
-    /// Issues one op on `stream` (capturing).
-    fn issue(&self, op: &Op, stream: sys::CUstream) -> Result<(), CudaError> {
-        match op {
-            Op::Kernel(k) => {
-                let mut params = k.params();
-                // SAFETY: k was recorded from a launch of this function with these arguments
-                // (`launch!`), whose pointers are live allocations of the step.
-                unsafe {
-                    sys::cuLaunchKernel(
-                        k.func,
-                        k.grid.0,
-                        k.grid.1,
-                        k.grid.2,
-                        k.block.0,
-                        k.block.1,
-                        k.block.2,
-                        k.smem,
-                        stream,
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                }
-                .result()?;
-                Ok(())
-            }
-            Op::Lt(c) => self.lt.execute_on(c, stream),
-            Op::Blas { g, a, b, c } => self.blas.gemm_bf16_f32_on(*g, *a, *b, *c, stream),
-            Op::Zero { ptr, bytes } => {
-                // SAFETY: ptr is a live allocation of at least `bytes` bytes (a buffer of the step).
-                unsafe { cudarc::driver::result::memset_d8_async(*ptr, 0, *bytes, stream) }?;
-                Ok(())
-            }
-        }
-    }
-}
-
-/// The node the capture on `stream` added last: the one the stream's next work would depend on.
-fn last_captured_node(stream: sys::CUstream) -> Result<sys::CUgraphNode, CudaError> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id: sys::cuuint64_t = 0;
-    let mut graph: sys::CUgraph = std::ptr::null_mut();
-    let mut deps: *const sys::CUgraphNode = std::ptr::null();
-    let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
-    let mut n: usize = 0;
-    // SAFETY: every out-pointer is a live local; the stream is capturing.
-    unsafe { sys::cuStreamGetCaptureInfo_v3(stream, &mut status, &mut id, &mut graph, &mut deps, &mut edges, &mut n) }.result()?;
-    if n != 1 || deps.is_null() {
-        return Err(CudaError::Unsupported(format!("a captured kernel left {n} dependencies instead of its own node")));
-    }
-    // SAFETY: the driver returned n = 1 node handles at deps, valid until the next capture call.
-    Ok(unsafe { *deps })
 }
 
 #[cfg(test)]
@@ -556,6 +444,121 @@ mod tests {
     #[test]
     fn segments_start_small() {
         assert_eq!((0..6).map(segment_ops).collect::<Vec<_>>(), vec![8, 16, 32, 64, 64, 64]);
+    }
+
+    /// A device that logs what it is asked to do; its captures fail from the `fail_from`-th on.
+    struct Fake {
+        log: RefCell<Vec<String>>,
+        captures: Cell<usize>,
+        fail_from: Option<usize>,
+    }
+
+    impl Fake {
+        fn new(fail_from: Option<usize>) -> Fake {
+            Fake { log: RefCell::new(Vec::new()), captures: Cell::new(0), fail_from }
+        }
+
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.log.borrow_mut())
+        }
+    }
+
+    impl SegmentDevice for Fake {
+        type Graph = usize;
+
+        fn capture(&self, ops: &[Op]) -> Result<(usize, Vec<Option<Node>>), CudaError> {
+            let n = self.captures.get();
+            self.captures.set(n + 1);
+            if self.fail_from.is_some_and(|f| n >= f) {
+                return Err(CudaError::Unsupported("the driver refused".into()));
+            }
+            self.log.borrow_mut().push(format!("capture {n}: {} ops", ops.len()));
+            Ok((n, ops.iter().enumerate().map(|(i, op)| matches!(op, Op::Kernel(_)).then_some((i + 1) as Node)).collect()))
+        }
+
+        fn patch(&self, graph: &usize, node: Node, k: &KernelOp) -> Result<(), CudaError> {
+            self.log.borrow_mut().push(format!("patch {graph}: node {} grid {}", node as usize, k.grid.0));
+            Ok(())
+        }
+
+        fn launch(&self, graph: &usize) -> Result<(), CudaError> {
+            self.log.borrow_mut().push(format!("launch {graph}"));
+            Ok(())
+        }
+
+        fn issue(&self, _op: &Op) -> Result<(), CudaError> {
+            self.log.borrow_mut().push("issue".into());
+            Ok(())
+        }
+    }
+
+    /// A step of `n` kernels, the 11th with grid `grid` (as a scale that changes every step),
+    /// through the graphs as the backend drives them; returns whether it was recorded.
+    fn step(g: &mut StepGraphs<usize>, dev: &Fake, signature: Option<u64>, n: usize, grid: u32) -> bool {
+        if !g.begin(signature) {
+            return false;
+        }
+        for i in 0..n {
+            if g.push(kernel(1 + i, if i == 10 { grid } else { 1 }, &[i as u64])) {
+                g.flush(dev).expect("segment");
+            }
+        }
+        g.flush(dev).expect("last segment");
+        g.end();
+        true
+    }
+
+    /// The first step of a kind runs launch by launch; the second is captured, 8 ops then the
+    /// other 12; the third replays both, its one changed kernel patched (op 11: the second
+    /// segment's third, node 3); a dump step and another kind's first step are not recorded;
+    /// a step whose ops changed captures its segment again.
+    #[test]
+    fn steps_of_a_kind_are_captured_once_then_replayed_and_patched() {
+        let dev = Fake::new(None);
+        let mut g = StepGraphs::<usize>::new(true);
+        assert!(!step(&mut g, &dev, Some(1), 20, 5));
+        assert!(dev.take().is_empty());
+        assert!(step(&mut g, &dev, Some(1), 20, 5));
+        assert_eq!(dev.take(), ["capture 0: 8 ops", "launch 0", "capture 1: 12 ops", "launch 1"]);
+        assert!(step(&mut g, &dev, Some(1), 20, 6));
+        assert_eq!(dev.take(), ["launch 0", "patch 1: node 3 grid 6", "launch 1"]);
+        assert!(!step(&mut g, &dev, None, 20, 6), "a dump step");
+        assert!(!step(&mut g, &dev, Some(2), 20, 6), "another kind's first step");
+        assert!(step(&mut g, &dev, Some(1), 21, 6));
+        assert_eq!(dev.take(), ["launch 0", "capture 2: 13 ops", "launch 2"]);
+        assert_eq!(
+            g.counts(),
+            GraphCounts { graphed_steps: 3, ungraphed_steps: 3, captured: 3, replayed: 3, patched_nodes: 1 }
+        );
+        assert_eq!(g.failure(), None);
+    }
+
+    /// Off, nothing is recorded, whatever the step.
+    #[test]
+    fn graphs_off_record_nothing() {
+        let dev = Fake::new(None);
+        let mut g = StepGraphs::<usize>::new(false);
+        for _ in 0..3 {
+            assert!(!step(&mut g, &dev, Some(1), 20, 5));
+        }
+        assert!(dev.take().is_empty());
+        assert_eq!(g.counts(), GraphCounts::default());
+    }
+
+    /// A capture the device refuses: that segment's ops are issued one by one, the rest of the
+    /// step's too, the graphs stay off from then on, and the failure says why.
+    #[test]
+    fn a_failed_capture_falls_back_to_launch_by_launch() {
+        let dev = Fake::new(Some(1));
+        let mut g = StepGraphs::<usize>::new(true);
+        step(&mut g, &dev, Some(1), 20, 5);
+        assert!(step(&mut g, &dev, Some(1), 20, 5));
+        let mut want = vec!["capture 0: 8 ops".to_string(), "launch 0".into()];
+        want.extend(std::iter::repeat_n("issue".to_string(), 12));
+        assert_eq!(dev.take(), want);
+        assert!(g.failure().is_some_and(|f| f.contains("the driver refused") && f.contains("launch by launch")), "{:?}", g.failure());
+        assert!(!step(&mut g, &dev, Some(1), 20, 5), "off for the rest of the run");
+        assert!(dev.take().is_empty());
     }
 
     /// `FP8SCOPE_GRAPH`: unset, empty or 0 off; 1 on; anything else a clear error.
