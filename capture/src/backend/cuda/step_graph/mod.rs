@@ -25,7 +25,9 @@
 //! host-side effects run at once: a table uploaded (its kernel's argument then points at the new
 //! one), a scratch buffer grown (the old one is kept alive until the step's last segment is
 //! launched: [`defer_drop`]). A buffer whose contents a growth must carry (the channel records)
-//! refuses to grow while recording ([`recording`]).
+//! refuses to grow while recording ([`recording`]). Should a graph fail (a capture the driver
+//! refuses), its segment's ops are issued one by one and the run goes on launch by launch
+//! ([`StepGraphs::flush`]).
 //!
 //! This file is the bookkeeping, whatever the device ([`SegmentDevice`]; the tests drive it with a
 //! fake one); `device.rs` is the CUDA side (capture, patch, launch) and the backend's entry points.
