@@ -84,9 +84,6 @@ impl CudaBackend {
         self.span("gemm.epilogue", |me| launch!(me, "gemm_epilogue", grid_for(n_out, 256), outp, d.ptr, d.bf16 as i32, g.rows as u64, g.cols as i32, bias_ptr, accumulate as i32, nan_output as i32, nonfinite, out.is_bf16() as i32))
     }
 
-    /// The GEMM itself: BF16 D with the bias in cuBLASLt's epilogue where cuBLASLt takes it, else
-    /// (a bias it refuses) FP32 D for `gemm_epilogue` to add the bias to, else BF16 D; into `out`
-    /// when nothing is left to convert, else into scratch.
     /// cuBLASLt's `D = P · Qᵀ` of `g` into `d` (BF16 or f32, with the BF16 bias at `bias` or
     /// none): run now, or recorded while the step is recorded into CUDA graphs (`step_graph/`).
     fn lt_matmul(&mut self, g: &LinearGemm, d: u64, d_bf16: bool, bias: u64) -> Result<(), CudaError> {
@@ -98,6 +95,9 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The GEMM itself: BF16 D with the bias in cuBLASLt's epilogue where cuBLASLt takes it, else
+    /// (a bias it refuses) FP32 D for `gemm_epilogue` to add the bias to, else BF16 D; into `out`
+    /// when nothing is left to convert, else into scratch.
     fn linear_product(&mut self, g: &LinearGemm, out: &DevBuf, bias: Option<&CudaSlice<f32>>, accumulate: bool) -> Result<Product, CudaError> {
         let n_out = g.rows * g.cols;
         let key = g.key();
