@@ -10,7 +10,7 @@ W=/tmp/graphs; rm -rf $W; mkdir -p $W
 export FP8SCOPE_GEMM_CACHE=$W/gemm-algorithms.json
 date +%T; nvidia-smi --query-gpu=name --format=csv,noheader
 bash bench/env_bin.sh bin graph FP8SCOPE_GRAPH=1
-PARTS="tables speed" bash bench/compare_builds.sh bin graph $OUT/llama-1b 2>&1 | tee $OUT/llama-1b.txt | tail -12
+PARTS="speed" bash bench/compare_builds.sh bin graph $OUT/llama-1b 2>&1 | tee $OUT/llama-1b.txt | tail -12
 for preset in "seed --batch 32" "small"; do
   name=${preset%% *}
   for round in 1 2; do
