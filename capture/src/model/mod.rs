@@ -189,7 +189,7 @@ impl StepPlan {
         let mut faults: Vec<_> = self.faults.iter().map(|(id, (fa, fb, nan))| (*id, bits(fa), bits(fb), *nan)).collect();
         faults.sort_by_key(|f| f.0);
         let mut h = std::hash::DefaultHasher::new();
-        (self.stats as u8, self.shadow, format!("{:?}", self.accumulation)).hash(&mut h);
+        (self.stats as u8, self.shadow, self.accumulation).hash(&mut h);
         faults.hash(&mut h);
         Some(h.finish())
     }

@@ -51,6 +51,11 @@ impl OpType {
     }
 }
 
+/// cuBLAS's status as [`ck`] takes cuBLASLt's (the libraries' status types are distinct).
+fn ck_blas(st: bs::cublasStatus_t, what: &'static str) -> Result<(), CudaError> {
+    if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what, status: format!("{st:?}") }) }
+}
+
 fn ck(st: lt::cublasStatus_t, what: &'static str) -> Result<(), CudaError> {
     if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
         Ok(())
@@ -81,7 +86,7 @@ struct Key {
     bias: bool,
 }
 
-/// How an operand of [`Lt::matmul`] lies in memory: `ptr` to `ty` values, dequantised through the
+/// How an operand of [`Lt::prepare`] lies in memory: `ptr` to `ty` values, dequantised through the
 /// f32 at `inv` when FP8; `transposed` when it holds the transpose of the row-major matrix the
 /// product names (allowed for BF16 operands only).
 #[derive(Clone, Copy, Debug)]
@@ -312,21 +317,14 @@ impl Lt {
         Ok(&self.plans[&key])
     }
 
-    /// D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) · Q (cols × k)ᵀ, with
-    /// FP8 operands multiplied by their device-side dequantisation factors, plus `bias` (a device
-    /// pointer to `cols` BF16 values, 0 for none; BF16 D only) added in cuBLASLt's epilogue before
-    /// D's rounding. With `fast` and an FP8 operand, the tensor cores accumulate in their own
-    /// reduced precision (cuBLASLt's fast accumulation); BF16 products ignore it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64) -> Result<(), CudaError> {
-        let call = self.prepare(rows, cols, k, p, q, d, d_bf16, fast, bias, true)?;
-        self.execute(&call)
-    }
-
-    /// [`Lt::matmul`]'s product resolved to its plan and its algorithm, for [`Lt::execute`] to run
-    /// (now, or in a CUDA graph of the step). A shape's first product times the heuristic's
-    /// candidates on these operands (`may_tune`; else that is an error: a recorded step must not
-    /// run anything at once).
+    /// The product D (rows × cols, row-major; f32, or BF16 with `d_bf16`) = P (rows × k) ·
+    /// Q (cols × k)ᵀ, with FP8 operands multiplied by their device-side dequantisation factors,
+    /// plus `bias` (a device pointer to `cols` BF16 values, 0 for none; BF16 D only) added in
+    /// cuBLASLt's epilogue before D's rounding. With `fast` and an FP8 operand, the tensor cores
+    /// accumulate in their own reduced precision (cuBLASLt's fast accumulation); BF16 products
+    /// ignore it. Resolved to its plan and its algorithm, for [`Lt::execute`] to run (now, or in a
+    /// CUDA graph of the step). A shape's first product times the heuristic's candidates on these
+    /// operands (`may_tune`; else that is an error: a recorded step must not run anything at once).
     #[allow(clippy::too_many_arguments)]
     pub fn prepare(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64, may_tune: bool) -> Result<LtCall, CudaError> {
         let (pt, qt) = (p.ty, q.ty);
@@ -553,8 +551,7 @@ impl Blas {
     pub fn gemm_bf16_f32_on(&self, g: Batched, a: u64, b: u64, c: u64, stream: cudarc::driver::sys::CUstream) -> Result<(), CudaError> {
         let set = |s: cudarc::driver::sys::CUstream| {
             // SAFETY: the handle is live; stream is a live stream of its context.
-            let st = unsafe { bs::cublasSetStream_v2(*self.blas.handle(), s as bs::cudaStream_t) };
-            if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what: "cublasSetStream", status: format!("{st:?}") }) }
+            ck_blas(unsafe { bs::cublasSetStream_v2(*self.blas.handle(), s as bs::cudaStream_t) }, "cublasSetStream")
         };
         set(stream)?;
         let r = self.gemm_bf16_f32(g, a, b, c);
@@ -600,14 +597,7 @@ impl Blas {
                 bs::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         };
-        if st == bs::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            Ok(())
-        } else {
-            Err(CudaError::Blas {
-                what: "cublasGemmStridedBatchedEx",
-                status: format!("{st:?}"),
-            })
-        }
+        ck_blas(st, "cublasGemmStridedBatchedEx")
     }
 }
 

@@ -327,7 +327,7 @@ impl<G> StepGraphs<G> {
         rec.segment += 1;
         let ops = std::mem::take(&mut rec.ops);
         if enabled {
-            match self.launch_segment(dev, key, ops.clone()) {
+            match self.launch_segment(dev, key, &ops) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let why = format!("CUDA graphs: {e}; the run goes on launch by launch");
@@ -343,9 +343,10 @@ impl<G> StepGraphs<G> {
         Ok(())
     }
 
-    /// [`Self::flush`]'s graph path: nothing of `ops` has run when it fails.
-    fn launch_segment<D: SegmentDevice<Graph = G>>(&mut self, dev: &D, key: (u64, usize), ops: Vec<Op>) -> Result<(), CudaError> {
-        let found = self.segments.get(&key).map(|s| match compare(&s.ops, &ops) {
+    /// [`Self::flush`]'s graph path: nothing of `ops` has run when it fails. Only the ops it
+    /// keeps are copied: a patched kernel's, or a new capture's.
+    fn launch_segment<D: SegmentDevice<Graph = G>>(&mut self, dev: &D, key: (u64, usize), ops: &[Op]) -> Result<(), CudaError> {
+        let found = self.segments.get(&key).map(|s| match compare(&s.ops, ops) {
             // A kernel whose node the capture could not name is captured again instead.
             Match::Patch(idx) if idx.iter().any(|&i| s.nodes[i].is_none()) => Match::Differs,
             m => m,
@@ -359,14 +360,14 @@ impl<G> StepGraphs<G> {
                         unreachable!("compare patches kernels only, and only those with a node")
                     };
                     dev.patch(&seg.graph, node, k)?;
+                    seg.ops[i] = ops[i].clone();
                 }
-                seg.ops = ops;
                 self.counts.patched_nodes += idx.len() as u64;
                 self.counts.replayed += 1;
             }
             Some(Match::Differs) | None => {
-                let (graph, nodes) = dev.capture(&ops)?;
-                self.segments.insert(key, Segment { ops, nodes, graph });
+                let (graph, nodes) = dev.capture(ops)?;
+                self.segments.insert(key, Segment { ops: ops.to_vec(), nodes, graph });
                 self.counts.captured += 1;
             }
         }
@@ -512,7 +513,7 @@ mod tests {
 
     /// The first step of a kind runs launch by launch; the second is captured, 8 ops then the
     /// other 12; the third replays both, its one changed kernel patched (op 11: the second
-    /// segment's third, node 3); a dump step and another kind's first step are not recorded;
+    /// segment's third, node 3), and a fourth like it replays them unpatched; a dump step and another kind's first step are not recorded;
     /// a step whose ops changed captures its segment again.
     #[test]
     fn steps_of_a_kind_are_captured_once_then_replayed_and_patched() {
@@ -524,13 +525,15 @@ mod tests {
         assert_eq!(dev.take(), ["capture 0: 8 ops", "launch 0", "capture 1: 12 ops", "launch 1"]);
         assert!(step(&mut g, &dev, Some(1), 20, 6));
         assert_eq!(dev.take(), ["launch 0", "patch 1: node 3 grid 6", "launch 1"]);
+        assert!(step(&mut g, &dev, Some(1), 20, 6));
+        assert_eq!(dev.take(), ["launch 0", "launch 1"], "the patched launch is the graph's now");
         assert!(!step(&mut g, &dev, None, 20, 6), "a dump step");
         assert!(!step(&mut g, &dev, Some(2), 20, 6), "another kind's first step");
         assert!(step(&mut g, &dev, Some(1), 21, 6));
         assert_eq!(dev.take(), ["launch 0", "capture 2: 13 ops", "launch 2"]);
         assert_eq!(
             g.counts(),
-            GraphCounts { graphed_steps: 3, ungraphed_steps: 3, captured: 3, replayed: 3, patched_nodes: 1 }
+            GraphCounts { graphed_steps: 4, ungraphed_steps: 3, captured: 3, replayed: 5, patched_nodes: 1 }
         );
         assert_eq!(g.failure(), None);
     }
