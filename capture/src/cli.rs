@@ -41,9 +41,9 @@ On the GPU, kept between runs: the compiled kernels in ~/.cache/fp8scope/kernels
 (FP8SCOPE_KERNEL_CACHE=DIR moves them, 0 turns the cache off) and the timed GEMM algorithms in \
 ~/.cache/fp8scope/gemm-algorithms.json (FP8SCOPE_GEMM_CACHE=FILE moves it; FP8SCOPE_GEMM_TUNE=0 takes \
 cuBLASLt's first choice untimed); $XDG_CACHE_HOME replaces ~/.cache when set. FP8SCOPE_PROFILE=1 \
-prints where a step's GPU and host time go. FP8SCOPE_GRAPH=1 launches each step's forward and backward \
-as CUDA graphs of the first step of its kind (the same launches, the same bits; not with the \
-profiler; with FP8SCOPE_VERBOSE=1 it says how many steps it graphed).")]
+prints where a step's GPU and host time go (and launches the steps op by op). Each step's forward and \
+backward is launched as CUDA graphs of the first step of its kind (the same launches, the same bits; \
+FP8SCOPE_GRAPH=0 launches them op by op; with FP8SCOPE_VERBOSE=1 it says how many steps it graphed).")]
     Train(Box<TrainArgs>),
     /// List the model presets.
     Presets,

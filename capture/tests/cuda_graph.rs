@@ -1,4 +1,4 @@
-//! The step in CUDA graphs (`FP8SCOPE_GRAPH=1`, `backend/cuda/step_graph/`) against the step
+//! The step in CUDA graphs (on by default, `backend/cuda/step_graph/`) against the step
 //! launch by launch, on the GPU: whole training runs of `small` (GPT) and `llama-small` recorded
 //! both ways in one process, and every table compared bit for bit but the step's wall time.
 //! The runs mix the kinds of step a graph must tell apart: statistics levels on their cadences,

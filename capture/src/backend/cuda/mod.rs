@@ -13,8 +13,8 @@
 //!   (`kernels/gemm_output.cu`), `bias_grad.rs` the bias gradients (`kernels/bias_grad.cu`),
 //!   `reports.rs` copies the step's reports to the host, `weight_casts.rs` casts the step's FP8
 //!   weights in one launch before the forward (`Backend::cast_weights`), `step_graph/` launches
-//!   the step's forward and backward as CUDA graphs (`FP8SCOPE_GRAPH=1`: every launch below is
-//!   recorded instead while a step is);
+//!   the step's forward and backward as CUDA graphs (on by default; `FP8SCOPE_GRAPH=0` turns them off:
+//!   every launch below is recorded instead while a step is);
 //!   this file keeps the backend's state, its scale slots and `round_bf16_fwd`, a kernel of cast.cu.
 //! - Errors: a primitive cannot return one, so the backend keeps the first ([`CudaBackend`]'s
 //!   `error`), returns a harmless value in place of the result, and skips the device work of every
@@ -249,7 +249,8 @@ pub struct CudaBackend {
     mt_adamw: multi_tensor::TensorTable,
     mt_sumsq: multi_tensor::TensorTable,
     mt_zero: multi_tensor::TensorTable,
-    /// The step's forward and backward as CUDA graphs ([`step_graph`]; `FP8SCOPE_GRAPH=1`).
+    /// The step's forward and backward as CUDA graphs ([`step_graph`]; on unless `FP8SCOPE_GRAPH=0`
+    /// or the profiler).
     /// Shared, not `&mut`: `launch!` records into it from launchers that hold `&self`.
     graph: std::cell::RefCell<step_graph::StepGraphs>,
     /// The stream the step graphs are captured on, made at the first capture.
@@ -351,10 +352,7 @@ impl CudaBackend {
             block_gemm: None,
         };
         let prof = prof::Profiler::from_env(&ctx);
-        let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref())?;
-        if graphs && prof.is_some() {
-            return Err(CudaError::Setting(step_graph::PROFILED.into()));
-        }
+        let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref(), prof.is_some())?;
         let s = &stream;
         Ok(CudaBackend {
             op_p: s.alloc_zeros(1 << 20)?,

@@ -1,4 +1,5 @@
-//! The step's forward and backward as CUDA graphs (`FP8SCOPE_GRAPH=1`; off by default).
+//! The step's forward and backward as CUDA graphs (on by default; `FP8SCOPE_GRAPH=0` turns them off,
+//! and so does the profiler, `FP8SCOPE_PROFILE=1`, which times each launch).
 //!
 //! A step of a kind seen before (the same [`crate::model::StepPlan::graph_signature`]: statistics
 //! level and planted faults, no dumps) is not launched op by op. Its device work is recorded
@@ -17,7 +18,8 @@
 //!
 //! So a graphed step runs the very launches, with the very arguments, an ungraphed step would, and
 //! every bit is to be the same: `capture/tests/cuda_graph.rs` holds whole runs both ways to it,
-//! and `bench/compare_builds.sh` does on a binary (`bench/env_bin.sh … FP8SCOPE_GRAPH=1`).
+//! and `bench/compare_builds.sh` does on a binary (`bench/env_bin.sh … FP8SCOPE_GRAPH=0`),
+//! and `bench/graph_check.sh` over the recipes and recording paths.
 //! Segments let the GPU start a step while the host still records its rest, as it does op by op.
 //!
 //! The first step of each kind runs ungraphed, so that every GEMM shape is tuned and every buffer
@@ -54,12 +56,16 @@ pub(super) fn segment_ops(index: usize) -> usize {
 /// Why the step graphs and the profiler do not go together.
 pub(super) const PROFILED: &str = "FP8SCOPE_GRAPH=1 and FP8SCOPE_PROFILE=1 cannot be combined: the profiler times each launch, a graph launches many at once";
 
-/// Whether `FP8SCOPE_GRAPH` turns the step graphs on: unset or `0` off, `1` on.
-pub(super) fn graphs_from(v: Option<&str>) -> Result<bool, CudaError> {
+/// Whether the step graphs are on, from `FP8SCOPE_GRAPH` and whether the profiler is: on by
+/// default, off with `0`; the profiler, which times each launch, turns the default off and
+/// refuses an explicit `1`.
+pub(super) fn graphs_from(v: Option<&str>, profiled: bool) -> Result<bool, CudaError> {
     match v.map(str::trim) {
-        None | Some("" | "0") => Ok(false),
+        None | Some("") => Ok(!profiled),
+        Some("0") => Ok(false),
+        Some("1") if profiled => Err(CudaError::Setting(PROFILED.into())),
         Some("1") => Ok(true),
-        Some(other) => Err(CudaError::Setting(format!("FP8SCOPE_GRAPH={other}: expected 1 (the step in CUDA graphs) or 0 (launch by launch)"))),
+        Some(other) => Err(CudaError::Setting(format!("FP8SCOPE_GRAPH={other}: expected 1 (the step in CUDA graphs, the default) or 0 (launch by launch)"))),
     }
 }
 
@@ -566,13 +572,19 @@ mod tests {
         assert!(dev.take().is_empty());
     }
 
-    /// `FP8SCOPE_GRAPH`: unset, empty or 0 off; 1 on; anything else a clear error.
+    /// `FP8SCOPE_GRAPH`: unset or empty on (off under the profiler), 0 off, 1 on (an error under
+    /// the profiler), anything else a clear error.
     #[test]
-    fn the_setting_is_one_or_zero() {
-        assert!(!graphs_from(None).unwrap());
-        assert!(!graphs_from(Some("0")).unwrap());
-        assert!(graphs_from(Some("1")).unwrap());
-        let e = graphs_from(Some("yes")).unwrap_err().to_string();
+    fn the_setting_is_on_by_default_and_off_under_the_profiler() {
+        for v in [None, Some(""), Some("1")] {
+            assert!(graphs_from(v, false).unwrap(), "{v:?}");
+        }
+        assert!(!graphs_from(Some("0"), false).unwrap());
+        assert!(!graphs_from(None, true).unwrap(), "the profiler turns the default off");
+        assert!(!graphs_from(Some("0"), true).unwrap());
+        let e = graphs_from(Some("1"), true).unwrap_err().to_string();
+        assert!(e.contains("FP8SCOPE_PROFILE=1 cannot be combined"), "{e}");
+        let e = graphs_from(Some("yes"), false).unwrap_err().to_string();
         assert!(e.contains("FP8SCOPE_GRAPH=yes"), "{e}");
     }
 }
