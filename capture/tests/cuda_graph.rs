@@ -97,3 +97,79 @@ fn a_llama_run_in_graphs_is_the_run_launch_by_launch() {
         assert!(c.replayed >= c.captured, "{recipe}: most segments replayed: {c:?}");
     }
 }
+
+/// A recorded step that must run work at once leaves its recording instead of failing, and runs
+/// its rest launch by launch with the values a step launch by launch gives: a read of the device
+/// mid-way (it sees every op recorded before it), and a GEMM shape first met in a recorded step
+/// (timed then). The next step of the kind is recorded whole again.
+#[test]
+fn a_step_that_must_run_work_at_once_leaves_its_recording() {
+    use fp8_capture::backend::{Backend, GemmCall, GemmId, LinearDims};
+    use fp8scope_schemas::names::{Gemm, Module};
+    let Some(mut be) = cuda_common::gpu("step graphs, leaving a recorded step") else { return };
+    be.set_step_graphs(true).expect("graphs on");
+    let (n, k) = (64usize, 32usize);
+    let x = be.upload(&(0..n * k).map(|i| (i % 13) as f32 / 8.0 - 0.75).collect::<Vec<f32>>());
+    let weight = |be: &mut CudaBackend, m: usize| be.upload(&(0..m * k).map(|i| (i % 7) as f32 / 16.0 - 0.2).collect::<Vec<f32>>());
+    let (w48, w80) = (weight(&mut be, 48), weight(&mut be, 80));
+    let gemm = |be: &mut CudaBackend, w: &_, m: usize| {
+        let call = GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop }, LinearDims { n, k, m });
+        let mut out = be.zeros(n * m);
+        be.gemm(&call, &mut out, &x, w, None, None);
+        out
+    };
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+    let read = |be: &mut CudaBackend, b: &_| {
+        let len = be.len(b);
+        bits(be.download(b, 0, len, 1))
+    };
+    // Kind 7: y = x + x, a read of y, y += x, a GEMM. Step 1 launched, step 2 recorded until the read.
+    let reading_step = |be: &mut CudaBackend| {
+        be.begin_step_work(Some(7));
+        let mut y = be.zeros(n * k);
+        be.add(&mut y, &x, &x);
+        let mid = read(be, &y);
+        be.add_inplace(&mut y, &x);
+        let out = gemm(be, &w48, 48);
+        be.end_step_work();
+        be.take_reports();
+        (mid, read(be, &y), read(be, &out))
+    };
+    let first = reading_step(&mut be);
+    let xs = be.download(&x, 0, n * k, 1);
+    assert_eq!(first.0, bits(xs.iter().map(|v| v + v).collect()), "the read sees the add before it");
+    assert_eq!(reading_step(&mut be), first, "a recorded step that reads mid-way");
+    let c = be.step_graph_counts();
+    assert_eq!((c.graphed_steps, c.left_steps), (1, 1), "{c:?}");
+    // Kind 8: y = x + x, then a GEMM of M columns: step 1 with M 48 (launched), step 2 with M 80,
+    // a shape never timed (recorded until the GEMM), step 3 with M 80 again (recorded whole).
+    let gemm_step = |be: &mut CudaBackend, m: usize| {
+        be.begin_step_work(Some(8));
+        let mut y = be.zeros(n * k);
+        be.add(&mut y, &x, &x);
+        let out = gemm(be, if m == 48 { &w48 } else { &w80 }, m);
+        be.end_step_work();
+        be.take_reports();
+        (read(be, &y), read(be, &out))
+    };
+    gemm_step(&mut be, 48);
+    let timed = be.gemm_shapes_timed();
+    let timed_inside = gemm_step(&mut be, 80);
+    // The new shape is timed unless its algorithm was cached by an earlier run or cuBLASLt
+    // offers one candidate only; timing it leaves the recording.
+    let left = (be.gemm_shapes_timed() > timed) as u64;
+    println!("the new GEMM shape was {}timed inside the recorded step", if left == 1 { "" } else { "not (cached, or one candidate) " });
+    let c = be.step_graph_counts();
+    assert_eq!((c.graphed_steps, c.left_steps), (2, 1 + left), "a timed shape left the recording: {c:?}");
+    let recorded_whole = gemm_step(&mut be, 80);
+    let c = be.step_graph_counts();
+    assert_eq!((c.graphed_steps, c.left_steps), (3, 1 + left), "the next step of the kind is recorded whole: {c:?}");
+    assert_eq!(be.take_error(), None, "no step failed");
+    assert_eq!(be.step_graph_failure(), None);
+    be.set_step_graphs(false).expect("graphs off");
+    let plain = gemm(&mut be, &w80, 80);
+    let plain = read(&mut be, &plain);
+    assert_eq!(timed_inside.0, first.0);
+    assert_eq!(timed_inside.1, plain, "the GEMM timed inside a recorded step");
+    assert_eq!(recorded_whole, timed_inside, "the same step recorded whole");
+}

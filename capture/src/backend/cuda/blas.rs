@@ -177,6 +177,8 @@ pub struct Lt {
     /// Timed algorithms (`gemm_tuning.rs`); None with `FP8SCOPE_GEMM_TUNE=0`: the heuristic's
     /// first choice, untimed.
     cache: Option<TuneCache>,
+    /// Shapes timed so far (their candidates run on the device at once).
+    timed: usize,
 }
 
 impl Drop for Lt {
@@ -213,6 +215,7 @@ impl Lt {
             plans: HashMap::new(),
             stream: stream.clone(),
             cache,
+            timed: 0,
         })
     }
 
@@ -324,9 +327,10 @@ impl Lt {
     /// accumulate in their own reduced precision (cuBLASLt's fast accumulation); BF16 products
     /// ignore it. Resolved to its plan and its algorithm, for [`Lt::execute`] to run (now, or in a
     /// CUDA graph of the step). A shape's first product times the heuristic's candidates on these
-    /// operands (`may_tune`; else that is an error: a recorded step must not run anything at once).
+    /// operands; without `may_tune` (a step recorded into CUDA graphs, which must not run anything
+    /// at once) it returns None instead, for the caller to stop recording and ask again.
     #[allow(clippy::too_many_arguments)]
-    pub fn prepare(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64, may_tune: bool) -> Result<LtCall, CudaError> {
+    pub fn prepare(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64, may_tune: bool) -> Result<Option<LtCall>, CudaError> {
         let (pt, qt) = (p.ty, q.ty);
         if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
             return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
@@ -347,28 +351,35 @@ impl Lt {
             bias: bias != 0,
         };
         let call = LtCall { key, p: p.ptr, p_inv: p.inv(), q: q.ptr, q_inv: q.inv(), d, bias };
-        self.tune(&call, may_tune).map_err(|e| describe(&key, p.transposed, q.transposed, e))?;
-        Ok(call)
+        let tuned = self.tune(&call, may_tune).map_err(|e| describe(&key, p.transposed, q.transposed, e))?;
+        Ok(tuned.then_some(call))
     }
 
-    /// Plans `c`'s shape, and times its candidates on `c`'s operands if it never ran.
-    fn tune(&mut self, c: &LtCall, may_tune: bool) -> Result<(), CudaError> {
+    /// How many GEMM shapes were timed so far (each ran its candidates on the device at once).
+    pub fn shapes_timed(&self) -> usize {
+        self.timed
+    }
+
+    /// Plans `c`'s shape, and times its candidates on `c`'s operands if it never ran; returns
+    /// whether the shape's algorithm is settled (false: untimed, and `may_tune` forbade timing).
+    fn tune(&mut self, c: &LtCall, may_tune: bool) -> Result<bool, CudaError> {
         self.plan(c.key)?;
         if self.plans[&c.key].untimed.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         if !may_tune {
-            return Err(CudaError::Unsupported("a GEMM shape first seen inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH); a step of its kind ran before".into()));
+            return Ok(false);
         }
         self.set_pointers(&self.plans[&c.key], c)?;
         let best = self.fastest(c.key, c.p, c.q, c.d)?;
         let plan = self.plans.get_mut(&c.key).expect("planned above");
         plan.algo = best;
         plan.untimed.clear();
+        self.timed += 1;
         if let Some(cache) = &mut self.cache {
             cache.put(&shape_name(&c.key), best.data);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The pointers of `c` that its plan's descriptor holds: the bias and the dequantisation

@@ -700,6 +700,7 @@ impl CudaBackend {
     pub(super) fn operand_bytes(&self, p: &Operand, rows: usize, cols: usize, transposed: bool) -> Result<Vec<u8>, CudaError> {
         let n = rows * cols;
         let mut bytes = vec![0u8; n];
+        self.leave_step_graph()?;
         self.stream.synchronize()?;
         // SAFETY: p.ptr is a live device allocation of at least n bytes (an operand cast's codes),
         // and the stream is idle.

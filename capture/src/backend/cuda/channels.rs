@@ -131,7 +131,7 @@ fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(st
     }
     if super::step_graph::recording() {
         // Recorded ops not launched yet would write the old buffer after the copy.
-        return Err(CudaError::Unsupported("the channel records grew inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH); a step of its kind ran before at this size".into()));
+        return Err(CudaError::Unsupported("the channel records grew inside a step recorded into CUDA graphs (channel_target leaves the recording first)".into()));
     }
     let mut bigger = stream.alloc_zeros::<T>(n.next_power_of_two())?;
     if used > 0 {
@@ -188,6 +188,11 @@ impl CudaBackend {
         let need = chunks * cols;
         if !self.channel_room(cols, chunks) {
             self.flush_channels()?;
+        }
+        if self.chan.next + cols > self.chan.sq.len() {
+            // The records grow with their contents copied (grow_keep): recorded ops not launched
+            // yet would write the old buffer after the copy, so a recorded step stops recording.
+            self.leave_step_graph()?;
         }
         let stream = self.stream.clone();
         let c = &mut self.chan;

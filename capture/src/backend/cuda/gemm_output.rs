@@ -88,11 +88,26 @@ impl CudaBackend {
     /// none): run now, or recorded while the step is recorded into CUDA graphs (`step_graph/`).
     fn lt_matmul(&mut self, g: &LinearGemm, d: u64, d_bf16: bool, bias: u64) -> Result<(), CudaError> {
         let recording = self.graph.borrow().is_recording();
-        let call = self.lt.prepare(g.rows, g.cols, g.k, g.p, g.q, d, d_bf16, g.fast, bias, !recording)?;
+        let prepare = |me: &mut Self, may_tune| me.lt.prepare(g.rows, g.cols, g.k, g.p, g.q, d, d_bf16, g.fast, bias, may_tune);
+        let call = match prepare(self, !recording)? {
+            Some(call) => call,
+            // A shape first seen in a recorded step is timed now, which runs it: the step stops
+            // recording first (its recorded ops launched before the timing).
+            None => {
+                self.leave_step_graph()?;
+                prepare(self, true)?.ok_or_else(|| CudaError::Unsupported("a GEMM shape left untimed where timing was allowed".into()))?
+            }
+        };
         if !self.record_op(|| step_graph::Op::Lt(call))? {
             self.lt.execute(&call)?;
         }
         Ok(())
+    }
+
+    /// How many GEMM shapes cuBLASLt's candidates were timed for so far (a shape's first product
+    /// without a cached algorithm; the tests of recorded steps, which must not time, ask it).
+    pub fn gemm_shapes_timed(&self) -> usize {
+        self.lt.shapes_timed()
     }
 
     /// The GEMM itself: BF16 D with the bias in cuBLASLt's epilogue where cuBLASLt takes it, else

@@ -488,9 +488,8 @@ impl CudaBackend {
         if len == 0 {
             return Ok(Vec::new());
         }
-        if step_graph::recording() {
-            return Err(CudaError::Unsupported("a download inside a step recorded into CUDA graphs (FP8SCOPE_GRAPH): its ops are not launched yet".into()));
-        }
+        // A step recorded into CUDA graphs stops recording: its ops must run before the read.
+        self.leave_step_graph()?;
         let end = offset + (len - 1) * stride + 1;
         if end > buf.len() {
             return Err(CudaError::Unsupported(format!("download of {len} values {stride} apart from {offset} on: the buffer holds {}", buf.len())));

@@ -9,6 +9,7 @@ use crate::backend::{CastReport, GemmReport, Moments, StatsLevel};
 impl CudaBackend {
     pub(super) fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         let t0 = std::time::Instant::now();
+        self.leave_step_graph()?;
         self.flush_stats()?;
         self.stat.reset();
         self.flush_channels()?;

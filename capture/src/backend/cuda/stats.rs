@@ -24,6 +24,7 @@ impl CudaBackend {
     /// then `sum_partials` over all of them. Synchronises (downloads the result). Each buffer in
     /// f32 or BF16 storage.
     pub(super) fn sumsq_impl(&mut self, xs: &[&DevBuf]) -> Result<f64, CudaError> {
+        self.leave_step_graph()?;
         self.sumsq_launches(xs, xs.len() > 1)
     }
 
@@ -77,6 +78,7 @@ impl CudaBackend {
 
     /// The number of non-finite values of x (f32 or BF16 storage). Synchronises (downloads the count).
     pub(super) fn count_nonfinite_impl(&mut self, x: &DevBuf) -> Result<u64, CudaError> {
+        self.leave_step_graph()?;
         let n = x.len();
         self.stream.memset_zeros(&mut self.counter)?;
         let (xp, cp) = (self.ptr(x.raw()), self.ptr(&self.counter));

@@ -134,6 +134,20 @@ impl CudaBackend {
         DEFERRED.with(|d| d.borrow_mut().clear());
     }
 
+    /// Stops recording the step ([`StepGraphs::leave`]) if one is, so that the caller may run
+    /// work at once: the recorded ops are issued, and the buffers replaced while recording freed
+    /// after them.
+    pub(in crate::backend::cuda) fn leave_step_graph(&self) -> Result<(), CudaError> {
+        if !self.graph.borrow().is_recording() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        let left = self.graph.borrow_mut().leave(&CudaSegments { be: self, capture: self.capture_stream()? });
+        RECORDING.with(|r| r.set(false));
+        DEFERRED.with(|d| d.borrow_mut().clear());
+        left
+    }
+
     /// Records `op` while a step is recorded (launching the segment once it is full); returns
     /// false when no step is, for the caller to issue it now.
     pub(in crate::backend::cuda) fn record_op(&self, op: impl FnOnce() -> Op) -> Result<bool, CudaError> {
@@ -154,14 +168,18 @@ impl CudaBackend {
     fn flush_segment(&self) -> Result<(), CudaError> {
         // The raw driver calls need the context current, as cudarc's own calls make it.
         self.ctx.bind_to_thread()?;
-        let capture = match self.graph_stream.get() {
+        self.graph.borrow_mut().flush(&CudaSegments { be: self, capture: self.capture_stream()? })
+    }
+
+    /// The stream graphs are captured on (made on first use).
+    fn capture_stream(&self) -> Result<&std::sync::Arc<CudaStream>, CudaError> {
+        Ok(match self.graph_stream.get() {
             Some(s) => s,
             None => {
                 let s = self.ctx.new_stream()?;
                 self.graph_stream.get_or_init(|| s)
             }
-        };
-        self.graph.borrow_mut().flush(&CudaSegments { be: self, capture })
+        })
     }
 
     /// Issues one op on `stream` now (the backend's, or the capturing one).

@@ -23,13 +23,14 @@
 //! Segments let the GPU start a step while the host still records its rest, as it does op by op.
 //!
 //! The first step of each kind runs ungraphed, so that every GEMM shape is tuned and every buffer
-//! has its size before a step is recorded. While recording, nothing may wait for the device, and
-//! host-side effects run at once: a table uploaded (its kernel's argument then points at the new
-//! one), a scratch buffer grown (the old one is kept alive until the step's last segment is
-//! launched: [`defer_drop`]). A buffer whose contents a growth must carry (the channel records)
-//! refuses to grow while recording ([`recording`]). Should a graph fail (a capture the driver
-//! refuses), its segment's ops are issued one by one and the run goes on launch by launch
-//! ([`StepGraphs::flush`]).
+//! has its size before a step is recorded. While recording, host-side effects run at once: a
+//! table uploaded (its kernel's argument then points at the new one), a scratch buffer grown (the
+//! old one is kept alive until the step's last segment is launched: [`defer_drop`]). Work that
+//! must run at once (a read of the device, a GEMM shape's first timing, the channel records grown
+//! with their contents) makes the step leave its recording first ([`StepGraphs::leave`]): what
+//! it recorded is launched, and its rest runs launch by launch. Should a graph fail (a capture
+//! the driver refuses), its segment's ops are issued one by one and the run goes on launch by
+//! launch ([`StepGraphs::flush`]).
 //!
 //! This file is the bookkeeping, whatever the device ([`SegmentDevice`]; the tests drive it with a
 //! fake one); `device.rs` is the CUDA side (capture, patch, launch) and the backend's entry points.
@@ -228,6 +229,9 @@ pub struct GraphCounts {
     pub replayed: u64,
     /// Kernel nodes given new arguments before a replay.
     pub patched_nodes: u64,
+    /// Graphed steps that left their recording mid-way, for work the host must do at once
+    /// ([`StepGraphs::leave`]): the rest of each ran launch by launch.
+    pub left_steps: u64,
 }
 
 /// The step being recorded.
@@ -254,8 +258,8 @@ impl<G> Drop for StepGraphs<G> {
         if (self.enabled || self.failure.is_some()) && std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
             let c = self.counts;
             eprintln!(
-                "CUDA graphs: {} steps graphed, {} launched op by op; {} segments captured, {} replayed, {} kernel nodes patched",
-                c.graphed_steps, c.ungraphed_steps, c.captured, c.replayed, c.patched_nodes
+                "CUDA graphs: {} steps graphed ({} of them left mid-step), {} launched op by op; {} segments captured, {} replayed, {} kernel nodes patched",
+                c.graphed_steps, c.left_steps, c.ungraphed_steps, c.captured, c.replayed, c.patched_nodes
             );
         }
     }
@@ -317,6 +321,20 @@ impl<G> StepGraphs<G> {
     /// The step's recording ends (its last segment flushed, or dropped after an error).
     pub fn end(&mut self) {
         self.rec = None;
+    }
+
+    /// Stops recording the step mid-way, for work that must run at once (a read of the device, a
+    /// GEMM shape's first timing, a buffer grown with its contents): the segments before are
+    /// launched already, the ops of the one being recorded are issued one by one, and the rest
+    /// of the step runs launch by launch. Its kind stays graphed: the next step of it, whose
+    /// shapes and sizes this one settled, is recorded again.
+    pub fn leave<D: SegmentDevice<Graph = G>>(&mut self, dev: &D) -> Result<(), CudaError> {
+        let Some(rec) = self.rec.take() else { return Ok(()) };
+        self.counts.left_steps += 1;
+        for op in &rec.ops {
+            dev.issue(op)?;
+        }
+        Ok(())
     }
 
     /// Launches the recorded ops as the step's next segment: its graph, patched, or a new capture.
@@ -539,8 +557,37 @@ mod tests {
         assert_eq!(dev.take(), ["launch 0", "capture 2: 13 ops", "launch 2"]);
         assert_eq!(
             g.counts(),
-            GraphCounts { graphed_steps: 4, ungraphed_steps: 3, captured: 3, replayed: 5, patched_nodes: 1 }
+            GraphCounts { graphed_steps: 4, ungraphed_steps: 3, captured: 3, replayed: 5, patched_nodes: 1, left_steps: 0 }
         );
+        assert_eq!(g.failure(), None);
+    }
+
+    /// A recorded step that must run work at once mid-way (a read, a GEMM shape's first timing)
+    /// leaves its recording: the segment before is launched, the recorded ops of the one in
+    /// progress are issued one by one, and nothing after is recorded. The next step of the kind
+    /// is recorded again: it replays the segment captured before the leaving point and captures
+    /// the rest.
+    #[test]
+    fn a_step_leaves_its_recording_for_work_that_runs_at_once() {
+        let dev = Fake::new(None);
+        let mut g = StepGraphs::<usize>::new(true);
+        assert!(!step(&mut g, &dev, Some(1), 20, 5));
+        assert!(g.begin(Some(1)));
+        for i in 0..11 {
+            if g.push(kernel(1 + i, if i == 10 { 5 } else { 1 }, &[i as u64])) {
+                g.flush(&dev).expect("segment");
+            }
+        }
+        g.leave(&dev).expect("leave");
+        assert!(!g.is_recording());
+        assert!(!g.push(kernel(12, 1, &[11])), "nothing is recorded after leaving");
+        g.flush(&dev).expect("nothing to flush");
+        g.end();
+        assert_eq!(dev.take(), ["capture 0: 8 ops", "launch 0", "issue", "issue", "issue"]);
+        assert!(step(&mut g, &dev, Some(1), 20, 5));
+        assert_eq!(dev.take(), ["launch 0", "capture 1: 12 ops", "launch 1"]);
+        let c = g.counts();
+        assert_eq!((c.graphed_steps, c.left_steps, c.captured, c.replayed), (2, 1, 2, 1));
         assert_eq!(g.failure(), None);
     }
 
