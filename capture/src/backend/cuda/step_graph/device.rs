@@ -135,14 +135,19 @@ impl CudaBackend {
     }
 
     /// Stops recording the step ([`StepGraphs::leave`]) if one is, so that the caller may run
-    /// work at once: the recorded ops are issued, and the buffers replaced while recording freed
-    /// after them.
+    /// work at once: the recorded ops are issued (dropped after an error, as at the step's end),
+    /// and the buffers replaced while recording freed after them.
     pub(in crate::backend::cuda) fn leave_step_graph(&self) -> Result<(), CudaError> {
         if !self.graph.borrow().is_recording() {
             return Ok(());
         }
-        self.ctx.bind_to_thread()?;
-        let left = self.graph.borrow_mut().leave(&CudaSegments { be: self, capture: self.capture_stream()? });
+        let left = if self.error.is_some() {
+            self.graph.borrow_mut().end();
+            Ok(())
+        } else {
+            self.ctx.bind_to_thread()?;
+            self.graph.borrow_mut().leave(&CudaSegments { be: self, capture: self.capture_stream()? })
+        };
         RECORDING.with(|r| r.set(false));
         DEFERRED.with(|d| d.borrow_mut().clear());
         left
