@@ -90,6 +90,13 @@ fn last_captured_node(stream: sys::CUstream) -> Result<Node, CudaError> {
     Ok(unsafe { *deps })
 }
 
+/// The thread's side of a step's recording ends: nothing is recorded any more, and the buffers
+/// replaced while it was are freed (after the ops that named them, already issued or dropped).
+fn recording_ended() {
+    RECORDING.with(|r| r.set(false));
+    DEFERRED.with(|d| d.borrow_mut().clear());
+}
+
 impl CudaBackend {
     /// Turns the step graphs on or off (`FP8SCOPE_GRAPH`); the tests compare both ways in one
     /// process. Forgets every graph. Refused while the profiler is on.
@@ -130,8 +137,7 @@ impl CudaBackend {
             self.guarded("step graph", |me| me.flush_segment());
         }
         self.graph.get_mut().end();
-        RECORDING.with(|r| r.set(false));
-        DEFERRED.with(|d| d.borrow_mut().clear());
+        recording_ended();
     }
 
     /// Stops recording the step ([`StepGraphs::leave`]) if one is, so that the caller may run
@@ -148,8 +154,7 @@ impl CudaBackend {
             self.ctx.bind_to_thread()?;
             self.graph.borrow_mut().leave(&CudaSegments { be: self, capture: self.capture_stream()? })
         };
-        RECORDING.with(|r| r.set(false));
-        DEFERRED.with(|d| d.borrow_mut().clear());
+        recording_ended();
         left
     }
 
