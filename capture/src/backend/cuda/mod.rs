@@ -39,6 +39,7 @@ pub mod blas;
 mod buffer;
 pub mod kernels;
 pub mod kernel_cache;
+mod host_gap;
 mod prof;
 
 pub use buffer::DevBuf;
@@ -237,6 +238,9 @@ pub struct CudaBackend {
     bias16: CudaSlice<f32>,
     bias_flag: CudaSlice<u32>,
     prof: Option<prof::Profiler>,
+    /// The host's time from a step's last synchronisation to the next step's first launch
+    /// ([`host_gap`], printed with `FP8SCOPE_VERBOSE=1`).
+    host_gap: host_gap::HostGap,
     /// The hold queued at the start of each step's forward, ns ([`probe`]; 0: none).
     lead_ns: u64,
     /// Which attention path runs, and the unfused path's scratch ([`attention`]).
@@ -385,6 +389,7 @@ impl CudaBackend {
             mt_sumsq: Default::default(),
             mt_zero: Default::default(),
             graph: std::cell::RefCell::new(step_graph::StepGraphs::new(graphs)),
+            host_gap: Default::default(),
             graph_stream: std::cell::OnceCell::new(),
             error: None,
             next_slot: 0,

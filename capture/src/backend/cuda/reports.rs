@@ -17,6 +17,7 @@ impl CudaBackend {
         let chans = self.channel_summaries()?;
         let t1 = std::time::Instant::now();
         self.stream.synchronize()?;
+        self.host_gap.synced();
         let t2 = std::time::Instant::now();
         if let Some(p) = self.prof.as_mut() {
             p.collect();
