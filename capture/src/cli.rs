@@ -43,7 +43,8 @@ On the GPU, kept between runs: the compiled kernels in ~/.cache/fp8scope/kernels
 cuBLASLt's first choice untimed); $XDG_CACHE_HOME replaces ~/.cache when set. FP8SCOPE_PROFILE=1 \
 prints where a step's GPU and host time go (and launches the steps op by op). Each step's forward and \
 backward is launched as CUDA graphs of the first step of its kind (the same launches, the same bits; \
-FP8SCOPE_GRAPH=0 launches them op by op; with FP8SCOPE_VERBOSE=1 it says how many steps it graphed).")]
+FP8SCOPE_GRAPH=0 launches them op by op; with FP8SCOPE_VERBOSE=1 it says how many steps it graphed, \
+and how long the host took between steps while the GPU waited).")]
     Train(Box<TrainArgs>),
     /// List the model presets.
     Presets,
