@@ -166,7 +166,8 @@ pub(super) const SRC_DGELU: i32 = 4;
 const SRC_DSWIGLU_PAIRS: i32 = 5;
 /// SRC_DSWIGLU_PAIRS with its channel partials added over a block's run of tiles, as a plain
 /// cast's are, instead of leaving once a tile (kernels/cast_src.cuh: SRC_DSWIGLU_PAIR_RUNS): fewer
-/// slots to write and reduce. Taken with `FP8SCOPE_PAIR_RUNS=1` ([`pair_runs_from`]).
+/// slots to write and reduce. Taken with `FP8SCOPE_PAIR_RUNS=1` ([`pair_runs_from`]); off by
+/// default, since on an H100 it was no faster (bench/BENCHMARKS.md, thirty-fourth pass).
 const SRC_DSWIGLU_PAIR_RUNS: i32 = 9;
 /// A normalization's output (kernels/cast_src.cuh: SRC_RMSNORM, SRC_LAYERNORM; [`NormSrc`]).
 const SRC_RMSNORM: i32 = 6;
