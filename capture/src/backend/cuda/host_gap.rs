@@ -46,7 +46,7 @@ fn summarize(ms: &[f64]) -> Option<(f64, f64, f64, usize)> {
 
 impl Drop for HostGap {
     fn drop(&mut self) {
-        if !std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
+        if !super::verbose() {
             return;
         }
         if let Some((median, lo, hi, n)) = summarize(&self.ms) {

@@ -264,6 +264,13 @@ pub struct CudaBackend {
     error: Option<String>,
 }
 
+/// Whether `FP8SCOPE_VERBOSE` asks for the backend's summary lines at the end of a run (set, and
+/// not 0): the step graphs' counts ([`step_graph`]) and the host's gap between steps
+/// ([`host_gap`]).
+fn verbose() -> bool {
+    std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0")
+}
+
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 132 * 16) as u32;
     LaunchConfig {

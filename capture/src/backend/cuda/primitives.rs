@@ -314,6 +314,7 @@ impl Backend for CudaBackend {
     }
 
     fn begin_step_work(&mut self, signature: Option<u64>) {
+        self.host_gap.launching();
         self.begin_step_work_impl(signature);
     }
 

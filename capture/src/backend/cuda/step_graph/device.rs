@@ -122,7 +122,6 @@ impl CudaBackend {
     /// Starts a step's forward and backward: recorded into graphs when they are on, the step has
     /// a signature, a step of that signature ran before, and no error is kept.
     pub(in crate::backend::cuda) fn begin_step_work_impl(&mut self, signature: Option<u64>) {
-        self.host_gap.launching();
         if self.error.is_none() && self.graph.get_mut().begin(signature) {
             RECORDING.with(|r| r.set(true));
         }

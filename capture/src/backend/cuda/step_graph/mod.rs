@@ -255,7 +255,7 @@ pub(super) struct StepGraphs<G = CudaGraph> {
 
 impl<G> Drop for StepGraphs<G> {
     fn drop(&mut self) {
-        if (self.enabled || self.failure.is_some()) && std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0") {
+        if (self.enabled || self.failure.is_some()) && super::verbose() {
             let c = self.counts;
             eprintln!(
                 "CUDA graphs: {} steps graphed ({} of them left mid-step), {} launched op by op; {} segments captured, {} replayed, {} kernel nodes patched",
