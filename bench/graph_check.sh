@@ -5,9 +5,9 @@
 # columns aside) is compared by `runs.py tables`. Each graphed run's own count of the steps it
 # graphed is printed (FP8SCOPE_VERBOSE=1), and a case whose graphs fell back to launch by launch
 # fails. The cases: `small` (GPT-2 style) and `llama-small`, BF16, delayed and current scaling
-# (block scaling runs on the CPU only), E4M3 everywhere, every accumulation mode, GEMM kinds / layers / sites sent back to
-# BF16, the BF16 shadow GEMMs, dumps of every layer, planted faults, a built-in scenario, and
-# statistics off. About 100 s on an H100 whose kernels are compiled.
+# (block scaling runs on the CPU only), E4M3 everywhere, every accumulation mode, GEMM kinds /
+# layers / sites sent back to BF16, the BF16 shadow GEMMs, dumps of every layer, planted faults,
+# a built-in scenario, and statistics off. About 100 s on an H100 whose kernels are compiled.
 # Usage: bench/graph_check.sh BIN_DIR OUT_DIR [STEPS (12)]
 # DEVICE (cuda) picks the backend: DEVICE=cpu checks the script itself (graphs are the GPU's).
 set -uo pipefail
