@@ -6,7 +6,7 @@
 //! committed file differs from what this build produces, and says how to regenerate it. Tables and
 //! columns added here reach the Python writer through that file alone.
 
-use crate::layout::{RunDir, Table, MANIFEST_FILE, PART_TMP_SUFFIX};
+use crate::layout::{rank_partition, RunDir, Table, MANIFEST_FILE, PART_TMP_SUFFIX, RANKS_DIR, RANK_DIGITS, RANK_PARTITION_PREFIX};
 use crate::parts::properties;
 use crate::tables::schema;
 use crate::{META_SCHEMA_VERSION, META_TABLE, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
@@ -58,7 +58,13 @@ fn part_names() -> Result<Value, String> {
             return Err(format!("layout names part {index} '{got}', export.rs assumes '{want}': update export.rs"));
         }
     }
-    Ok(json!({ "part_prefix": prefix, "part_digits": digits, "part_suffix": suffix, "part_tmp_suffix": PART_TMP_SUFFIX }))
+    if rank_partition(12) != format!("{RANK_PARTITION_PREFIX}{:0RANK_DIGITS$}", 12) {
+        return Err("layout's rank_partition disagrees with its constants: update export.rs".into());
+    }
+    Ok(json!({
+        "part_prefix": prefix, "part_digits": digits, "part_suffix": suffix, "part_tmp_suffix": PART_TMP_SUFFIX,
+        "rank_partition_prefix": RANK_PARTITION_PREFIX, "rank_digits": RANK_DIGITS, "ranks_dir": RANKS_DIR,
+    }))
 }
 
 /// The whole run format as one JSON value.

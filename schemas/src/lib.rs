@@ -20,6 +20,7 @@ pub mod layout;
 pub mod manifest;
 pub mod names;
 pub mod parts;
+pub mod ranks;
 pub mod tables;
 
 pub use error::SchemaError;
@@ -34,11 +35,16 @@ pub use arrow as arrow_reexport;
 /// History: 1, the first format; 2 added the manifest's `source` and `origin`, the stats table's
 /// `amax_channel` and `top_channel_sq_frac` and its nullable `rank` (at the end; its statistics
 /// became nullable, since runs from elsewhere lack some), and the `extra_stats` table. A version-1
-/// run reads as a version-2 run without them ([`tables::STATS_COLUMNS_SINCE_V2`]).
-pub const SCHEMA_VERSION: u32 = 2;
+/// run reads as a version-2 run without them ([`tables::STATS_COLUMNS_SINCE_V2`]); 3 made runs
+/// multi-rank: a nullable `rank` at the end of every table, the `casts` table (the module's own FP8
+/// casts and the integrity audits), parts partitioned by rank (`stats/rank=00003/part-*.parquet`),
+/// per-rank liveness files (`ranks/rank=00003.json`), and the manifest's `host`, `heartbeat_at`,
+/// `world_size`, `parallel` and `ranks`. Older runs read with those columns null, one rank, and no
+/// heartbeat.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Versions this build can read.
-pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1, 2];
+pub const SUPPORTED_SCHEMA_VERSIONS: &[u32] = &[1, 2, 3];
 
 /// Key of the schema version in each Parquet file's key-value metadata.
 pub const META_SCHEMA_VERSION: &str = "fp8scope.schema_version";

@@ -12,6 +12,7 @@
 use crate::config::RunConfig;
 use crate::layout::RunDir;
 use crate::names::SiteNaming;
+pub use crate::ranks::{Parallel, ProcessGroup, RankInfo};
 use crate::{SchemaError, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -77,6 +78,9 @@ pub struct RowCounts {
     /// Absent in version-1 runs (which have no such table).
     #[serde(default)]
     pub extra_stats: u64,
+    /// Absent before version 3.
+    #[serde(default)]
+    pub casts: u64,
 }
 
 /// Who wrote the run.
@@ -174,6 +178,22 @@ pub struct Manifest {
     /// What a run of another framework is made of; null for `fp8-capture` runs.
     #[serde(default)]
     pub origin: Option<Origin>,
+    /// Host name of the process that wrote the manifest (rank 0's); absent before version 3.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// When the writer last closed a part (RFC 3339): its heartbeat. Absent before version 3.
+    #[serde(default)]
+    pub heartbeat_at: Option<String>,
+    /// Processes of the job (1 when absent).
+    #[serde(default)]
+    pub world_size: Option<u32>,
+    /// How the job is split over its ranks: the launcher, the backend, the device mesh and the
+    /// process groups; absent for one process.
+    #[serde(default)]
+    pub parallel: Option<Parallel>,
+    /// Each rank's host and process, by rank; empty for one process.
+    #[serde(default)]
+    pub ranks: Vec<RankInfo>,
 }
 
 impl Manifest {
@@ -235,6 +255,11 @@ impl Manifest {
             pid: Some(std::process::id()),
             source: RunSource::Fp8Capture,
             origin: None,
+            host: crate::ranks::host_name(),
+            heartbeat_at: None,
+            world_size: None,
+            parallel: None,
+            ranks: Vec::new(),
         }
     }
 
@@ -256,6 +281,11 @@ impl Manifest {
     /// What the manifest says the run lacks (empty for `fp8-capture` runs).
     pub fn lacks(&self) -> &[String] {
         self.origin.as_ref().map(|o| o.lacks.as_slice()).unwrap_or(&[])
+    }
+
+    /// Processes of the job: `world_size`, 1 when absent.
+    pub fn world_size(&self) -> u32 {
+        self.world_size.unwrap_or(1).max(1)
     }
 
     /// True when the run ended by itself (completed or diverged): its tables are whole.

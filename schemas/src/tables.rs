@@ -53,6 +53,16 @@ pub mod col {
     pub const TENSOR: &str = "tensor";
     pub const STAT: &str = "stat";
 
+    pub const SOURCE: &str = "source";
+    pub const AMAX_LOCAL: &str = "amax_local";
+    pub const DIGEST: &str = "digest";
+    pub const AUDIT_CHECKED: &str = "audit_checked";
+    pub const AUDIT_MISMATCHED: &str = "audit_mismatched";
+    pub const MASTER_CHECKED: &str = "master_checked";
+    pub const MASTER_MISMATCHED: &str = "master_mismatched";
+    pub const MASTER_CHANGED: &str = "master_changed";
+    pub const FORWARD_CHANGED: &str = "forward_changed";
+
     pub const SHAPE: &str = "shape";
     pub const OFFSET: &str = "offset";
     pub const STRIDE: &str = "stride";
@@ -91,6 +101,8 @@ static STEPS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(STEP_MS, DataType::Float64, false),
         f(LOSS_IS_FINITE, DataType::Boolean, false),
         f(NONFINITE_TENSORS, DataType::Int32, false),
+        // Since schema version 3, in every table: null in one-process runs.
+        f(RANK, DataType::Int32, true),
     ]))
 });
 
@@ -152,6 +164,7 @@ static TENSORS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(BLOCK_SCALES, list_of(DataType::Float32), true),
         f(BLOCK_ROWS, DataType::UInt32, true),
         f(BLOCK_COLS, DataType::UInt32, true),
+        f(RANK, DataType::Int32, true),
     ]))
 });
 
@@ -166,6 +179,7 @@ static EVENTS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(ROLE, DataType::Utf8, true),
         f(VALUE, DataType::Float64, true),
         f(MESSAGE, DataType::Utf8, false),
+        f(RANK, DataType::Int32, true),
     ]))
 });
 
@@ -181,6 +195,7 @@ static SHADOW: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(MSE, DataType::Float64, false),
         f(REL_L2, DataType::Float64, false),
         f(MAX_ABS_DIFF, DataType::Float64, false),
+        f(RANK, DataType::Int32, true),
     ]))
 });
 
@@ -197,6 +212,35 @@ static EXTRA_STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+static CASTS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    use col::*;
+    Arc::new(Schema::new(vec![
+        f(STEP, DataType::Int64, false),
+        f(RANK, DataType::Int32, true),
+        f(LAYER, DataType::Int32, false),
+        f(MODULE, DataType::Utf8, false),
+        f(GEMM, DataType::Utf8, false),
+        f(ROLE, DataType::Utf8, false),
+        f(SOURCE, DataType::Utf8, false),
+        f(FORMAT, DataType::Utf8, true),
+        f(SCALE, DataType::Float32, true),
+        f(AMAX_LOCAL, DataType::Float32, true),
+        f(AMAX_USED, DataType::Float32, true),
+        f(NUMEL, DataType::Int64, true),
+        f(DIGEST, DataType::Int64, true),
+        f(AUDIT_CHECKED, DataType::Int64, true),
+        f(AUDIT_MISMATCHED, DataType::Int64, true),
+        f(MASTER_CHECKED, DataType::Int64, true),
+        f(MASTER_MISMATCHED, DataType::Int64, true),
+        f(MASTER_CHANGED, DataType::Boolean, true),
+        f(FORWARD_CHANGED, DataType::Boolean, true),
+    ]))
+});
+
+/// Columns that schema version 3 added at the end of the tables that existed before it; a part of
+/// an older version reads them as null.
+pub const COLUMNS_SINCE_V3: [&str; 1] = [col::RANK];
+
 /// The schema of `table`.
 pub fn schema(table: Table) -> &'static SchemaRef {
     match table {
@@ -206,6 +250,7 @@ pub fn schema(table: Table) -> &'static SchemaRef {
         Table::Events => &EVENTS,
         Table::Shadow => &SHADOW,
         Table::ExtraStats => &EXTRA_STATS,
+        Table::Casts => &CASTS,
     }
 }
 
@@ -253,6 +298,7 @@ impl Row for StepRow {
                 Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.step_ms))),
                 Arc::new(BooleanArray::from(rows.iter().map(|r| r.loss.is_finite()).collect::<Vec<_>>())),
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.nonfinite_tensors as i32))),
+                Arc::new(Int32Array::new_null(rows.len())),
             ],
         )
     }
@@ -542,6 +588,7 @@ impl Row for TensorRow {
                 Arc::new(block_scales.finish()),
                 Arc::new(block_rows.finish()),
                 Arc::new(block_cols.finish()),
+                Arc::new(Int32Array::new_null(rows.len())),
             ],
         )
     }
@@ -575,6 +622,7 @@ impl Row for EventRow {
                 Arc::new(StringArray::from(rows.iter().map(|r| r.role.map(|g| g.as_str())).collect::<Vec<_>>())),
                 Arc::new(Float64Array::from(rows.iter().map(|r| r.value).collect::<Vec<_>>())),
                 strs(rows.iter().map(|r| r.message.as_str())),
+                Arc::new(Int32Array::new_null(rows.len())),
             ],
         )
     }
@@ -610,6 +658,71 @@ impl Row for ShadowRow {
                 f64s(|r| r.mse),
                 f64s(|r| r.rel_l2),
                 f64s(|r| r.max_abs_diff),
+                Arc::new(Int32Array::new_null(rows.len())),
+            ],
+        )
+    }
+}
+
+/// One FP8 cast as the module itself made it, on one rank at one step (`casts`): the scale it used,
+/// the amax of this rank's own high-precision tensor and the amax the scale came from, with the
+/// integrity audits of that cast when they ran. Written by the PyTorch recorder; Rust writes it in
+/// tests and generated benchmarks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CastRow {
+    pub step: u32,
+    pub rank: Option<u32>,
+    pub layer: u32,
+    pub module: String,
+    pub gemm: Gemm,
+    pub role: Role,
+    /// Who cast: `torchao`, `te`.
+    pub source: String,
+    pub format: Option<String>,
+    pub scale: Option<f32>,
+    pub amax_local: Option<f32>,
+    pub amax_used: Option<f32>,
+    pub numel: Option<u64>,
+    pub digest: Option<i64>,
+    pub audit_checked: Option<u64>,
+    pub audit_mismatched: Option<u64>,
+    pub master_checked: Option<u64>,
+    pub master_mismatched: Option<u64>,
+    pub master_changed: Option<bool>,
+    pub forward_changed: Option<bool>,
+}
+
+impl Row for CastRow {
+    const TABLE: Table = Table::Casts;
+    fn to_batch(rows: &[Self]) -> RecordBatch {
+        type R = CastRow;
+        let f32s = |g: fn(&R) -> Option<f32>| -> ArrayRef { Arc::new(Float32Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
+        let u64s = |g: fn(&R) -> Option<u64>| -> ArrayRef {
+            Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>()))
+        };
+        let bools = |g: fn(&R) -> Option<bool>| -> ArrayRef { Arc::new(BooleanArray::from(rows.iter().map(g).collect::<Vec<_>>())) };
+        batch(
+            Table::Casts,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
+                strs(rows.iter().map(|r| r.module.as_str())),
+                strs(rows.iter().map(|r| r.gemm.as_str())),
+                strs(rows.iter().map(|r| r.role.as_str())),
+                strs(rows.iter().map(|r| r.source.as_str())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.format.as_deref()).collect::<Vec<_>>())),
+                f32s(|r| r.scale),
+                f32s(|r| r.amax_local),
+                f32s(|r| r.amax_used),
+                u64s(|r| r.numel),
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.digest).collect::<Vec<_>>())),
+                u64s(|r| r.audit_checked),
+                u64s(|r| r.audit_mismatched),
+                u64s(|r| r.master_checked),
+                u64s(|r| r.master_mismatched),
+                bools(|r| r.master_changed),
+                bools(|r| r.forward_changed),
             ],
         )
     }
