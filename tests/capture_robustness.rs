@@ -43,6 +43,14 @@ fn a_run_killed_midway_keeps_every_closed_part_readable() {
     let m = Manifest::read(&out).unwrap();
     assert_eq!(m.status, RunStatus::Running, "a killed run cannot say it completed");
     assert!(!m.finished());
+    assert!(m.heartbeat_at.is_some() && m.host.is_some(), "the manifest carries a heartbeat and the host");
+    // Its process is gone from this host: the analyzer says so instead of `running`.
+    let o = Command::new(bin("fp8-analyze")).args(["summary", out.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("stopped without closing") && text.contains(&format!("process {}", child.id())), "{text}");
+    let o = Command::new(bin("fp8-analyze")).args(["summary", out.to_str().unwrap(), "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["liveness"]["ranks"][0]["stopped"], true, "{v}");
     let mut parts = 0;
     for table in Table::ALL {
         for p in run.parts(table).unwrap() {

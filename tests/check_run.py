@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 COLUMNS = {
     "steps": [("step", pa.int64()), ("loss", pa.float64()), ("grad_norm", pa.float64()), ("lr", pa.float64()),
               ("tokens", pa.int64()), ("step_ms", pa.float64()), ("loss_is_finite", pa.bool_()),
-              ("nonfinite_tensors", pa.int32())],
+              ("nonfinite_tensors", pa.int32()), ("rank", pa.int32())],
     "stats": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
               ("role", pa.string()), ("format", pa.string()), ("scale", pa.float32()), ("amax", pa.float32()),
               ("amax_used", pa.float32()), ("numel", pa.int64()), ("underflow_frac", pa.float64()),
@@ -40,14 +40,22 @@ COLUMNS = {
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
                 ("values", pa.list_(pa.float32())), ("fp8", pa.binary()), ("scale", pa.float32()),
-                ("block_scales", pa.list_(pa.float32())), ("block_rows", pa.uint32()), ("block_cols", pa.uint32())],
+                ("block_scales", pa.list_(pa.float32())), ("block_rows", pa.uint32()), ("block_cols", pa.uint32()),
+                ("rank", pa.int32())],
     "events": [("step", pa.int64()), ("kind", pa.string()), ("layer", pa.int32()), ("module", pa.string()),
-               ("gemm", pa.string()), ("role", pa.string()), ("value", pa.float64()), ("message", pa.string())],
+               ("gemm", pa.string()), ("role", pa.string()), ("value", pa.float64()), ("message", pa.string()),
+               ("rank", pa.int32())],
     "shadow": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
                ("numel", pa.int64()), ("cosine", pa.float64()), ("mse", pa.float64()), ("rel_l2", pa.float64()),
-               ("max_abs_diff", pa.float64())],
+               ("max_abs_diff", pa.float64()), ("rank", pa.int32())],
     "extra_stats": [("step", pa.int64()), ("rank", pa.int32()), ("layer", pa.int32()), ("module", pa.string()),
                     ("tensor", pa.string()), ("stat", pa.string()), ("value", pa.float64())],
+    "casts": [("step", pa.int64()), ("rank", pa.int32()), ("layer", pa.int32()), ("module", pa.string()),
+              ("gemm", pa.string()), ("role", pa.string()), ("source", pa.string()), ("format", pa.string()),
+              ("scale", pa.float32()), ("amax_local", pa.float32()), ("amax_used", pa.float32()),
+              ("numel", pa.int64()), ("digest", pa.int64()), ("audit_checked", pa.int64()),
+              ("audit_mismatched", pa.int64()), ("master_checked", pa.int64()), ("master_mismatched", pa.int64()),
+              ("master_changed", pa.bool_()), ("forward_changed", pa.bool_())],
 }
 FORMATS = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
 MODULES = ["qkv", "proj", "fc1", "fc2"]

@@ -25,6 +25,13 @@ pub struct Cli {
     /// Skip truncated or corrupt Parquet parts with a warning on stderr instead of stopping.
     #[arg(long, global = true)]
     pub lenient: bool,
+
+    /// Of a run recorded by several ranks, read this rank's loss, dumps, shadow GEMMs and events.
+    /// summary, anomalies, compare, locate and report read one rank's (the lowest unless this
+    /// names another) and the statistics of every rank; query reads every rank (each row has a
+    /// `rank` column) unless this names one.
+    #[arg(long, global = true, value_name = "N")]
+    pub rank: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -54,6 +61,13 @@ pub enum Command {
     #[command(after_help = "Example:\n  fp8-analyze query runs/fp8 runs/bf16 --format csv \\\n    \
                             --sql \"SELECT run, layer, AVG(underflow_frac) FROM stats GROUP BY run, layer\"")]
     Query(crate::commands::query::QueryArgs),
+
+    /// Across the ranks of a multi-rank run: scales, used amaxes and weight bytes that differ within
+    /// a dp, fsdp or tp group, the group each amax was actually reduced over, integrity audits of
+    /// the casts, one rank's statistics out of line, the first rank to go non-finite, stragglers,
+    /// and ranks stopped, crashed or missing. Exits 1 when anything is found.
+    #[command(after_help = "Example:\n  fp8-analyze ranks runs/ddp\n  fp8-analyze ranks runs/ddp --json")]
+    Ranks(crate::commands::ranks::RanksArgs),
 
     /// PNG charts and an index.html with the findings in words: loss against the baseline, layer ×
     /// step heatmaps, amax of the top GEMMs, log2|x| histograms against the FP8 range.

@@ -30,14 +30,17 @@ use load::LoadOptions;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
-    let opts = LoadOptions { lenient: cli.lenient };
+    // Commands over every rank get `opts`; those that read one rank of a multi-rank run get
+    // `opts.one_rank()` (the lowest rank unless --rank names another).
+    let opts = LoadOptions { lenient: cli.lenient, rank: cli.rank, one_rank: false };
     match &cli.command {
-        Command::Summary(a) => commands::summary::run(a, opts, cli.json),
-        Command::Anomalies(a) => commands::anomalies::run(a, opts, cli.json),
-        Command::Compare(a) => commands::compare::run(a, opts, cli.json),
-        Command::Locate(a) => commands::locate::run(a, opts, cli.json),
+        Command::Summary(a) => commands::summary::run(a, opts.one_rank(), cli.json),
+        Command::Anomalies(a) => commands::anomalies::run(a, opts.one_rank(), cli.json),
+        Command::Compare(a) => commands::compare::run(a, opts.one_rank(), cli.json),
+        Command::Locate(a) => commands::locate::run(a, opts.one_rank(), cli.json),
         Command::Query(a) => commands::query::run(a, opts, cli.json),
-        Command::Report(a) => commands::report::run(a, opts, cli.json),
+        Command::Ranks(a) => commands::ranks::run(a, opts, cli.json),
+        Command::Report(a) => commands::report::run(a, opts.one_rank(), cli.json),
         Command::Triage(a) => commands::triage::run(a, cli.json),
         Command::Regress(a) => commands::regress::run(a, cli.json),
         Command::Import(a) => import::run(a, cli.json),

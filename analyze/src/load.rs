@@ -21,11 +21,25 @@ use std::sync::Arc;
 /// Name of the column that holds each row's run name in multi-run scans and in SQL.
 pub const RUN_COL: &str = "run";
 
-/// How to treat bad parts.
+/// How to treat bad parts, and which ranks of a multi-rank run to read.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LoadOptions {
     /// Skip truncated or corrupt parts with a warning instead of failing.
     pub lenient: bool,
+    /// Read only this rank's parts of the per-rank tables (`--rank`; see [`Run::per_rank`]); None:
+    /// see `one_rank`.
+    pub rank: Option<u32>,
+    /// The command reads one rank (loss curves, comparisons, rankings): a run of several ranks
+    /// is read at its lowest rank unless `rank` names another. Commands over every rank
+    /// (`query`, `ranks`) leave it false.
+    pub one_rank: bool,
+}
+
+impl LoadOptions {
+    /// The same options for a command that reads one rank.
+    pub fn one_rank(self) -> LoadOptions {
+        LoadOptions { one_rank: true, ..self }
+    }
 }
 
 /// One opened run: its manifest, and for each table a command touched, the parts whose footers
@@ -41,6 +55,10 @@ pub struct Run {
     /// elsewhere).
     pub naming: SiteNaming,
     opts: LoadOptions,
+    /// The rank whose parts are read, for a run partitioned by rank; None: every part.
+    pub rank_view: Option<u32>,
+    /// The ranks that wrote parts (their partitions of steps or stats); empty for a flat run.
+    pub ranks: Vec<u32>,
     /// Checked parts per table, in `Table::ALL` order, filled on first use.
     parts: [OnceCell<Vec<PathBuf>>; Table::ALL.len()],
     /// Parts skipped under `--lenient`, with the reason.
@@ -51,12 +69,37 @@ impl Run {
     /// Opens the run at `path`: reads and checks `run.json`. Parts are checked when first used.
     pub fn open(path: &Path, opts: LoadOptions) -> Result<Run, AnalyzeError> {
         let manifest = Manifest::read(path)?;
+        let dir = RunDir::new(path);
+        let mut ranks: Vec<u32> = Vec::new();
+        for table in [Table::Steps, Table::Stats] {
+            ranks.extend(dir.partitions(table)?.into_iter().map(|(r, _)| r));
+        }
+        ranks.sort_unstable();
+        ranks.dedup();
+        let rank_view = match opts.rank {
+            Some(r) if !ranks.is_empty() && !ranks.contains(&r) => {
+                return Err(AnalyzeError::Usage(format!(
+                    "{}: --rank {r}: the run has no parts of rank {r} (its ranks: {})",
+                    path.display(),
+                    compact_ranks(&ranks)
+                )))
+            }
+            Some(r) if !ranks.is_empty() => Some(r),
+            Some(r) if r > 0 => {
+                return Err(AnalyzeError::Usage(format!("{}: --rank {r}: the run has one rank (0)", path.display())))
+            }
+            Some(_) => None,
+            None if opts.one_rank && ranks.len() > 1 => ranks.first().copied(),
+            None => None,
+        };
         Ok(Run {
             name: manifest.name.clone(),
             dir: path.to_path_buf(),
             naming: manifest.site_naming(),
             manifest,
             opts,
+            rank_view,
+            ranks,
             parts: Default::default(),
             skipped: RefCell::new(Vec::new()),
         })
@@ -89,7 +132,12 @@ impl Run {
         let cell = &self.parts[Table::ALL.iter().position(|t| *t == table).unwrap_or(0)];
         if cell.get().is_none() {
             let mut good = Vec::new();
-            for part in RunDir::new(&self.dir).parts(table)? {
+            let dir = RunDir::new(&self.dir);
+            let parts = match self.rank_view {
+                Some(rank) if Self::per_rank(table) => dir.rank_parts(table, rank)?,
+                _ => dir.parts(table)?,
+            };
+            for part in parts {
                 match check_part(&part, table) {
                     Ok(_) => good.push(part),
                     Err(e) if self.opts.lenient => {
@@ -104,6 +152,14 @@ impl Run {
         Ok(cell.get().map(Vec::as_slice).unwrap_or(&[]))
     }
 
+    /// Whether a one-rank view reads only its rank's parts of `table`: the tables whose rows would
+    /// repeat across ranks (the loss curve, dumped tensors aligned row by row, shadow GEMMs,
+    /// events). Statistics keep every rank, each row with its `rank`: their views take the worst
+    /// rank, and `fp8-analyze ranks` compares them.
+    pub fn per_rank(table: Table) -> bool {
+        matches!(table, Table::Steps | Table::Tensors | Table::Shadow | Table::Events)
+    }
+
     /// Whether `table` has at least one good part.
     pub fn has(&self, table: Table) -> Result<bool, AnalyzeError> {
         Ok(!self.parts(table)?.is_empty())
@@ -112,6 +168,32 @@ impl Run {
     /// The parts skipped so far under `--lenient`, with the reason.
     pub fn skipped(&self) -> Vec<String> {
         self.skipped.borrow().clone()
+    }
+
+    /// The same run read over every rank (for the few views of a one-rank command that compare
+    /// ranks, such as the report's per-rank chart).
+    pub fn all_ranks(&self) -> Result<Run, AnalyzeError> {
+        let mut r = Run::open(&self.dir, LoadOptions { rank: None, one_rank: false, ..self.opts })?;
+        r.name = self.name.clone();
+        Ok(r)
+    }
+
+    /// Whether several ranks wrote the run.
+    pub fn multi_rank(&self) -> bool {
+        self.ranks.len() > 1 || self.manifest.world_size() > 1
+    }
+
+    /// A sentence for outputs of one-rank commands on a multi-rank run: which rank they read.
+    pub fn rank_note(&self) -> Option<String> {
+        let r = self.rank_view?;
+        self.multi_rank().then(|| {
+            format!(
+                "{}: the loss, dumps, shadow GEMMs and events of rank {r} of {} (ranks {}), the statistics of every rank; --rank N reads another, `fp8-analyze ranks` compares them",
+                self.name,
+                self.manifest.world_size().max(self.ranks.len() as u32),
+                compact_ranks(&self.ranks)
+            )
+        })
     }
 
     /// Number of transformer layers of the run's model.
@@ -171,6 +253,21 @@ impl Run {
     pub fn collect(&self, table: Table, lf: LazyFrame) -> Result<DataFrame, AnalyzeError> {
         lf.collect().map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))
     }
+}
+
+/// Ranks as compact ranges: `0-3, 5, 8-15`.
+pub fn compact_ranks(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// One lazy frame holding `table` of every run, each row labelled with its run in `run`.
@@ -241,6 +338,12 @@ fn polars_dtype(dt: &arrow::datatypes::DataType) -> DataType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_print_as_ranges() {
+        assert_eq!(compact_ranks(&[0, 1, 2, 3, 5, 8, 9]), "0-3, 5, 8-9");
+        assert_eq!(compact_ranks(&[]), "");
+    }
 
     #[test]
     fn empty_frames_have_every_column_of_their_table() {

@@ -256,7 +256,7 @@ impl Manifest {
             source: RunSource::Fp8Capture,
             origin: None,
             host: crate::ranks::host_name(),
-            heartbeat_at: None,
+            heartbeat_at: Some(now_rfc3339()),
             world_size: None,
             parallel: None,
             ranks: Vec::new(),

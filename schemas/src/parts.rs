@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 /// Buffers rows of one table and writes them as numbered parts.
 pub struct PartWriter<R: Row> {
     run: RunDir,
+    /// The rank partition it writes into; None: the flat layout.
+    rank: Option<u32>,
     next_index: u32,
     pending: Vec<R>,
     rows_written: u64,
@@ -30,7 +32,15 @@ impl<R: Row> PartWriter<R> {
         let dir = run.table_dir(R::TABLE);
         std::fs::create_dir_all(&dir).map_err(|e| SchemaError::io(&dir, e))?;
         let next_index = run.parts(R::TABLE)?.len() as u32;
-        Ok(PartWriter { run: run.clone(), next_index, pending: Vec::new(), rows_written: 0, _row: PhantomData })
+        Ok(PartWriter { run: run.clone(), rank: None, next_index, pending: Vec::new(), rows_written: 0, _row: PhantomData })
+    }
+
+    /// A writer for `rank`'s partition of the table of `R` (`stats/rank=00003/`); creates it.
+    pub fn for_rank(run: &RunDir, rank: u32) -> Result<Self, SchemaError> {
+        let dir = run.rank_table_dir(R::TABLE, rank);
+        std::fs::create_dir_all(&dir).map_err(|e| SchemaError::io(&dir, e))?;
+        let next_index = run.rank_parts(R::TABLE, rank)?.len() as u32;
+        Ok(PartWriter { run: run.clone(), rank: Some(rank), next_index, pending: Vec::new(), rows_written: 0, _row: PhantomData })
     }
 
     pub fn push(&mut self, row: R) {
@@ -56,7 +66,10 @@ impl<R: Row> PartWriter<R> {
             return Ok(());
         }
         let batch = R::to_batch(&self.pending);
-        let path = self.run.part(R::TABLE, self.next_index);
+        let path = match self.rank {
+            Some(rank) => self.run.rank_part(R::TABLE, rank, self.next_index),
+            None => self.run.part(R::TABLE, self.next_index),
+        };
         write_part(&path, R::TABLE, &batch)?;
         self.next_index += 1;
         self.rows_written += self.pending.len() as u64;

@@ -4,6 +4,7 @@
 //! where the run came from and what it lacks.
 
 use crate::analysis::anomalies::loss_curve;
+use crate::analysis::liveness::{job_liveness, JobLiveness};
 use crate::analysis::provenance::{provenance, Provenance};
 use fp8scope_schemas::names::Gemm;
 use crate::error::AnalyzeError;
@@ -57,6 +58,11 @@ pub struct Summary {
     pub skipped_parts: Vec<String>,
     /// Where the run came from, what it lacks, and the caveat of rounded statistics.
     pub provenance: Provenance,
+    /// How each rank ended (one rank for a one-process run): a `running` record whose process is
+    /// gone reads "stopped without closing".
+    pub liveness: JobLiveness,
+    /// The rank whose tables this summary read, for a run of several ranks.
+    pub rank_view: Option<u32>,
     /// The whole manifest (configuration, device, libraries, row counts).
     pub manifest: Manifest,
 }
@@ -165,6 +171,8 @@ pub fn summarize(run: &Run, top: usize) -> Result<Summary, AnalyzeError> {
         events: event_counts(run)?,
         skipped_parts: run.skipped(),
         provenance: provenance(run)?,
+        liveness: job_liveness(run)?,
+        rank_view: run.rank_view,
         manifest: m.clone(),
     })
 }

@@ -6,6 +6,7 @@ pub mod anomalies;
 pub mod compare;
 pub mod locate;
 pub mod query;
+pub mod ranks;
 pub mod report;
 pub mod regress;
 pub mod summary;

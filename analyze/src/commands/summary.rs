@@ -51,7 +51,33 @@ fn render(run: &Run, s: &Summary) -> String {
     if external {
         o += &format!("  source     {} ({}); sites named by module path\n", p.source, p.framework.as_deref().unwrap_or("framework unknown"));
     }
-    o += &format!("  status     {}{}\n", s.status, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
+    let lv = &s.liveness;
+    o += &format!("  status     {}{}\n", lv.status, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
+    if lv.world_size > 1 {
+        let hosts: std::collections::BTreeSet<&str> = lv.ranks.iter().filter_map(|r| r.host.as_deref()).collect();
+        o += &format!(
+            "  ranks      {} on {} host(s){}; the loss below is rank {}'s, the tensors' health every rank's (--rank N reads another; `fp8-analyze ranks` compares them)\n",
+            lv.world_size,
+            hosts.len(),
+            m.parallel.as_ref().map(|p| format!(", {}", p.groups.iter().map(|g| format!("{} {}×{}", g.name, g.members.len(), g.size())).collect::<Vec<_>>().join(", "))).unwrap_or_default(),
+            output::opt(s.rank_view.map(|r| r.to_string()))
+        );
+        for r in &lv.ranks {
+            if r.stopped || r.status != "completed" {
+                o += &format!(
+                    "  rank {:<5} {}{} after step {}{}\n",
+                    r.rank,
+                    if r.stopped { "stopped without closing" } else { r.status.as_str() },
+                    r.reason.as_deref().map(|x| format!(" ({x})")).unwrap_or_default(),
+                    r.steps_completed,
+                    r.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                );
+            }
+        }
+        if !lv.missing.is_empty() {
+            o += &format!("  missing    ranks {} left nothing\n", crate::load::compact_ranks(&lv.missing));
+        }
+    }
     o += &format!("  steps      {} completed of {}, {} recorded\n", s.steps_completed, c.train.steps, s.steps_recorded);
     if external {
         let modules = m.origin.as_ref().map(|o| o.modules.clone()).unwrap_or_default();

@@ -12,7 +12,7 @@ use crate::analysis::detect;
 use crate::error::AnalyzeError;
 use crate::load::{distinct_i64, f64s, i64s, strs, Run};
 use crate::output;
-use crate::report::{self, amax, channels, heatmap, histogram, loss, sites, slug, Chart, DrawError};
+use crate::report::{self, amax, channels, heatmap, histogram, loss, ranks, sites, slug, Chart, DrawError};
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
 use fp8scope_schemas::tables::col;
@@ -232,6 +232,46 @@ fn channel_sample(run: &Run, step: i64, layer: i64, module: &str) -> Result<Opti
     Ok(channels::ChannelAmax::of(format!("layers.{layer}.{module}.activation at step {step}"), &rows))
 }
 
+/// Every rank's loss and step time, from the steps table of every rank (a multi-rank run).
+fn rank_series(run: &Run) -> Result<Vec<ranks::RankSeries>, AnalyzeError> {
+    let all = run.all_ranks()?;
+    let lf = all.scan(Table::Steps, &[col::RANK, col::STEP, col::LOSS, col::STEP_MS])?.sort([col::RANK, col::STEP], Default::default());
+    let df = all.collect(Table::Steps, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "steps", e);
+    let (rk, st, lo, ms) = (i64s(&df, col::RANK).map_err(e)?, i64s(&df, col::STEP).map_err(e)?, f64s(&df, col::LOSS).map_err(e)?, f64s(&df, col::STEP_MS).map_err(e)?);
+    let mut by: BTreeMap<u32, ranks::RankSeries> = BTreeMap::new();
+    for i in 0..df.height() {
+        let r = rk[i].unwrap_or(0) as u32;
+        let s = by.entry(r).or_insert_with(|| ranks::RankSeries { rank: r, ..Default::default() });
+        s.steps.push(st[i].unwrap_or(0));
+        s.loss.push(lo[i].unwrap_or(f64::NAN));
+        s.step_ms.push(ms[i].unwrap_or(f64::NAN));
+    }
+    Ok(by.into_values().collect())
+}
+
+/// The per-rank chart's job and caption, for a run of several ranks.
+fn ranks_job(run: &Run, file_stem: &str) -> Result<Option<Job>, AnalyzeError> {
+    if !run.multi_rank() {
+        return Ok(None);
+    }
+    let series = rank_series(run)?;
+    if series.len() < 2 {
+        return Ok(None);
+    }
+    let medians: Vec<(u32, f64)> = series.iter().filter_map(|s| s.median_ms().map(|m| (s.rank, m))).collect();
+    let slowest = medians.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    let fastest = medians.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let spread = match (slowest, fastest) {
+        (Some(s), Some(f)) => format!(" Median step time: slowest rank {} ({} ms), fastest rank {} ({} ms).", s.0, report::short(s.1), f.0, report::short(f.1)),
+        _ => String::new(),
+    };
+    let how = if series.len() > ranks::MAX_LINES { "the minimum, median and maximum over the ranks at each step" } else { "one line per rank" };
+    let caption = format!("Each rank's loss (its own shard of the batch) and step time, {how}; a rank that leaves the bundle, stops early or runs slow stands out. `fp8-analyze ranks` checks what must agree across ranks.{spread}");
+    let title = format!("{}: loss and step time per rank", run.name);
+    Ok(Some(Job::Ranks { chart: chart(format!("{file_stem}_ranks.png"), "ranks", &run.name, report::RANKS_SIZE, title, caption), series }))
+}
+
 /// What one run contributes: findings and the charts to draw (drawn later, in parallel).
 struct RunWork {
     findings: RunFindings,
@@ -246,12 +286,13 @@ enum Job {
     Amax { chart: Chart, gemms: Vec<amax::GemmSeries> },
     Histogram { chart: Chart, tensors: Vec<histogram::TensorSample> },
     Channels { chart: Chart, tensor: channels::ChannelAmax },
+    Ranks { chart: Chart, series: Vec<ranks::RankSeries> },
 }
 
 impl Job {
     fn chart(&self) -> &Chart {
         match self {
-            Job::Heatmap { chart, .. } | Job::Sites { chart, .. } | Job::Amax { chart, .. } | Job::Histogram { chart, .. } | Job::Channels { chart, .. } => chart,
+            Job::Heatmap { chart, .. } | Job::Sites { chart, .. } | Job::Amax { chart, .. } | Job::Histogram { chart, .. } | Job::Channels { chart, .. } | Job::Ranks { chart, .. } => chart,
         }
     }
     fn draw(&self, dir: &Path) -> Result<(), DrawError> {
@@ -262,6 +303,7 @@ impl Job {
             Job::Amax { chart, gemms } => amax::draw(&path, chart.run.as_deref().unwrap_or(""), gemms),
             Job::Histogram { chart, tensors } => histogram::draw(&path, chart.run.as_deref().unwrap_or(""), tensors),
             Job::Channels { chart, tensor } => channels::draw(&path, chart.run.as_deref().unwrap_or(""), tensor),
+            Job::Ranks { chart, series } => ranks::draw(&path, chart.run.as_deref().unwrap_or(""), series),
         }
     }
 }
@@ -314,6 +356,15 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
 
     let mut jobs = Vec::new();
     let has_tensors = run.has(Table::Tensors)?;
+    if let Some(note) = run.rank_note() {
+        findings.push(format!("Read {note}."));
+    }
+    let lv = &summary.liveness;
+    if !lv.stopped().is_empty() || !lv.crashed().is_empty() || !lv.missing.is_empty() {
+        let missing = if lv.missing.is_empty() { String::new() } else { format!("; ranks {} left nothing", crate::load::compact_ranks(&lv.missing)) };
+        findings.push(format!("The run {}{missing}.", lv.status));
+    }
+    jobs.extend(ranks_job(run, file_stem)?);
 
     // Cosine heatmap: needs a baseline and dumps in both.
     let compare = match base {

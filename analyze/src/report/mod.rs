@@ -5,7 +5,8 @@
 //! One file per chart family: [`loss`] (loss overlay and relative-gap panel), [`heatmap`]
 //! (layer × step maps with a colour bar), [`amax`] (amax against the amax the scale came from, and
 //! the scale), [`histogram`] (log2|x| against the FP8 format's range), [`sites`] (bars of the
-//! error each GEMM adds), [`channels`] (per-channel max |x| of the top site's activation);
+//! error each GEMM adds), [`channels`] (per-channel max |x| of the top site's activation),
+//! [`ranks`] (loss and step time of every rank of a multi-rank run);
 //! [`html`] writes the page.
 //!
 //! Every chart has a fixed size (the constants below, documented in README.md), the Okabe-Ito
@@ -19,6 +20,7 @@ pub mod heatmap;
 pub mod histogram;
 pub mod html;
 pub mod loss;
+pub mod ranks;
 pub mod sites;
 
 use plotters::style::{FontStyle, RGBColor};
@@ -38,6 +40,8 @@ pub const HISTOGRAM_SIZE: (u32, u32) = (1200, 800);
 pub const SITES_SIZE: (u32, u32) = (1200, 600);
 /// Size of each per-channel max |x| chart (the activation of the top GEMM's site).
 pub const CHANNELS_SIZE: (u32, u32) = (1200, 600);
+/// Size of each per-rank chart (loss and step time of every rank of a multi-rank run).
+pub const RANKS_SIZE: (u32, u32) = (1200, 800);
 
 /// The font family every chart uses: DejaVu Sans, registered from the bytes in the binary.
 /// Sizes are even: plotters' ab_glyph renderer places each glyph at size/2 truncated, so an odd

@@ -47,6 +47,8 @@ impl Tables {
         manifest.rows.tensors = self.tensors.rows_written();
         manifest.rows.events = self.events.rows_written();
         manifest.rows.shadow = self.shadow.rows_written();
+        // The heartbeat: a reader tells a live run from one killed without closing by its age.
+        manifest.heartbeat_at = Some(now_rfc3339());
         manifest.write(run.root())
     }
 }

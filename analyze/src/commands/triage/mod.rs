@@ -154,11 +154,14 @@ pub struct Confirmation {
     /// "<class> (a gap beyond the band)" when the FP8 run ends beyond the noise band on the same
     /// side as on the first seed; None when it did not reproduce.
     pub anomaly: Option<String>,
-    /// The culprits in BF16 leave no anomaly on this seed (and, when the anomaly reproduced only as
-    /// a gap beyond the band, at most half of that gap).
+    /// The culprits in BF16 cure the anomaly on this seed by `method::second_seed_cure`'s rule:
+    /// they recover ≥ 90% of this seed's gap, or leave no anomaly and recover ≥ 50%.
     pub cured: bool,
     /// Both: the verdict's culprits are confirmed.
     pub held: bool,
+    /// The share of this seed's FP8 gap the culprits in BF16 recover (1 − |residual| / |gap|), when
+    /// both gaps are known: how sure the confirmation is.
+    pub recovered: Option<f64>,
 }
 
 /// The verdict (`--json`).

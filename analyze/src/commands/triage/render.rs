@@ -198,9 +198,9 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!(
             "\n   {}\n",
             match (cf.held, &cf.anomaly, cf.cured) {
-                (true, Some(a), _) => format!("held: the {a} reproduces on seed {} and returning the culprits to BF16 cures it there", cf.seed),
+                (true, Some(a), _) => format!("held: the {a} reproduces on seed {} and returning the culprits to BF16 cures it there{}", cf.seed, recovered_text(cf.recovered)),
                 (false, None, _) => format!("not held: the FP8 run of seed {} shows nothing beyond the noise band, so the anomaly does not reproduce", cf.seed),
-                (false, Some(a), false) => format!("not held: the {a} reproduces on seed {} but returning the culprits to BF16 does not cure it there", cf.seed),
+                (false, Some(a), false) => format!("not held: the {a} reproduces on seed {} but returning the culprits to BF16 does not cure it there{} (the rule: ≥ 90% of the seed's own gap recovered, or no anomaly left and ≥ 50%)", cf.seed, recovered_text(cf.recovered)),
                 _ => "not held".into(),
             }
         );
@@ -233,7 +233,7 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             s += &format!(" ({}: gap {}, {})", e.name, gap_text(e), band_ratio(e.outcome.gap_band_ratio));
         }
         if let Some(cf) = &v.confirmation {
-            s += &format!(", confirmed on seed {}", cf.seed);
+            s += &format!(", confirmed on seed {}{}", cf.seed, recovered_text(cf.recovered));
         }
         s += ".\n";
         for c in &v.culprits {
@@ -274,4 +274,9 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     };
     s += &format!("the verdict rests on {} runs{confirm}.\n", t.runs.len());
     s
+}
+
+/// ": they recover 97.6% of that seed's gap", or nothing when unknown.
+fn recovered_text(r: Option<f64>) -> String {
+    r.map(|r| format!(" (they recover {:.1}% of that seed's gap)", 100.0 * r)).unwrap_or_default()
 }

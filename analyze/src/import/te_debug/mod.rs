@@ -215,18 +215,30 @@ pub fn import(args: &TeDebugArgs) -> Result<ImportReport, AnalyzeError> {
     let mut manifest = manifest(args, &name, recipe, &rows, notes.clone());
     manifest.write(&args.out)?;
     let dir = RunDir::new(&args.out);
-    let mut stats = PartWriter::<ExternalStatRow>::new(&dir)?;
-    for chunk in rows.stats.chunks(ROWS_PER_PART) {
-        stats.extend(chunk.iter().cloned());
-        stats.flush()?;
+    // Several ranks' logs: each rank's rows in its own partition (`stats/rank=00003/`), as every
+    // multi-rank writer lays them out; one log: the flat layout.
+    let rank_list: Vec<Option<u32>> = if multi { logs.iter().map(|l| Some(l.rank)).collect() } else { vec![None] };
+    for rank in rank_list {
+        let (mut stats, mut extra) = match rank {
+            Some(r) => (PartWriter::<ExternalStatRow>::for_rank(&dir, r)?, PartWriter::<ExtraStatRow>::for_rank(&dir, r)?),
+            None => (PartWriter::<ExternalStatRow>::new(&dir)?, PartWriter::<ExtraStatRow>::new(&dir)?),
+        };
+        let mine: Vec<&ExternalStatRow> = rows.stats.iter().filter(|r| r.rank == rank).collect();
+        for chunk in mine.chunks(ROWS_PER_PART) {
+            stats.extend(chunk.iter().map(|r| (*r).clone()));
+            stats.flush()?;
+        }
+        let mine: Vec<&ExtraStatRow> = rows.extra.iter().filter(|r| r.rank == rank).collect();
+        for chunk in mine.chunks(ROWS_PER_PART) {
+            extra.extend(chunk.iter().map(|r| (*r).clone()));
+            extra.flush()?;
+        }
+        manifest.rows.stats += stats.rows_written();
+        manifest.rows.extra_stats += extra.rows_written();
     }
-    let mut extra = PartWriter::<ExtraStatRow>::new(&dir)?;
-    for chunk in rows.extra.chunks(ROWS_PER_PART) {
-        extra.extend(chunk.iter().cloned());
-        extra.flush()?;
+    if multi {
+        manifest.world_size = Some(logs.iter().map(|l| l.rank + 1).max().unwrap_or(1));
     }
-    manifest.rows.stats = stats.rows_written();
-    manifest.rows.extra_stats = extra.rows_written();
     manifest.ended_at = Some(fp8scope_schemas::manifest::now_rfc3339());
     manifest.pid = None;
     if skipped.is_empty() {
