@@ -12,8 +12,11 @@
 //! that step, and, as `value`, the smallest candidate that reproduces `amax_used` on *every*
 //! mismatching row of the tensor (the set the job reduced over), `none` when no candidate does.
 //!
-//! A component's max comes from a window over the batch when the component lies whole in it, and
-//! from the maxima merged across batches otherwise.
+//! A set's max is known only where every rank of the set has the cast at that step (a rank that
+//! stopped or left no parts makes its sets unknown from then on); a cast whose configured set's max
+//! is unknown is not checked, and a candidate whose max is unknown reproduces nothing. A component's
+//! max comes from a window over the batch when the component lies whole in it, and from the maxima
+//! merged across batches otherwise.
 
 use super::finding::{check, Finding};
 use super::keys::{kid_in, Keys, KID};
