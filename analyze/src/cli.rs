@@ -26,10 +26,10 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub lenient: bool,
 
-    /// Of a run recorded by several ranks, read this rank's loss, dumps, shadow GEMMs and events.
-    /// summary, anomalies, compare, locate and report read one rank's (the lowest unless this
-    /// names another) and the statistics of every rank; query reads every rank (each row has a
-    /// `rank` column) unless this names one.
+    /// Of a run recorded by several ranks, read this rank's parts only. Without it, summary,
+    /// anomalies, compare, locate and report read the lowest rank's loss, dumps, shadow GEMMs and
+    /// events, and every rank's statistics; query and ranks read every rank (each row has a
+    /// `rank` column).
     #[arg(long, global = true, value_name = "N")]
     pub rank: Option<u32>,
 }

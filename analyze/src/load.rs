@@ -26,12 +26,12 @@ pub const RUN_COL: &str = "run";
 pub struct LoadOptions {
     /// Skip truncated or corrupt parts with a warning instead of failing.
     pub lenient: bool,
-    /// Read only this rank's parts of the per-rank tables (`--rank`; see [`Run::per_rank`]); None:
-    /// see `one_rank`.
+    /// Read only this rank's parts, of every table (`--rank`); None: see `one_rank`.
     pub rank: Option<u32>,
-    /// The command reads one rank (loss curves, comparisons, rankings): a run of several ranks
-    /// is read at its lowest rank unless `rank` names another. Commands over every rank
-    /// (`query`, `ranks`) leave it false.
+    /// The command reads one rank (loss curves, comparisons, rankings): of a run of several
+    /// ranks, it reads the lowest rank's parts of the tables whose rows repeat across ranks
+    /// ([`Run::per_rank`]) and every rank's statistics. Commands over every rank (`query`,
+    /// `ranks`) leave it false.
     pub one_rank: bool,
 }
 
@@ -134,7 +134,7 @@ impl Run {
             let mut good = Vec::new();
             let dir = RunDir::new(&self.dir);
             let parts = match self.rank_view {
-                Some(rank) if Self::per_rank(table) => dir.rank_parts(table, rank)?,
+                Some(rank) if self.opts.rank.is_some() || Self::per_rank(table) => dir.rank_parts(table, rank)?,
                 _ => dir.parts(table)?,
             };
             for part in parts {

@@ -36,6 +36,9 @@ pub struct JobLiveness {
     pub status: String,
     /// Ranks the manifest's world size counts that left no liveness file.
     pub missing: Vec<u32>,
+    /// The ranks wrote liveness files; false: `ranks` holds the manifest's own record alone (a
+    /// one-process run, or a run imported from logs), which speaks for the whole job.
+    pub per_rank: bool,
 }
 
 impl JobLiveness {
@@ -98,22 +101,28 @@ pub fn job_liveness(run: &Run) -> Result<JobLiveness, AnalyzeError> {
     } else {
         (0..world_size).filter(|r| ranks.iter().all(|s| s.rank != *r)).collect()
     };
+    let per_rank = !files.is_empty();
     let stopped: Vec<&RankState> = ranks.iter().filter(|r| r.stopped).collect();
     let crashed: Vec<&RankState> = ranks.iter().filter(|r| r.status == RunStatus::Crashed.as_str()).collect();
-    let status = if let Some(first) = stopped.iter().min_by_key(|r| (r.steps_completed, r.rank)) {
-        let which = if world_size > 1 { format!(" (rank {} first, after step {}; {})", first.rank, first.steps_completed, first.reason.as_deref().unwrap_or("")) } else { format!(" ({})", first.reason.as_deref().unwrap_or("")) };
-        format!("stopped without closing{which}")
+    let status = if !per_rank {
+        match stopped.first() {
+            Some(r) => format!("stopped without closing ({})", r.reason.as_deref().unwrap_or("")),
+            None => m.status.as_str().to_string(),
+        }
+    } else if let Some(first) = stopped.iter().min_by_key(|r| (r.steps_completed, r.rank)) {
+        let who = if world_size > 1 { format!("rank {} first, ", first.rank) } else { String::new() };
+        format!("stopped without closing ({who}after step {}; {})", first.steps_completed, first.reason.as_deref().unwrap_or(""))
     } else if let Some(first) = crashed.iter().min_by_key(|r| (r.steps_completed, r.rank)) {
         if world_size > 1 {
             format!("crashed on rank {} after step {}", first.rank, first.steps_completed)
         } else {
-            "crashed".into()
+            RunStatus::Crashed.as_str().to_string()
         }
-    } else if world_size > 1 && m.finished() && ranks.iter().any(|r| r.status == RunStatus::Running.as_str()) {
+    } else if m.finished() && ranks.iter().any(|r| r.status == RunStatus::Running.as_str()) {
         // Rank 0 closed the manifest; another rank has not closed its parts yet.
         format!("{} on rank 0, ranks still running: {}", m.status.as_str(), ranks.iter().filter(|r| r.status == "running").map(|r| r.rank.to_string()).collect::<Vec<_>>().join(", "))
     } else {
         m.status.as_str().to_string()
     };
-    Ok(JobLiveness { world_size, ranks, status, missing })
+    Ok(JobLiveness { world_size, ranks, status, missing, per_rank })
 }

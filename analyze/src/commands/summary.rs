@@ -62,7 +62,7 @@ fn render(run: &Run, s: &Summary) -> String {
             m.parallel.as_ref().map(|p| format!(", {}", p.groups.iter().map(|g| format!("{} {}×{}", g.name, g.members.len(), g.size())).collect::<Vec<_>>().join(", "))).unwrap_or_default(),
             output::opt(s.rank_view.map(|r| r.to_string()))
         );
-        for r in &lv.ranks {
+        for r in lv.ranks.iter().filter(|_| lv.per_rank) {
             if r.stopped || r.status != "completed" {
                 o += &format!(
                     "  rank {:<5} {}{} after step {}{}\n",
