@@ -14,6 +14,7 @@ import os
 import sys
 
 from . import __version__, tables
+from . import ranks as _ranks
 
 #: What each `status` means is documented in schemas/README.md.
 STATUSES = ("running", "completed", "diverged", "crashed")
@@ -29,18 +30,30 @@ def manifest_path(run_dir: str) -> str:
     return os.path.join(run_dir, tables.spec()["manifest_file"])
 
 
+def holds_a_run(run_dir: str) -> str:
+    """The refusal of a directory that already holds a run (every rank of a job gives this one)."""
+    return f"{run_dir} already holds a run; choose another out= or remove it first"
+
+
+def not_empty(run_dir: str) -> str:
+    return f"{run_dir} exists and is not an empty directory; refusing to write a run into it"
+
+
 def prepare_new_run_dir(run_dir: str) -> None:
     """Creates `run_dir`, or accepts it when empty; refuses one that holds a run or anything else,
     so that no recorded data is ever overwritten."""
     if os.path.exists(run_dir):
         if not os.path.isdir(run_dir):
-            raise FileExistsError(f"{run_dir} exists and is not an empty directory; refusing to write a run into it")
+            raise FileExistsError(not_empty(run_dir))
         if os.path.isfile(manifest_path(run_dir)):
-            raise FileExistsError(f"{run_dir} already holds a run; choose another out= or remove it first")
+            raise FileExistsError(holds_a_run(run_dir))
         if os.listdir(run_dir):
-            raise FileExistsError(f"{run_dir} exists and is not an empty directory; refusing to write a run into it")
+            raise FileExistsError(not_empty(run_dir))
     else:
-        os.makedirs(run_dir)
+        try:
+            os.makedirs(run_dir)
+        except FileExistsError:  # made by another process meanwhile: refuse it as any other
+            raise FileExistsError(not_empty(run_dir)) from None
 
 
 def write(run_dir: str, manifest: dict) -> None:
@@ -99,8 +112,11 @@ def recipe_config(kind: str, *, format: str = "hybrid", amax_history: int = 1024
 
 
 def new_running(*, name: str, config: dict, device: dict, origin: dict, source: str = "pytorch",
-                libraries: dict | None = None, ln_vocab: float = 0.0, entropy_floor: float | None = None) -> dict:
-    """A fresh manifest for a run that is about to start."""
+                libraries: dict | None = None, ln_vocab: float = 0.0, entropy_floor: float | None = None,
+                world_size: int = 1, parallel: dict | None = None, ranks: list | None = None,
+                host: str | None = None) -> dict:
+    """A fresh manifest for a run that is about to start (rank 0's, for a job of several ranks)."""
+    now = now_rfc3339()
     return {
         "schema_version": tables.schema_version(),
         "name": name,
@@ -112,7 +128,7 @@ def new_running(*, name: str, config: dict, device: dict, origin: dict, source: 
         "device": device,
         "libraries": dict(libraries or {}),
         "data": {"entropy_floor": entropy_floor, "ln_vocab": ln_vocab},
-        "started_at": now_rfc3339(),
+        "started_at": now,
         "ended_at": None,
         "steps_completed": 0,
         "final_loss": None,
@@ -120,6 +136,11 @@ def new_running(*, name: str, config: dict, device: dict, origin: dict, source: 
         "error": None,
         "command": list(sys.argv),
         "pid": os.getpid(),
+        "host": host if host is not None else _ranks.host_name(),
+        "heartbeat_at": now,
+        "world_size": int(world_size),
+        "parallel": parallel,
+        "ranks": list(ranks or []),
     }
 
 

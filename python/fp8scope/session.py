@@ -1,7 +1,8 @@
 """One recording, host side: what to measure at each step (`plan`), the scales of delayed scaling, and
-turning what a step measured — raw statistic vectors, non-finite counts, dumps, shadow GEMMs, in
-execution order — into the rows of the steps, stats, tensors, events and shadow tables, as
-fp8-capture's training loop does (capture/src/train.rs, capture/src/record/rows.rs).
+turning what a step measured — raw statistic vectors, non-finite counts, dumps, shadow GEMMs, the
+module's own casts, in execution order — into the rows of the steps, stats, tensors, events, shadow
+and casts tables, as fp8-capture's training loop does (capture/src/train.rs,
+capture/src/record/rows.rs). Every row carries the recording's `rank`.
 
 It knows nothing of torch: `fp8scope.torch.Recorder` measures on the device and hands numpy values
 to `end_step`; the tests hand it numpy reference statistics.
@@ -19,6 +20,7 @@ import numpy as np
 
 from . import manifest as mf
 from . import stats as st
+from .ranks import RankContext, job_note
 from .recipe import BYTE_SOURCE, GEMM_OPERANDS, QUANTIZED_ROLES, RESULT_OF, Recipe
 from .writer import RunWriter
 
@@ -43,7 +45,11 @@ class StepRecord:
     """What one step measured, in execution order. Each observation is a tuple:
     ("operand", module, role, raw vector), ("output", module, non-finite count),
     ("dump", module, role, shape, offset, stride, values f32, fp8 codes or None, scale or None),
-    ("shadow", module, gemm, shadow raw vector)."""
+    ("shadow", module, gemm, shadow raw vector),
+    ("cast", module, role, gemm, source, format, numel, values) — one cast the module made itself;
+    `values` holds scale, amax_local, amax_used, digest, and where audits ran audit_checked,
+    audit_mismatched, master_checked, master_mismatched and master_digest (the digest of this rank's
+    master weight as the reference casts it)."""
 
     observations: list = field(default_factory=list)
 
@@ -55,7 +61,8 @@ class Session:
                  dump_every: int = 0, dump_layers: str = ".*", dump_roles=mf.ROLES, dump_max_elems: int = 4096,
                  dump_sample: str = "first", shadow: bool = False, flush_every: int = 25, framework: str = "",
                  device: dict | None = None, libraries: dict | None = None, model: dict | None = None,
-                 train: dict | None = None, ln_vocab: float = 0.0, notes=(), threaded: bool = True):
+                 train: dict | None = None, ln_vocab: float = 0.0, notes=(), threaded: bool = True,
+                 rank_ctx: RankContext | None = None, prepare: bool = True):
         for name, v in (("stats_every", stats_every), ("quant_error_every", quant_error_every), ("dump_every", dump_every)):
             if int(v) < 0:
                 raise ValueError(f"{name} must be 0 or more, not {v}")
@@ -91,11 +98,20 @@ class Session:
         self.train = dict(train or {})
         self.config = mf.external_config(recipe=recipe.config(), record=record, device=dev["kind"], model=model,
                                          train=self.train)
-        mf.prepare_new_run_dir(out)
+        ctx = rank_ctx or RankContext()
+        self.rank, self.world_size = int(ctx.rank), int(ctx.world_size)
+        if ctx.job_id is not None:
+            self.notes.append(job_note(ctx.job_id))
+        self.notes += list(ctx.notes)
+        self._last_digest: dict[tuple[str, str], tuple] = {}
+        if self.rank == 0 and prepare:
+            mf.prepare_new_run_dir(out)
         self.out = out
         m = mf.new_running(name=os.path.basename(os.path.normpath(out)), config=self.config, device=dev,
-                           origin=self._origin(), libraries=libraries, ln_vocab=ln_vocab)
-        self.writer = RunWriter(out, m, threaded=threaded)
+                           origin=self._origin(), libraries=libraries, ln_vocab=ln_vocab,
+                           world_size=self.world_size, parallel=ctx.parallel, ranks=ctx.ranks)
+        self.writer = RunWriter(out, m, rank=self.rank, world_size=self.world_size,
+                                ranks_from_liveness=ctx.job_id is not None, threaded=threaded)
 
     # ---- what to measure
     def plan(self, step: int) -> Plan:
@@ -158,7 +174,7 @@ class Session:
         raws = {k: st.merge(v) for k, v in merged.items()}
         gemms = self._gemms_that_ran(order, raws)
 
-        rows = {"steps": [], "stats": [], "tensors": [], "events": [], "shadow": []}
+        rows = {"steps": [], "stats": [], "tensors": [], "events": [], "shadow": [], "casts": []}
         if plan.level >= CHEAP:
             for module, gemm in gemms:
                 for role in GEMM_OPERANDS[gemm]:
@@ -172,6 +188,8 @@ class Session:
                 rows["tensors"].append(self._tensor_row(step, *ob[1:]))
             elif ob[0] == "shadow":
                 rows["shadow"].append(st.shadow_row(step, st.layer_of(ob[1]), ob[1], ob[2], ob[3]))
+            elif ob[0] == "cast" and plan.level >= CHEAP:
+                rows["casts"].append(self._cast_row(step, *ob[1:]))
         for k, v in (("grad_norm", grad_norm), ("lr", lr), ("tokens", tokens)):
             self.given[k] |= v is not None
         rows["steps"].append({
@@ -185,6 +203,9 @@ class Session:
                                    "message": f"loss is {loss} at step {step}; recording stopped"})
         self.recipe.observe({k: v[st.IX["amax"]] for k, v in raws.items()
                              if k[1] in QUANTIZED_ROLES and not math.isnan(v[st.IX["amax"]])})
+        for table_rows in rows.values():
+            for r in table_rows:
+                r["rank"] = self.rank
         self.writer.add(rows)
         if new_modules or step == 1:
             self.writer.update_manifest({"origin": self._origin()})
@@ -236,6 +257,30 @@ class Session:
         if codes is not None:
             row.update(gemm=BYTE_SOURCE[role], format=self.recipe.format_for(role),
                        fp8=np.asarray(codes, np.uint8).tobytes(), scale=float(np.float32(scale)))
+        return row
+
+    def _cast_row(self, step, module, role, gemm, source, fmt, numel, v) -> dict:
+        """A `casts` row; master_changed / forward_changed compare the digests with this rank's
+        previous recorded step of the same operand (null at its first)."""
+        def f(k):
+            x = v.get(k)
+            return None if x is None else float(x)
+
+        def i(k):
+            x = v.get(k)
+            return None if x is None else int(x)
+
+        row = {"step": step, "layer": st.layer_of(module), "module": module, "gemm": gemm, "role": role,
+               "source": source, "format": fmt, "scale": f("scale"), "amax_local": f("amax_local"),
+               "amax_used": f("amax_used"), "numel": None if numel is None else int(numel), "digest": i("digest"),
+               "audit_checked": i("audit_checked"), "audit_mismatched": i("audit_mismatched"),
+               "master_checked": i("master_checked"), "master_mismatched": i("master_mismatched")}
+        prev = self._last_digest.get((module, role))
+        now = (row["digest"], i("master_digest"))
+        if prev is not None and role == "weight":
+            row["forward_changed"] = None if None in (prev[0], now[0]) else prev[0] != now[0]
+            row["master_changed"] = None if None in (prev[1], now[1]) else prev[1] != now[1]
+        self._last_digest[(module, role)] = now
         return row
 
     # ---- the end

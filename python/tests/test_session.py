@@ -14,7 +14,7 @@ import unittest
 import numpy as np
 import pyarrow.parquet as pq
 
-from fp8scope import fp8, stats as st
+from fp8scope import fp8, parts, stats as st
 from fp8scope.recipe import Recipe
 from fp8scope.session import AMAX, CHEAP, FULL, Session, StepRecord
 
@@ -27,8 +27,8 @@ def manifest(run):
 
 
 def read(run, table):
-    files = sorted(glob.glob(os.path.join(run, table, "part-*.parquet")))
-    return pq.read_table(files).to_pylist() if files else []
+    files = parts.closed_parts(run, table)  # every rank's partition (`stats/rank=00000/part-*.parquet`)
+    return pq.read_table(files, partitioning=None).to_pylist() if files else []
 
 
 class Stats(unittest.TestCase):
@@ -169,7 +169,7 @@ class Runs(unittest.TestCase):
             self.assertEqual(m["status"], "crashed")
             self.assertIn("planted crash at step 6", m["error"])
             self.assertEqual([r["step"] for r in read(run, "steps")], [1, 2, 3, 4, 5])
-            self.assertEqual(glob.glob(os.path.join(run, "*", "*.tmp")), [])
+            self.assertEqual(glob.glob(os.path.join(run, "*", "*", "*.tmp")) + glob.glob(os.path.join(run, "*", "*.tmp")), [])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ there): what it records against numpy references computed from the same tensors,
 bit for bit, how runs end, and a torch.compile'd model. Skipped where torch is not installed (CI);
 run with a torch install: `python3 -m unittest tests.test_torch_recorder` in python/."""
 
-import glob
 import json
 import os
 import tempfile
@@ -19,14 +18,14 @@ try:
 except ImportError:  # pragma: no cover
     torch = None
 
-from fp8scope import fp8, stats as st
+from fp8scope import fp8, parts, stats as st
 
 
 def read(run, table):
     import pyarrow.parquet as pq
 
-    files = sorted(glob.glob(os.path.join(run, table, "part-*.parquet")))
-    return pq.read_table(files).to_pylist() if files else []
+    files = parts.closed_parts(run, table)  # every rank's partition (`stats/rank=00000/part-*.parquet`)
+    return pq.read_table(files, partitioning=None).to_pylist() if files else []
 
 
 def manifest(run):

@@ -36,8 +36,15 @@ def unrecordable(m: torch.nn.Module) -> bool:
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module a `torch.compile` wrapper holds (so that module paths have no `_orig_mod.`)."""
-    return getattr(model, "_orig_mod", model)
+    """The module that `torch.compile` and `DistributedDataParallel` wrappers hold, so that module
+    paths have no `_orig_mod.` or `module.` (FSDP2 and tensor parallelism change modules in place)."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif any(c.__name__ == "DistributedDataParallel" for c in type(model).__mro__) and hasattr(model, "module"):
+            model = model.module
+        else:
+            return model
 
 
 def sites(model: torch.nn.Module, modules: str | None) -> tuple[list[tuple[str, torch.nn.Module, str]], list[str]]:

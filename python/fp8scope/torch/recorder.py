@@ -8,9 +8,17 @@ computed on the device into small float64 vectors; `step()` concatenates the ste
 copies them to the host once (one device-to-host copy per step), then hands them to
 `fp8scope.session.Session`, which writes the tables.
 
-Hooks: a forward hook per site (X, W, output Y; non-finite outputs in execution order), a tensor
-hook on Y for dY, and on the sites that are dumped a tensor hook on X for the dgrad dump (the
+Hooks: two forward pre-hooks per site — one ahead of every other (X as the caller passed it, before
+a tensor-parallel style turns it into a DTensor), one after every other (W as the forward uses it,
+after FSDP2's all-gather) — a forward hook (output Y; non-finite outputs in execution order), a
+tensor hook on Y for dY, and on the sites that are dumped a tensor hook on X for the dgrad dump (the
 gradient arriving at the module's input) and a post-accumulate-grad hook on W for the wgrad dump.
+Distributed tensors are measured by their local shard: every rank records its own.
+
+In a job of several processes (torchrun, …) every rank records into the same run directory, its own
+partition of each table (`fp8scope.torch.distributed`); torchao `Float8Linear` modules also have their
+own casts recorded (`fp8scope.torch.casts`): the `casts` table, with the cast and forward-weight
+audits.
 The hooks are excluded from torch.compile (`torch._dynamo.disable`): a compiled model breaks its
 graph at each recorded module and the hooks run eagerly there; the statistics themselves are
 compiled functions (`fused`). Forwards run with gradients disabled (validation under
@@ -36,7 +44,9 @@ from .. import manifest as mf
 from .. import stats as st
 from ..recipe import QUANTIZED_ROLES, Recipe
 from ..session import CHEAP, FULL, Session, StepRecord
+from . import casts as ct
 from . import discover
+from . import distributed as dist_
 from .cast import cast_fp8, dequantize_fp8, round_bf16
 from .stats import DEVICE_FIELDS, Kernels, nonfinite_count, shadow_stats
 
@@ -67,6 +77,18 @@ class Recorder:
     fused: compile the statistics with torch.compile (True / False / "auto" = on CUDA).
     vocab, optimizer, steps: optional facts for the manifest (ln V; lr, betas, eps, weight decay; the
         planned number of steps). lr is read from the optimizer when `step` is not given one.
+    casts: record the casts torchao's Float8Linear modules make themselves (the `casts` table, with
+        the audits) on statistics steps; False leaves torchao untouched.
+    audit_every: the cast audit (the module's FP8 bytes against fp8scope's reference cast at the
+        module's scale) runs at step 1, at dump steps and every `audit_every` steps (0: dump steps
+        only), on statistics steps. The forward-weight audit runs at every statistics step.
+    mesh, groups, amax_groups: how the job is split, for the manifest's `parallel`, when what the
+        recorder finds (DDP, FSDP2, DTensor meshes) is not all: a DeviceMesh; {name: (kind, a
+        ProcessGroup or [[ranks], …])} with kind dp / fsdp / tp / world / other; {role: [group names]}
+        that the configuration reduces amaxes over.
+
+    Under torch.distributed, constructing the Recorder is collective: every rank constructs one
+    with the same `out`; rank 0 creates the run and every rank writes its own partition.
     """
 
     def __init__(self, model: torch.nn.Module, out: str, recipe: str = "delayed", *, format: str = "hybrid",
@@ -74,7 +96,10 @@ class Recorder:
                  quant_error_every: int = 10, dump_every: int = 0, dump_layers: str = ".*", dump_roles=mf.ROLES,
                  dump_max_elems: int = 4096, dump_sample: str = "first", shadow: bool = False, flush_every: int = 25,
                  modules: str | None = None, fused="auto", vocab: int | None = None, optimizer=None,
-                 steps: int | None = None, notes=()):
+                 steps: int | None = None, notes=(), audit_every: int = 10, casts: bool = True, mesh=None,
+                 groups=None, amax_groups=None):
+        if int(audit_every) < 0:
+            raise ValueError(f"fp8scope: audit_every must be 0 or more, not {audit_every}")
         found, skipped = discover.sites(model, modules)
         if not found:
             raise ValueError("fp8scope: no nn.Linear (or Transformer Engine Linear) in the model"
@@ -93,7 +118,7 @@ class Recorder:
             raise ValueError(f"fp8scope: dump_layers={dump_layers!r} matches none of the {len(self.paths)} recorded "
                              f"modules, e.g. {', '.join(self.paths[:8])}")
         param = next(model.parameters(), None)
-        dev = param.device if param is not None else torch.device("cpu")
+        dev = ct.local(param).device if param is not None else torch.device("cpu")
         self.recipe = Recipe(recipe, format=format, amax_history=amax_history, amax_algo=amax_algo, margin=margin)
         kinds = sorted({k for _, _, k in found})
         note_list = [
@@ -112,21 +137,44 @@ class Recorder:
             if "betas" in g:
                 train.update(beta1=float(g["betas"][0]), beta2=float(g["betas"][1]))
         self.optimizer = optimizer
-        self.session = Session(
-            out, self.recipe, stats_every=stats_every, quant_error_every=quant_error_every, dump_every=dump_every,
-            dump_layers=dump_layers, dump_roles=dump_roles, dump_max_elems=dump_max_elems, dump_sample=dump_sample,
-            shadow=shadow, flush_every=flush_every, framework=f"torch {torch.__version__}", device=_device_info(dev),
-            libraries=_libraries(), model={"layers": (max(layers) + 1) if layers else 0, "vocab": int(vocab or 0)},
-            train=train, ln_vocab=math.log(vocab) if vocab else 0.0, notes=note_list)
+        self.by_config = ct.torchao_configs(found) if casts else {}
+        if self.by_config:
+            note_list.append("casts: the torchao Float8Linear modules' own casts (scale, local and used amax, "
+                             "digest of the FP8 bytes), the cast audit and the forward-weight audit")
+        self.rank_ctx = dist_.context(model, mesh=mesh, groups=groups, amax_groups=amax_groups, kinds=kinds)
+        self.rank = self.rank_ctx.rank
+
+        def make_session(prepare: bool) -> Session:
+            return Session(
+                out, self.recipe, stats_every=stats_every, quant_error_every=quant_error_every, dump_every=dump_every,
+                dump_layers=dump_layers, dump_roles=dump_roles, dump_max_elems=dump_max_elems, dump_sample=dump_sample,
+                shadow=shadow, flush_every=flush_every, framework=f"torch {torch.__version__}",
+                device=_device_info(dev), libraries=_libraries(),
+                model={"layers": (max(layers) + 1) if layers else 0, "vocab": int(vocab or 0)}, train=train,
+                ln_vocab=math.log(vocab) if vocab else 0.0, notes=note_list, rank_ctx=self.rank_ctx, prepare=prepare)
+
+        self.session = dist_.start(self.rank_ctx, out, make_session)
         self.out = out
+        self.audit_every = int(audit_every)
+        self.modules = {p: m for p, m, _ in found}
+        # Modules whose weight is gathered in FP8 (torchao's FSDP float8 all-gather): the forward's
+        # weight is not the master's cast, so no forward-weight audit.
+        self._no_master = {p for p, m, _ in found
+                           if getattr(getattr(m, "config", None), "enable_fsdp_float8_all_gather", False)}
+        self._masters: dict[str, torch.Tensor] = {}
+        self._refresh_masters()
         self.kernels = Kernels(fused, dev.type)
         self.slots = {(p, r): i for i, (p, r) in enumerate((p, r) for p in self.paths for r in QUANTIZED_ROLES)}
         # Row 0 the scales, row 1 the amaxes they came from: (1, 0) while delayed scaling's history is empty.
         self._scale_host = np.stack([np.ones(len(self.slots)), np.zeros(len(self.slots))]).astype(np.float32)
         self._scale_dev: dict[torch.device, torch.Tensor] = {}
         self._pieces: list[torch.Tensor] = []
-        self._descs: list[tuple] = []
+        self._descs: list[tuple] = []  # (desc, number of pieces)
         self._wgrad_done: set[str] = set()
+        self._fwd: dict[str, tuple] = {}  # per module in its forward: (raw X, X 2-D, its scale)
+        self._fwd_recorded: set[str] = set()  # modules whose forward was recorded this step
+        self._cast_seen: set[tuple[str, str]] = set()
+        self._noted: set[str] = set()
         self._paused = 0
         self.step_no = 1
         self.plan = self.session.plan(1)
@@ -134,11 +182,15 @@ class Recorder:
         self._t0 = time.perf_counter()
         self._handles = []
         for p, m, _ in found:
+            self._handles.append(m.register_forward_pre_hook(_disable(self._input_hook(p)), prepend=True))
+            self._handles.append(m.register_forward_pre_hook(_disable(self._weight_hook(p))))
             self._handles.append(m.register_forward_hook(_disable(self._forward_hook(p))))
             w = getattr(m, "weight", None)
             if p in self.dump_paths and "wgrad" in self.session.dump_roles and isinstance(w, torch.nn.Parameter) \
                     and hasattr(w, "register_post_accumulate_grad_hook"):
                 self._handles.append(w.register_post_accumulate_grad_hook(_disable(self._wgrad_hook(p))))
+        if self.by_config:
+            ct.install(self)
         _live.add(self)
         _install_exit_hooks()
 
@@ -146,9 +198,14 @@ class Recorder:
     def _recording(self) -> bool:
         return not self.closed and not self._paused and torch.is_grad_enabled()
 
-    def _add(self, desc: tuple, piece: torch.Tensor) -> None:
-        self._descs.append(desc)
-        self._pieces.append(piece)
+    def _add(self, desc: tuple, *pieces: torch.Tensor) -> None:
+        self._descs.append((desc, len(pieces)))
+        self._pieces.extend(pieces)
+
+    def _note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.session.notes.append(text)
 
     def _scales(self, device: torch.device) -> torch.Tensor:
         s = self._scale_dev.get(device)
@@ -197,7 +254,7 @@ class Recorder:
                 return x @ y.t()
             return x @ y if gemm == "dgrad" else x.t() @ y
         with _exact_f32_matmul():
-            bb = 0.0 if bias is None else round_bf16(bias.detach())
+            bb = 0.0 if bias is None else round_bf16(ct.local(bias).detach())
             if observed is not None:
                 test = observed.detach().reshape(-1, observed.shape[-1]).float()
             else:
@@ -205,34 +262,73 @@ class Recorder:
             ref = round_bf16(mm(round_bf16(a), round_bf16(b)) + bb)
         self._add(("shadow", path, gemm, test.numel()), shadow_stats(test, ref))
 
-    def _forward_hook(self, path: str):
-        def hook(module, args, output):
+    def _input_hook(self, path: str):
+        # Runs before every other pre-hook: X as the caller passed it (a tensor-parallel style has
+        # not yet made it a DTensor of FP8).
+        def hook(module, args):
+            self._fwd.pop(path, None)
             if not self._recording() or not args or not isinstance(args[0], torch.Tensor):
                 return
+            x = args[0]
+            xl = ct.local(x)
+            if hasattr(xl, "_data") and hasattr(xl, "_scale"):  # already cast by the caller: no X to measure
+                self._note(f"{path}: its input arrives already in FP8; its activation statistics are not recorded")
+                return
             plan = self.plan
-            x, w = args[0], module.weight
-            y = output[0] if isinstance(output, (tuple, list)) else output
             dumped = plan.dump and path in self.dump_paths
-            x2 = x.detach().reshape(-1, x.shape[-1])
+            x2 = xl.detach().reshape(-1, xl.shape[-1])
             sx = self._operand(path, "activation", x2, plan.level, dumped)
-            sw = self._operand(path, "weight", w, plan.level, dumped)
-            self._add(("output", path), nonfinite_count(y))
             if dumped:
                 self._dump(path, "activation", x2, sx)
-                self._dump(path, "weight", w, sw)
-                self._dump(path, "output", y, None)
+            self._fwd[path] = (x, x2, sx)
+            self._fwd_recorded.add(path)
+        return hook
+
+    def _weight_hook(self, path: str):
+        # Runs after every other pre-hook: W as the forward uses it (FSDP2 has gathered it).
+        def hook(module, args):
+            if path not in self._fwd:
+                return
+            plan = self.plan
+            dumped = plan.dump and path in self.dump_paths
+            wl = ct.local(module.weight).detach()
+            sw = self._operand(path, "weight", wl, plan.level, dumped)
+            if dumped:
+                self._dump(path, "weight", wl, sw)
+            x, x2, sx = self._fwd[path]
+            # Kept only as long as the forward lasts (FSDP2 frees the gathered weight after it).
+            w_shadow = wl.clone() if plan.shadow and dumped else None
+            self._fwd[path] = (x, x2, sx, sw, w_shadow)
+        return hook
+
+    def _forward_hook(self, path: str):
+        def hook(module, args, output):
+            got = self._fwd.pop(path, None)
+            if got is None or len(got) < 5 or not self._recording():
+                return
+            x, x2, sx, sw, w = got
+            plan = self.plan
+            y = output[0] if isinstance(output, (tuple, list)) else output
+            yl = ct.local(y) if isinstance(y, torch.Tensor) else y
+            dumped = plan.dump and path in self.dump_paths
+            self._add(("output", path), nonfinite_count(yl))
+            if dumped:
+                self._dump(path, "output", yl, None)
                 if x.requires_grad and "dgrad" in self.session.dump_roles:
                     x.register_hook(_disable(self._dgrad_hook(path)))
             own = path in self.own_fp8 and isinstance(y, torch.Tensor)
-            shadow = plan.shadow and dumped and (own or not self.own_fp8)
+            shadow = plan.shadow and dumped and (own or not self.own_fp8) and w is not None
+            if shadow and _is_dtensor(module.weight):
+                self._note(f"{path}: no shadow GEMMs for a module whose weight is a DTensor (its GEMM is split over ranks)")
+                shadow = False
             if shadow:
                 # A plain nn.Linear runs in the model's own precision: its FP8 side is the
                 # recipe's emulation. Any other Linear (Transformer Engine's, torchao's, the
                 # user's own FP8 layer) computed its FP8 output itself: measure that one.
-                self._shadow(path, "fprop", x2, "activation", sx, w.detach(), "weight", sw,
-                             getattr(module, "bias", None), observed=y if own else None)
+                self._shadow(path, "fprop", x2, "activation", sx, w, "weight", sw,
+                             getattr(module, "bias", None), observed=yl if own else None)
             if isinstance(y, torch.Tensor) and y.requires_grad:
-                saved = (x2, w.detach(), sx, sw) if shadow else None
+                saved = (x2, w, sx, sw) if shadow else None
                 y.register_hook(_disable(self._grad_hook(path, dumped, saved)))
         return hook
 
@@ -240,7 +336,8 @@ class Recorder:
         def hook(g):
             if self.closed:
                 return
-            g2 = g.detach().reshape(-1, g.shape[-1])
+            gl = ct.local(g)
+            g2 = gl.detach().reshape(-1, gl.shape[-1])
             sg = self._operand(path, "gradient", g2, self.plan.level, dumped)
             if dumped:
                 self._dump(path, "gradient", g2, sg)
@@ -253,7 +350,8 @@ class Recorder:
     def _dgrad_hook(self, path: str):
         def hook(g):
             if not self.closed:
-                self._dump(path, "dgrad", g.detach().reshape(-1, g.shape[-1]), None)
+                gl = ct.local(g)
+                self._dump(path, "dgrad", gl.detach().reshape(-1, gl.shape[-1]), None)
         return hook
 
     def _wgrad_hook(self, path: str):
@@ -262,24 +360,69 @@ class Recorder:
             if not self.closed and not self._paused and self.plan.dump and path not in self._wgrad_done \
                     and param.grad is not None:
                 self._wgrad_done.add(path)
-                self._dump(path, "wgrad", param.grad, None)
+                self._dump(path, "wgrad", ct.local(param.grad), None)
         return hook
+
+    # ---------------------------------------------------------------- the module's own casts
+    def _audit_step(self) -> bool:
+        s, e = self.plan.step, self.audit_every
+        return self.plan.dump or (e > 0 and (s == 1 or s % e == 0))
+
+    def wants_casts(self) -> bool:
+        """Whether this step's casts are measured (a statistics step of an open, unpaused recording)."""
+        return not self.closed and not self._paused and self.plan.level >= CHEAP
+
+    def on_cast(self, path: str, role: str | None, hp, used_amax, out) -> None:
+        """A cast torchao made for module `path` (see `fp8scope.torch.casts`): the first of each
+        (module, role) in a recorded forward (or its backward) on a statistics step is measured."""
+        if role is None or not self.wants_casts():
+            return
+        if role == "gradient":
+            if path not in self._fwd_recorded:
+                return
+        elif path not in self._fwd:  # a forward that is not recorded (no_grad, paused)
+            return
+        if (path, role) in self._cast_seen:
+            return
+        self._cast_seen.add((path, role))
+        if role == "gradient":
+            m = self.modules[path]
+            last = ct.local(hp).shape[-1] if getattr(hp, "dim", lambda: 0)() else None
+            w = ct.local(m.weight)
+            if last not in (w.shape[0], getattr(m, "out_features", None)):
+                self._note(f"{path}: a gradient cast of {last} columns was not the module's (out {w.shape[0]}); skipped")
+                return
+        master = None
+        if role == "weight" and path not in self._no_master:
+            master = self._masters.get(path)
+        got = ct.measure(hp, used_amax, out, role, audit=self._audit_step(), master=master, call=self.kernels.call)
+        if got is None:
+            self._note(f"{path}: a {role} cast that is not a tensorwise e4m3/e5m2 Float8 tensor is not recorded")
+            return
+        fmt, what, floats, ints = got
+        self._add(("cast", path, role, fmt, what), floats, ints)
+
+    def _refresh_masters(self) -> None:
+        """Each site's master weight as the optimizer holds it, outside any forward (FSDP2 swaps the
+        module's weight for the gathered one during its forward)."""
+        for p, m in self.modules.items():
+            w = getattr(m, "weight", None)
+            if isinstance(w, torch.Tensor):
+                self._masters[p] = w
 
     # ---------------------------------------------------------------- the step
     def step(self, loss, *, grad_norm=None, lr=None, tokens: int | None = None) -> None:
-        """Ends a step: copies its statistics to the host (one copy), writes its rows, prepares the
-        next step's scales. `loss` (and `grad_norm`) may be tensors; `lr` defaults to the
-        optimizer's when one was given."""
+        """Ends a step: copies its statistics to the host (one copy per device and dtype), writes
+        its rows, prepares the next step's scales. `loss` (and `grad_norm`) may be tensors; `lr`
+        defaults to the optimizer's when one was given."""
         if self.closed:
             raise RuntimeError(f"fp8scope: the recording of {self.out} is closed")
         descs, pieces = self._descs, self._pieces
         self._descs, self._pieces = [], []
-        extra = []
         for name, v in (("loss", loss), ("grad_norm", grad_norm)):
             if isinstance(v, torch.Tensor):
-                extra.append(name)
-                descs.append((name,))
-                pieces.append(v.detach().reshape(-1)[:1].double())
+                descs.append(((name,), 1))
+                pieces.append(ct.local(v).detach().reshape(-1)[:1].double())
         values = _to_host(pieces)
         step_ms = (time.perf_counter() - self._t0) * 1e3
         rec, got = self._observations(descs, values)
@@ -297,6 +440,10 @@ class Recorder:
         self.step_no += 1
         self.plan = self.session.plan(self.step_no)
         self._wgrad_done = set()
+        self._fwd.clear()
+        self._fwd_recorded = set()
+        self._cast_seen = set()
+        self._refresh_masters()
         if self.recipe.kind == "delayed":
             for (p, r), i in self.slots.items():
                 self._scale_host[:, i] = self.recipe.delayed_scale(p, r)
@@ -307,7 +454,9 @@ class Recorder:
 
     def _observations(self, descs, values) -> tuple[StepRecord, dict]:
         rec, got = StepRecord(), {}
-        for d, v in zip(descs, values):
+        at = 0
+        for d, n in descs:
+            v = values[at]
             kind = d[0]
             if kind == "operand":
                 _, path, role, level, numel = d
@@ -322,16 +471,29 @@ class Recorder:
             elif kind == "output":
                 rec.observations.append(("output", d[1], float(v[0])))
             elif kind == "dump":
-                _, path, role, shape, off, stride, n, fp8 = d
+                _, path, role, shape, off, stride, n_el, fp8 = d
                 if fp8:
-                    scale, vals, codes = float(v[0]), v[1:1 + n].astype(np.float32), v[1 + n:].astype(np.uint8)
+                    scale, vals, codes = float(v[0]), v[1:1 + n_el].astype(np.float32), v[1 + n_el:].astype(np.uint8)
                 else:
                     scale, vals, codes = None, v.astype(np.float32), None
                 rec.observations.append(("dump", path, role, shape, off, stride, vals, codes, scale))
             elif kind == "shadow":
                 rec.observations.append(("shadow", d[1], d[2], np.concatenate([[d[3]], v])))
+            elif kind == "cast":
+                _, path, role, fmt, what = d
+                ints = values[at + 1]
+                vals = {"scale": v[0], "amax_used": v[1], "amax_local": v[2]}
+                for k in ("scale", "amax_used"):
+                    if math.isnan(vals[k]):
+                        vals[k] = None
+                vals.update({name: int(x) for name, x in zip(what["ints"], ints)})
+                for k in ("audit_checked", "master_checked"):
+                    if k in what:
+                        vals[k] = what[k]
+                rec.observations.append(("cast", path, role, ct.FIRST_GEMM[role], "torchao", fmt, what["numel"], vals))
             else:
                 got[kind] = float(v[0])
+            at += n
         return rec, got
 
     # ---------------------------------------------------------------- the end
@@ -346,6 +508,7 @@ class Recorder:
 
     def _stop(self):
         self.closed = True
+        ct.uninstall(self)
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -389,12 +552,17 @@ class _exact_f32_matmul(contextlib.ContextDecorator):
         return False
 
 
+def _is_dtensor(t) -> bool:
+    return hasattr(t, "device_mesh") and hasattr(t, "placements")
+
+
 def _to_host(pieces: list[torch.Tensor]) -> list[np.ndarray]:
-    """Every piece on the host: one concatenation and one copy per device."""
+    """Every piece on the host: one concatenation and one copy per device and dtype (float64, and the
+    casts' int64 digests and counts)."""
     out: list[np.ndarray | None] = [None] * len(pieces)
-    by_dev: dict[torch.device, list[int]] = {}
+    by_dev: dict[tuple, list[int]] = {}
     for i, p in enumerate(pieces):
-        by_dev.setdefault(p.device, []).append(i)
+        by_dev.setdefault((p.device, p.dtype), []).append(i)
     for idx in by_dev.values():
         flat = torch.cat([pieces[i].reshape(-1) for i in idx]).cpu().numpy()
         at = 0
