@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod channel_stats;
 pub mod cli;
+pub mod collective;
 pub mod config;
 pub mod data;
 pub mod fp8;
