@@ -45,7 +45,7 @@ CORRUPT_STEP = 4
 CORRUPT_BYTES = 4
 CRASH_STEP = 3
 KILL_STEP = 3
-C, F, B, T, LAYERS = 32, 64, 2, 8, 2
+C, F, B, T, LAYERS = 32, 64, 8, 16, 2
 
 _faults = {"local_amax": False, "corrupt_armed": False}
 
@@ -256,9 +256,10 @@ def run(out: str, name: str, steps: int, rank: int, world: int) -> None:
                                                                   and rank == 1))
     flush = 2 if variant in ("kill", "crash") else 25
     audit = 2 if variant == "corrupt" else 10
-    # The only line a user adds.
-    rec = fp8scope.torch.Recorder(recorded, out=os.path.join(out, name), optimizer=opt, flush_every=flush,
-                                  audit_every=audit)
+    # The only line a user adds. recipe="current": fp8scope's statistics of each operand then describe
+    # the cast torchao makes (dynamic scaling from the tensor's own amax).
+    rec = fp8scope.torch.Recorder(recorded, out=os.path.join(out, name), recipe="current", optimizer=opt,
+                                  flush_every=flush, audit_every=audit)
     with rec:
         for step in range(1, steps + 1):
             _faults["local_amax"] = variant == "localamax" and step >= FAULT_STEP
