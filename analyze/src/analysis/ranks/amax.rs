@@ -2,239 +2,189 @@
 //!
 //! For every cast (step, tensor, rank) with both amaxes, each candidate set's max of the ranks'
 //! `amax_local` is compared with the `amax_used` the rank's scale came from (relative tolerance
-//! [`AMAX_REL_TOL`](super::rules::AMAX_REL_TOL)). The candidates are the rank alone (`local`), every
-//! partition of [`Mesh`] (each declared group, their combinations, `world`), smallest first; the
-//! first that reproduces `amax_used` is the row's inferred set (`none` when none does).
+//! [`AMAX_REL_TOL`](super::rules::AMAX_REL_TOL)). The candidates are the rank alone (`local`), then
+//! every partition of [`Mesh`] (each declared group, their combinations, `world`), smallest first;
+//! the first that reproduces `amax_used` is the cast's inferred set (`none` when none does).
 //!
 //! The configured set is [`Mesh::expected`] of the role (the manifest's `amax_groups`, or the
 //! default of `Parallel::amax_groups_of`). A cast whose configured set does not reproduce its
 //! `amax_used` is a mismatch; a finding per tensor names its first step, the mismatching ranks at
 //! that step, and, as `value`, the smallest candidate that reproduces `amax_used` on *every*
-//! mismatching row of the tensor (the set the job reduced over), `none` when no candidate does.
+//! mismatching cast of the tensor (the set the job reduced over), `none` when no candidate does.
 //!
 //! A set's max is known only where every rank of the set has the cast at that step (a rank that
 //! stopped or left no parts makes its sets unknown from then on); a cast whose configured set's max
-//! is unknown is not checked, and a candidate whose max is unknown reproduces nothing. A component's
-//! max comes from a window over the batch when the component lies whole in it, and from the maxima
-//! merged across batches otherwise.
+//! is unknown is not checked, and a candidate whose max is unknown reproduces nothing.
 
 use super::finding::{check, Finding};
-use super::keys::{kid_in, Keys, KID};
-use super::mesh::{Mesh, Partition};
-use super::rules::AMAX_REL_TOL;
-use crate::load::{f64s, i64s, strs};
+use super::keys::Keys;
+use super::mesh::Mesh;
+use super::rules::amax_matches;
+use super::store::{self, Store};
 use fp8scope_schemas::names::SiteNaming;
-use fp8scope_schemas::tables::col as c;
-use polars::prelude::*;
 use std::collections::BTreeMap;
 
-/// `|m − u| ≤ tol · max(|m|, |u|)` (false where either is null).
-fn matches(m: Expr, u: Expr) -> Expr {
-    let (am, au) = (m.clone().abs(), u.clone().abs());
-    let bigger = when(am.clone().gt(au.clone())).then(am).otherwise(au);
-    (m - u).abs().lt_eq(lit(AMAX_REL_TOL) * bigger).fill_null(lit(false))
+/// One tensor's mismatches so far.
+#[derive(Clone, Debug, Default)]
+pub struct Tensor {
+    /// Casts whose configured set's max was known.
+    pub checked: i64,
+    pub mismatches: i64,
+    pub first: Option<i64>,
+    pub last: i64,
+    /// Mismatching casts that `local`, and each partition, does not reproduce.
+    pub fail_local: i64,
+    pub fail: Vec<i64>,
+    /// Mismatching casts by inferred set (index 0 `local`, 1 + p partition p, last `none`).
+    pub labels: Vec<i64>,
+    /// The ranks that mismatch at the first step, and one (amax_used, configured max) there.
+    pub ranks: Vec<u32>,
+    pub example: Option<(f64, f64)>,
 }
 
-fn m_col(p: usize) -> String {
-    format!("m{p}")
-}
-fn g_col(p: usize) -> String {
-    format!("g{p}")
-}
-fn gn_col(p: usize) -> String {
-    format!("gn{p}")
-}
-fn ok_col(p: usize) -> String {
-    format!("ok{p}")
+/// What the amax check has found so far, by tensor id.
+#[derive(Default, Debug)]
+pub struct Amax {
+    pub tensors: BTreeMap<u32, Tensor>,
 }
 
-/// Pass 1: the max of `amax_local` per (component, step, tensor) over the rows of the components of
-/// partition `p` listed in `cross` (those that span batches), to be merged with [`merge_max`].
-pub fn partial_max(batch: LazyFrame, p: usize, cross: &[u32]) -> LazyFrame {
-    let pc = Partition::column(p);
-    batch
-        .filter(col(pc.as_str()).is_in(lit(Series::new("c".into(), cross.to_vec())).implode(false), false))
-        .group_by([col(pc.as_str()), col(c::STEP), col(KID)])
-        .agg([col(c::AMAX_LOCAL).max().alias(g_col(p)), col(c::AMAX_LOCAL).count().cast(DataType::Int64).alias(gn_col(p))])
-}
-
-/// Partial maxima of several batches merged.
-pub fn merge_max(lf: LazyFrame, p: usize) -> LazyFrame {
-    let pc = Partition::column(p);
-    lf.group_by([col(pc.as_str()), col(c::STEP), col(KID)]).agg([col(g_col(p)).max(), col(gn_col(p)).sum()])
-}
-
-/// What pass 2 needs of the mesh, fixed for the run.
-pub struct Plan {
-    /// Per partition, the maxima of its components that span batches (None: every component lies
-    /// whole in a batch).
-    pub globals: Vec<Option<DataFrame>>,
-    /// The roles' configured partitions (None: the rank's own tensor) and labels.
-    pub expected: Vec<(String, Option<usize>, String)>,
-}
-
-/// Pass 2 over one batch: every cast with both amaxes, its candidates' maxima, whether the
-/// configured set reproduces `amax_used`, the inferred set. The frame holds one row per cast:
-/// rank, step, kid, amax_used, m_exp, mismatch, ok_local, ok{p}…, inferred.
-pub fn judge(batch: LazyFrame, mesh: &Mesh, plan: &Plan, keys: &Keys) -> PolarsResult<LazyFrame> {
-    let mut lf = batch.filter(col(c::AMAX_LOCAL).is_not_null().and(col(c::AMAX_USED).is_not_null()));
-    for (p, _) in mesh.partitions.iter().enumerate() {
-        let pc = Partition::column(p);
-        let by = [col(pc.as_str()), col(c::STEP), col(KID)];
-        let window = col(c::AMAX_LOCAL).max().over(by.clone())?;
-        let count = col(c::AMAX_LOCAL).count().cast(DataType::Int64).over(by.clone())?;
-        let (m, n) = match &plan.globals[p] {
-            Some(g) => {
-                lf = lf.join(g.clone().lazy(), by.clone(), by.clone(), JoinArgs::new(JoinType::Left));
-                let spans = col(g_col(p)).is_not_null();
-                (when(spans.clone()).then(col(g_col(p))).otherwise(window), when(spans).then(col(gn_col(p))).otherwise(count))
-            }
-            None => (window, count),
-        };
-        // A set's max is known only when every rank of it has the cast at that step.
-        let size = col(Partition::size_column(p));
-        lf = lf.with_column(when(n.eq(size)).then(m).otherwise(lit(Null {}).cast(DataType::Float32)).alias(m_col(p)));
+impl Amax {
+    pub fn checked(&self) -> i64 {
+        self.tensors.values().map(|t| t.checked).sum()
     }
-    let u = || col(c::AMAX_USED).cast(DataType::Float64);
-    let local = || col(c::AMAX_LOCAL).cast(DataType::Float64);
-    let mut flags = vec![matches(local(), u()).alias("ok_local")];
-    for p in 0..mesh.partitions.len() {
-        flags.push(matches(col(m_col(p)).cast(DataType::Float64), u()).alias(ok_col(p)));
-    }
-    lf = lf.with_columns(flags);
-    // The inferred set: the first candidate that reproduces amax_used.
-    let mut inferred = lit("none");
-    for (p, part) in mesh.partitions.iter().enumerate().rev() {
-        inferred = when(col(ok_col(p))).then(lit(part.label.clone())).otherwise(inferred);
-    }
-    let inferred = when(col("ok_local")).then(lit("local")).otherwise(inferred);
-    // The configured set's max, by role.
-    let mut m_exp = lit(Null {}).cast(DataType::Float64);
-    for (role, exp, _) in plan.expected.iter().rev() {
-        let value = match exp {
-            Some(p) => col(m_col(*p)).cast(DataType::Float64),
-            None => local(),
-        };
-        m_exp = when(kid_in(&keys.of_role(role))).then(value).otherwise(m_exp);
-    }
-    let mut keep = vec![col(c::RANK), col(c::STEP), col(KID), u().alias(c::AMAX_USED), col("m_exp"), col("mismatch"), col("ok_local")];
-    keep.extend((0..mesh.partitions.len()).map(|p| col(ok_col(p))));
-    keep.push(col("inferred"));
-    Ok(lf
-        .with_column(m_exp.alias("m_exp"))
-        .with_columns([
-            col("m_exp").is_not_null().and(matches(col("m_exp"), u()).not()).alias("mismatch"),
-            inferred.alias("inferred"),
-        ])
-        .select(keep))
 }
 
-/// Per tensor of a judged batch: casts checked, mismatches, their first and last step, and for
-/// each candidate how many mismatching casts it does not reproduce.
-pub fn summary(judged: LazyFrame, mesh: &Mesh) -> LazyFrame {
-    let mm = || col("mismatch");
-    let mut aggs = vec![
-        col("m_exp").is_not_null().sum().cast(DataType::Int64).alias("checked"),
-        mm().sum().cast(DataType::Int64).alias("n"),
-        col(c::STEP).filter(mm()).min().alias("first"),
-        col(c::STEP).filter(mm()).max().alias("last"),
-        mm().and(col("ok_local").not()).sum().cast(DataType::Int64).alias("fail_local"),
-    ];
-    for p in 0..mesh.partitions.len() {
-        aggs.push(mm().and(col(ok_col(p)).not()).sum().cast(DataType::Int64).alias(format!("fail{p}")));
-    }
-    judged.group_by([col(KID)]).agg(aggs)
-}
-
-/// Summaries of several batches merged.
-pub fn merge_summaries(lf: LazyFrame, mesh: &Mesh) -> LazyFrame {
-    let mut aggs = vec![col("checked").sum(), col("n").sum(), col("first").min(), col("last").max(), col("fail_local").sum()];
-    aggs.extend((0..mesh.partitions.len()).map(|p| col(format!("fail{p}")).sum()));
-    lf.group_by([col(KID)]).agg(aggs)
-}
-
-/// Per tensor and inferred set: mismatching casts.
-pub fn labels(judged: LazyFrame) -> LazyFrame {
-    judged.filter(col("mismatch")).group_by([col(KID), col("inferred")]).agg([len().cast(DataType::Int64).alias("n")])
-}
-
-/// The mismatching casts at each tensor's first mismatching step (of this batch).
-pub fn first_rows(judged: LazyFrame) -> PolarsResult<LazyFrame> {
-    Ok(judged
-        .filter(col("mismatch"))
-        .filter(col(c::STEP).eq(col(c::STEP).min().over([col(KID)])?))
-        .select([col(c::RANK), col(c::STEP), col(KID), col(c::AMAX_USED), col("m_exp"), col("inferred")]))
-}
-
-/// The findings, from the merged summary, label counts and first rows of every batch.
-pub fn findings(mesh: &Mesh, plan: &Plan, summary: &DataFrame, label_counts: &DataFrame, rows: &DataFrame, keys: &Keys, naming: &SiteNaming) -> PolarsResult<Vec<Finding>> {
-    let (kid, n, first, last) = (i64s(summary, KID)?, i64s(summary, "n")?, i64s(summary, "first")?, i64s(summary, "last")?);
-    let checked = i64s(summary, "checked")?;
-    let fail_local = i64s(summary, "fail_local")?;
-    let fails: Vec<Vec<Option<i64>>> = (0..mesh.partitions.len()).map(|p| i64s(summary, &format!("fail{p}"))).collect::<PolarsResult<_>>()?;
-    let (lk, ll, ln) = (i64s(label_counts, KID)?, strs(label_counts, "inferred")?, i64s(label_counts, "n")?);
-    let (rr, rs, rk, ru, rm) = (i64s(rows, c::RANK)?, i64s(rows, c::STEP)?, i64s(rows, KID)?, f64s(rows, c::AMAX_USED)?, f64s(rows, "m_exp")?);
-    let mut out = Vec::new();
-    for i in 0..summary.height() {
-        let (Some(k), Some(f)) = (kid[i], first[i]) else { continue };
-        if n[i].unwrap_or(0) == 0 {
-            continue;
+/// Max and count of `amax_local` per component of partition `p` at one (tensor, step).
+fn fill(b: &store::Block, base: usize, n: usize, comp: &[u32], m: &mut [f32], cnt: &mut [u32]) {
+    m.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+    cnt.iter_mut().for_each(|x| *x = 0);
+    for r in 0..n {
+        if b.flags(base + r) & store::LOCAL != 0 {
+            let c = comp[r] as usize;
+            m[c] = m[c].max(b.local[base + r]);
+            cnt[c] += 1;
         }
-        let Some(key) = keys.get(k as u32) else { continue };
-        let consistent = if fail_local[i] == Some(0) {
-            "local".to_string()
-        } else {
-            (0..mesh.partitions.len()).find(|&p| fails[p][i] == Some(0)).map_or("none".to_string(), |p| mesh.partitions[p].label.clone())
-        };
-        let expected = plan.expected.iter().find(|e| e.0 == key.role).map_or("local".to_string(), |e| e.2.clone());
-        let mut ranks: Vec<u32> = Vec::new();
-        let mut example: Option<(f64, f64)> = None;
-        for j in 0..rows.height() {
-            if rk[j] == Some(k) && rs[j] == Some(f) {
-                if let Some(r) = rr[j] {
-                    ranks.push(r as u32);
-                    if example.is_none() {
-                        example = ru[j].zip(rm[j]);
+    }
+}
+
+/// Infers the reduction set of every cast of the window.
+pub fn check_window(st: &Store, mesh: &Mesh, keys: &Keys, acc: &mut Amax) {
+    let n = st.n;
+    let np = mesh.partitions.len();
+    let mut m: Vec<Vec<f32>> = mesh.partitions.iter().map(|p| vec![0.0; p.len()]).collect();
+    let mut cnt: Vec<Vec<u32>> = mesh.partitions.iter().map(|p| vec![0; p.len()]).collect();
+    let order = st.order();
+    for (kid, block) in st.blocks.iter().enumerate() {
+        let Some(b) = block else { continue };
+        let Some(key) = keys.get(kid as u32) else { continue };
+        let expected = mesh.expected(&key.role);
+        let t = acc.tensors.entry(kid as u32).or_insert_with(|| Tensor { fail: vec![0; np], labels: vec![0; np + 2], ..Default::default() });
+        for &s in &order {
+            let step = st.steps[s];
+            let base = s * n;
+            if let Some(p) = expected {
+                fill(b, base, n, &mesh.partitions[p].comp, &mut m[p], &mut cnt[p]);
+            }
+            let mut others_filled = false;
+            for r in 0..n {
+                let f = b.flags(base + r);
+                if f & (store::LOCAL | store::USED) != (store::LOCAL | store::USED) {
+                    continue;
+                }
+                let (local, used) = (b.local[base + r] as f64, b.used[base + r] as f64);
+                let known = |p: usize, m: &[Vec<f32>], cnt: &[Vec<u32>]| -> Option<f64> {
+                    let part = &mesh.partitions[p];
+                    let c = part.comp[r] as usize;
+                    (cnt[p][c] == part.sizes[c]).then(|| m[p][c] as f64)
+                };
+                let m_exp = match expected {
+                    None => Some(local),
+                    Some(p) => known(p, &m, &cnt),
+                };
+                let Some(m_exp) = m_exp else { continue };
+                t.checked += 1;
+                if amax_matches(m_exp, used) {
+                    continue;
+                }
+                if !others_filled {
+                    for p in 0..np {
+                        if Some(p) != expected {
+                            fill(b, base, n, &mesh.partitions[p].comp, &mut m[p], &mut cnt[p]);
+                        }
+                    }
+                    others_filled = true;
+                }
+                t.mismatches += 1;
+                t.last = t.last.max(step);
+                let ok_local = amax_matches(local, used);
+                t.fail_local += i64::from(!ok_local);
+                let mut label = if ok_local { Some(0) } else { None };
+                for p in 0..np {
+                    let ok = known(p, &m, &cnt).is_some_and(|x| amax_matches(x, used));
+                    t.fail[p] += i64::from(!ok);
+                    if ok && label.is_none() {
+                        label = Some(p + 1);
+                    }
+                }
+                t.labels[label.unwrap_or(np + 1)] += 1;
+                if t.first.is_none() {
+                    t.first = Some(step);
+                }
+                if t.first == Some(step) {
+                    t.ranks.push(r as u32);
+                    if t.example.is_none() {
+                        t.example = Some((used, m_exp));
                     }
                 }
             }
         }
+    }
+}
+
+/// The findings, one per tensor with a mismatch.
+pub fn findings(mesh: &Mesh, acc: &Amax, keys: &Keys, naming: &SiteNaming) -> Vec<Finding> {
+    let np = mesh.partitions.len();
+    let label = |i: usize| -> String {
+        match i {
+            0 => "local".into(),
+            i if i <= np => mesh.partitions[i - 1].label.clone(),
+            _ => "none".into(),
+        }
+    };
+    let mut out = Vec::new();
+    for (kid, t) in &acc.tensors {
+        let (Some(first), Some(key)) = (t.first, keys.get(*kid)) else { continue };
+        let consistent = if t.fail_local == 0 { "local".to_string() } else { (0..np).find(|&p| t.fail[p] == 0).map_or("none".to_string(), |p| mesh.partitions[p].label.clone()) };
+        let expected = mesh.expected_label(&key.role);
+        let mut ranks = t.ranks.clone();
         ranks.sort_unstable();
         ranks.dedup();
-        let mut per_row: BTreeMap<i64, String> = BTreeMap::new();
-        for j in 0..label_counts.height() {
-            if lk[j] == Some(k) {
-                per_row.insert(-ln[j].unwrap_or(0), format!("{} ×{}", ll[j].clone().unwrap_or_default(), ln[j].unwrap_or(0)));
-            }
-        }
-        let per_row: Vec<String> = per_row.into_values().collect();
+        let mut per_cast: Vec<(i64, String)> = t.labels.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (-*n, format!("{} ×{n}", label(i)))).collect();
+        per_cast.sort();
         let site = naming.site(key.layer, &key.module);
-        let mut fd = Finding::new(check::AMAX_GROUP);
-        fd.step = Some(f);
-        fd.module = Some(site.clone());
-        fd.role = Some(key.role.clone());
-        fd.gemm = Some(key.gemm.clone());
-        fd.ranks = ranks.clone();
-        fd.group = Some(expected.clone());
-        fd.value = serde_json::Value::from(consistent.clone());
-        fd.expected = serde_json::Value::from(expected.clone());
-        let (used, exp_max) = example.unwrap_or((f64::NAN, f64::NAN));
-        fd.magnitude = format!("reduced over {consistent}, not {expected} (amax_used {} vs {})", crate::output::num(used), crate::output::num(exp_max));
-        let span = match last[i] {
-            Some(l) if l > f => format!("steps {f}–{l}"),
-            _ => format!("step {f}"),
-        };
-        fd.message = format!(
-            "{site}.{} amax_used is not the max of the configured set '{expected}' on {} of {} casts ({span}); at step {f} rank(s) {:?} used {} where the max over '{expected}' is {}; the smallest set that reproduces every such amax_used is '{consistent}' (per cast: {})",
+        let (used, exp_max) = t.example.unwrap_or((f64::NAN, f64::NAN));
+        let span = if t.last > first { format!("steps {first}–{}", t.last) } else { format!("step {first}") };
+        let mut f = Finding::new(check::AMAX_GROUP);
+        f.step = Some(first);
+        f.module = Some(site.clone());
+        f.role = Some(key.role.clone());
+        f.gemm = Some(key.gemm.clone());
+        f.ranks = ranks.clone();
+        f.group = Some(expected.clone());
+        f.value = serde_json::Value::from(consistent.clone());
+        f.expected = serde_json::Value::from(expected.clone());
+        f.magnitude = format!("reduced over {consistent}, not {expected} (amax_used {} vs {})", crate::output::num(used), crate::output::num(exp_max));
+        f.message = format!(
+            "{site}.{} amax_used is not the max of the configured set '{expected}' on {} of {} casts ({span}); at step {first} rank(s) {:?} used {} where the max over '{expected}' is {}; the smallest set that reproduces every such amax_used is '{consistent}' (per cast: {})",
             key.role,
-            n[i].unwrap_or(0),
-            checked[i].unwrap_or(0),
+            t.mismatches,
+            t.checked,
             ranks,
             crate::output::num(used),
             crate::output::num(exp_max),
-            per_row.join(", ")
+            per_cast.into_iter().map(|x| x.1).collect::<Vec<_>>().join(", ")
         );
-        out.push(fd);
+        out.push(f);
     }
-    Ok(out)
+    out
 }

@@ -1,5 +1,4 @@
-//! The job's process groups as partitions of its ranks, and the batches of ranks that are read
-//! together.
+//! The job's process groups as partitions of its ranks.
 //!
 //! Every candidate reduction set of the amax check, and every group whose members must agree, is a
 //! partition of the ranks into components:
@@ -15,15 +14,8 @@
 //! Partitions that split the ranks alike are one candidate (the first by size keeps its name;
 //! one equal to every rank is `world`). Candidates are ordered by the mean size of a rank's
 //! component, so the first that reproduces an amax is the smallest.
-//!
-//! Batches are built so that the components of the finer partitions lie whole in one batch: the
-//! partitions are taken finest first and their components merged while the heaviest merged component
-//! still fits [`BATCH_ROWS`](super::rules::BATCH_ROWS); the agreement and the max of a component
-//! that lies whole in a batch are computed there, the others (few, large components) from partial
-//! results merged across batches.
 
 use fp8scope_schemas::ranks::{GroupKind, Parallel, ProcessGroup};
-use polars::prelude::*;
 use std::collections::HashMap;
 
 /// One candidate partition of the ranks.
@@ -42,14 +34,6 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// The column that holds a row's component of this partition.
-    pub fn column(index: usize) -> String {
-        format!("p{index}")
-    }
-    /// The column that holds the size of a row's component of this partition.
-    pub fn size_column(index: usize) -> String {
-        format!("z{index}")
-    }
     /// Number of components.
     pub fn len(&self) -> usize {
         self.sizes.len()
@@ -235,113 +219,13 @@ impl Mesh {
         self.expected(role).map_or_else(|| "local".to_string(), |p| self.partitions[p].label.clone())
     }
 
-    /// Rank → component of every partition and its size, as a frame (`rank` Int32, `p0`… UInt32,
-    /// `z0`… Int64).
-    pub fn mapping(&self) -> PolarsResult<DataFrame> {
-        let n = self.n as usize;
-        let mut cols = vec![Column::new("rank".into(), (0..self.n as i32).collect::<Vec<_>>())];
-        for (i, p) in self.partitions.iter().enumerate() {
-            cols.push(Column::new(Partition::column(i).into(), p.comp.clone()));
-            cols.push(Column::new(Partition::size_column(i).into(), p.comp.iter().map(|&c| p.sizes[c as usize] as i64).collect::<Vec<_>>()));
-        }
-        DataFrame::new(n, cols)
-    }
-
-    /// Batches of the `present` ranks (with their rows), each near `target` rows, keeping the
-    /// components of the finest partitions whole.
-    pub fn batches(&self, present: &[(u32, u64)], target: u64) -> Vec<Vec<u32>> {
-        if present.is_empty() {
-            return Vec::new();
-        }
-        let n = self.n as usize;
-        let mut weight = vec![0u64; n];
-        let mut here = vec![false; n];
-        for &(r, rows) in present {
-            if (r as usize) < n {
-                weight[r as usize] = rows.max(1);
-                here[r as usize] = true;
-            }
-        }
-        let heaviest = |uf: &mut UnionFind| -> u64 {
-            let mut w: HashMap<u32, u64> = HashMap::new();
-            for r in 0..n as u32 {
-                if here[r as usize] {
-                    *w.entry(uf.find(r)).or_default() += weight[r as usize];
-                }
-            }
-            w.values().copied().max().unwrap_or(0)
-        };
-        let mut uf = UnionFind::new(n);
-        for p in &self.partitions {
-            if p.groups.is_empty() {
-                continue;
-            }
-            let mut trial = UnionFind(uf.0.clone());
-            let mut first: HashMap<u32, u32> = HashMap::new();
-            for r in 0..n as u32 {
-                if !here[r as usize] {
-                    continue;
-                }
-                let c = p.comp[r as usize];
-                match first.get(&c) {
-                    Some(&f) => trial.union(f, r),
-                    None => {
-                        first.insert(c, r);
-                    }
-                }
-            }
-            if heaviest(&mut trial) <= target.max(1) {
-                uf = trial;
-            }
-        }
-        let mut comps: Vec<(u32, Vec<u32>)> = Vec::new();
-        let mut at: HashMap<u32, usize> = HashMap::new();
-        for &(r, _) in present {
-            let root = uf.find(r);
-            match at.get(&root) {
-                Some(&i) => comps[i].1.push(r),
-                None => {
-                    at.insert(root, comps.len());
-                    comps.push((r, vec![r]));
-                }
-            }
-        }
-        comps.sort_by_key(|c| c.0);
-        let mut batches: Vec<Vec<u32>> = Vec::new();
-        let mut rows = 0u64;
-        for (_, ranks) in comps {
-            let w: u64 = ranks.iter().map(|&r| weight[r as usize]).sum();
-            if batches.is_empty() || rows + w > target.max(1) {
-                batches.push(Vec::new());
-                rows = 0;
-            }
-            rows += w;
-            batches.last_mut().map(|b| b.extend(ranks));
-        }
-        batches
-    }
-
-    /// For partition `p`, the batch (index into `batches`) that holds every present rank of each
-    /// component, or None when its present ranks span batches.
-    pub fn whole_in(&self, p: usize, batches: &[Vec<u32>]) -> Vec<Option<usize>> {
+    /// The ranks of every component of partition `p`.
+    pub fn members(&self, p: usize) -> Vec<Vec<u32>> {
         let part = &self.partitions[p];
-        let mut at: Vec<Option<Option<usize>>> = vec![None; part.len()];
-        for (b, ranks) in batches.iter().enumerate() {
-            for &r in ranks {
-                let Some(&c) = part.comp.get(r as usize) else { continue };
-                let slot = &mut at[c as usize];
-                *slot = match *slot {
-                    None => Some(Some(b)),
-                    Some(Some(x)) if x == b => Some(Some(b)),
-                    _ => Some(None),
-                };
-            }
+        let mut out = vec![Vec::new(); part.len()];
+        for (r, &c) in part.comp.iter().enumerate() {
+            out[c as usize].push(r as u32);
         }
-        at.into_iter().map(|s| s.flatten()).collect()
-    }
-
-    /// The ranks of component `c` of partition `p`.
-    pub fn members(&self, p: usize, c: u32) -> Vec<u32> {
-        self.partitions[p].comp.iter().enumerate().filter(|(_, x)| **x == c).map(|(r, _)| r as u32).collect()
+        out
     }
 }

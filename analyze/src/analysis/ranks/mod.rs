@@ -9,10 +9,11 @@
 //! - [`audits`]: the casts table's integrity audits (cast bytes, forward weight, stale weight);
 //! - [`liveness`]: ranks stopped without closing, crashed or missing.
 //!
-//! Everything is read a batch of ranks at a time ([`scan`], [`mesh`]) with the tensor as one id
-//! ([`keys`]), so 1,024 ranks' statistics fit in a few hundred MB; [`casts`] drives the passes over
-//! the casts table that three of the checks share. The thresholds are in [`rules`], the output's
-//! shape in [`finding`].
+//! Everything is read a batch of ranks at a time ([`scan`]) with the tensor as one id ([`keys`]);
+//! [`casts`] drives the one pass over the casts table that three of the checks share, a window of
+//! steps at a time laid out by tensor, step and rank ([`store`]) against the job's groups as
+//! partitions of its ranks ([`mesh`]). The thresholds are in [`rules`], the output's shape in
+//! [`finding`].
 
 pub mod agree;
 pub mod amax;
@@ -26,6 +27,7 @@ pub mod outliers;
 pub mod rules;
 pub mod scan;
 pub mod step_time;
+pub mod store;
 
 use crate::error::AnalyzeError;
 use crate::load::Run;
@@ -56,8 +58,8 @@ pub struct Checked {
     pub casts_rows: u64,
     pub stats_rows: u64,
     pub steps_rows: u64,
-    /// Batches of ranks the casts were read in.
-    pub casts_batches: usize,
+    /// Windows of steps the casts were read in (every rank's rows of a window are compared at once).
+    pub casts_windows: usize,
     /// (instance, step, tensor) groups whose values were compared.
     pub agreement_groups: i64,
     /// Casts whose reduction set was checked.
@@ -95,9 +97,9 @@ pub fn check_ranks(run: &Run, lenient: bool) -> Result<RanksReport, AnalyzeError
     let m = &run.manifest;
     let mut checked = Checked::default();
     let mut skipped = Vec::new();
-    let casts_parts = scan::table_parts(&run.dir, Table::Casts, lenient, &mut skipped)?;
-    let stats_parts = scan::table_parts(&run.dir, Table::Stats, lenient, &mut skipped)?;
-    let steps_parts = scan::table_parts(&run.dir, Table::Steps, lenient, &mut skipped)?;
+    let casts_parts = scan::table_parts(&run.dir, Table::Casts, lenient, true, &mut skipped)?;
+    let stats_parts = scan::table_parts(&run.dir, Table::Stats, lenient, false, &mut skipped)?;
+    let steps_parts = scan::table_parts(&run.dir, Table::Steps, lenient, false, &mut skipped)?;
     let mut present: Vec<u32> = casts_parts.iter().chain(&stats_parts).chain(&steps_parts).map(|p| p.rank).collect();
     present.sort_unstable();
     present.dedup();
@@ -115,7 +117,7 @@ pub fn check_ranks(run: &Run, lenient: bool) -> Result<RanksReport, AnalyzeError
         }
         let r = casts::check(&run.name, &casts_parts, &mesh, &run.naming, m.config.recipe.kind)?;
         checked.casts_rows = r.rows;
-        checked.casts_batches = r.batches;
+        checked.casts_windows = r.windows;
         checked.agreement_groups = r.agreement_compared;
         checked.amax_casts = r.amax_checked;
         checked.cast_audits = r.cast_audits;

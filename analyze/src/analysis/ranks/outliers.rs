@@ -14,17 +14,17 @@
 //! execution order.
 
 use super::finding::{check, num, Finding};
-use super::keys::{Keys, KID};
+use super::keys::{FxMap, Keys};
 use super::rules::{BATCH_ROWS, NONFINITE_MARGIN, OUTLIER_FACTOR, SATURATION_MARGIN, UNDERFLOW_MARGIN};
 use super::scan::{self, RankParts};
 use crate::error::AnalyzeError;
-use crate::load::{f64s, i64s};
 use crate::output;
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::names::{Gemm, SiteNaming};
 use fp8scope_schemas::tables::col as c;
 use polars::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 /// A statistic compared across ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,20 +36,6 @@ pub enum Metric {
 
 impl Metric {
     pub const ALL: [Metric; 3] = [Metric::Underflow, Metric::Saturation, Metric::Nonfinite];
-    fn column(self) -> &'static str {
-        match self {
-            Metric::Underflow => "mu",
-            Metric::Saturation => "ms",
-            Metric::Nonfinite => "mn",
-        }
-    }
-    fn row_expr(self) -> Expr {
-        match self {
-            Metric::Underflow => col(c::UNDERFLOW_FRAC),
-            Metric::Saturation => col(c::SATURATED_FRAC),
-            Metric::Nonfinite => col(c::NAN_COUNT).fill_null(lit(0i64)) + col(c::INF_COUNT).fill_null(lit(0i64)),
-        }
-    }
     fn margin(self) -> f64 {
         match self {
             Metric::Underflow => UNDERFLOW_MARGIN,
@@ -90,19 +76,45 @@ fn median_without(sorted: &[f64], skip: usize) -> Option<f64> {
     Some(if m % 2 == 1 { at(m / 2) } else { 0.5 * (at(m / 2 - 1) + at(m / 2)) })
 }
 
-/// Batches of ranks near `target` rows each.
-pub fn row_batches(parts: &[RankParts], target: u64) -> Vec<Vec<&RankParts>> {
-    let mut out: Vec<Vec<&RankParts>> = Vec::new();
+/// Batches of ranks near `target` rows each, as (rank, its parts).
+fn row_batches<'a>(parts: &[&'a RankParts], target: u64) -> Vec<Vec<(u32, Vec<&'a Path>)>> {
+    let mut out: Vec<Vec<(u32, Vec<&Path>)>> = Vec::new();
     let mut rows = 0;
     for p in parts {
-        if out.is_empty() || rows + p.rows > target {
+        if out.is_empty() || (rows + p.rows > target && rows > 0) {
             out.push(Vec::new());
             rows = 0;
         }
         rows += p.rows;
-        out.last_mut().map(|b| b.push(p));
+        if let Some(b) = out.last_mut() {
+            b.push((p.rank, p.parts.iter().map(|x| x.path.as_path()).collect()));
+        }
     }
     out
+}
+
+/// One batch's rows: rank, step, tensor id and the three metrics.
+struct Rows {
+    rank: Vec<Option<i64>>,
+    step: Vec<Option<i64>>,
+    kid: Vec<u32>,
+    metrics: [Vec<Option<f64>>; 3],
+}
+
+const COLUMNS: [&str; 10] = [c::STEP, c::RANK, c::LAYER, c::MODULE, c::GEMM, c::ROLE, c::UNDERFLOW_FRAC, c::SATURATED_FRAC, c::NAN_COUNT, c::INF_COUNT];
+
+fn read(run: &str, batch: &[(u32, Vec<&Path>)], keys: &mut Keys) -> Result<Rows, AnalyzeError> {
+    let e = |e: PolarsError| AnalyzeError::scan(run, "stats", e);
+    let df = scan::load(run, Table::Stats, batch, &COLUMNS, None)?;
+    let kid = keys.encode(&df).map_err(e)?;
+    let (nan, inf) = (scan::i64s(&df, c::NAN_COUNT).map_err(e)?, scan::i64s(&df, c::INF_COUNT).map_err(e)?);
+    let nonfinite: Vec<Option<f64>> = nan.iter().zip(&inf).map(|(a, b)| if a.is_none() && b.is_none() { None } else { Some((a.unwrap_or(0) + b.unwrap_or(0)) as f64) }).collect();
+    Ok(Rows {
+        rank: scan::i64s(&df, c::RANK).map_err(e)?,
+        step: scan::i64s(&df, c::STEP).map_err(e)?,
+        kid,
+        metrics: [scan::f64s(&df, c::UNDERFLOW_FRAC).map_err(e)?, scan::f64s(&df, c::SATURATED_FRAC).map_err(e)?, nonfinite],
+    })
 }
 
 /// An outlier before its first step is known.
@@ -118,50 +130,48 @@ struct Outlier {
 
 /// Runs both checks over `parts` (the stats table by rank).
 pub fn check(run: &str, parts: &[RankParts], naming: &SiteNaming) -> Result<StatsResult, AnalyzeError> {
-    let e = |e: PolarsError| AnalyzeError::scan(run, "stats", e);
     let mut res = StatsResult { rows: parts.iter().map(|p| p.rows).sum(), ranks: parts.len(), ..Default::default() };
-    let cols = [c::STEP, c::RANK, c::LAYER, c::MODULE, c::GEMM, c::ROLE, c::UNDERFLOW_FRAC, c::SATURATED_FRAC, c::NAN_COUNT, c::INF_COUNT];
     let mut keys = Keys::default();
-    let mut means: Vec<DataFrame> = Vec::new();
-    let mut nonfinite: Vec<DataFrame> = Vec::new();
-    for batch in row_batches(parts, BATCH_ROWS) {
-        let df = scan::collect(run, Table::Stats, scan::scan(run, Table::Stats, &batch, &cols)?)?;
-        let df = keys.encode(df).map_err(e)?;
-        let steps = df.column(c::STEP).map_err(e)?.unique().map_err(e)?;
-        res.steps.extend(steps.cast(&DataType::Int64).map_err(e)?.i64().map_err(e)?.iter().flatten());
-        let aggs: Vec<Expr> = Metric::ALL.iter().map(|m| m.row_expr().cast(DataType::Float64).mean().alias(m.column())).chain([len().cast(DataType::Int64).alias("n")]).collect();
-        means.push(df.clone().lazy().group_by([col(c::RANK), col(KID)]).agg(aggs).collect().map_err(e)?);
-        let nf = Metric::Nonfinite.row_expr();
-        let first = df
-            .lazy()
-            .filter(nf.clone().gt(lit(0i64)))
-            .select([col(c::RANK), col(c::STEP), col(KID), nf.alias("count")])
-            .filter(col(c::STEP).eq(col(c::STEP).min()))
-            .collect()
-            .map_err(e)?;
-        if first.height() > 0 {
-            nonfinite.push(first);
-        }
-    }
-
-    // Per tensor and metric: each rank's mean against the median of the others'.
-    let mut outliers: Vec<Outlier> = Vec::new();
-    for df in &means {
-        res.series += df.height();
-    }
-    let mut series: BTreeMap<u32, Vec<(u32, [Option<f64>; 3], i64)>> = BTreeMap::new();
-    for df in &means {
-        let (r, k, n) = (i64s(df, c::RANK).map_err(e)?, i64s(df, KID).map_err(e)?, i64s(df, "n").map_err(e)?);
-        let vals: Vec<Vec<Option<f64>>> = Metric::ALL.iter().map(|m| f64s(df, m.column())).collect::<PolarsResult<_>>().map_err(e)?;
-        for i in 0..df.height() {
-            if let (Some(r), Some(k)) = (r[i], k[i]) {
-                series.entry(k as u32).or_default().push((r as u32, [vals[0][i], vals[1][i], vals[2][i]], n[i].unwrap_or(0)));
+    // (rank, tensor) → per metric (sum, count).
+    let mut sums: FxMap<(u32, u32), [(f64, i64); 3]> = FxMap::default();
+    let mut first_nf: Option<i64> = None;
+    let mut at_first: Vec<(u32, u32, i64)> = Vec::new();
+    let all: Vec<&RankParts> = parts.iter().collect();
+    for batch in row_batches(&all, BATCH_ROWS) {
+        let rows = read(run, &batch, &mut keys)?;
+        for i in 0..rows.kid.len() {
+            let (Some(r), Some(s)) = (rows.rank[i], rows.step[i]) else { continue };
+            let r = r.max(0) as u32;
+            res.steps.insert(s);
+            let acc = sums.entry((r, rows.kid[i])).or_insert([(0.0, 0); 3]);
+            for (m, a) in acc.iter_mut().enumerate() {
+                if let Some(x) = rows.metrics[m][i].filter(|x| x.is_finite()) {
+                    a.0 += x;
+                    a.1 += 1;
+                }
+            }
+            if let Some(nf) = rows.metrics[2][i].filter(|x| *x > 0.0) {
+                if first_nf.is_none_or(|f| s < f) {
+                    first_nf = Some(s);
+                    at_first.clear();
+                }
+                if first_nf == Some(s) {
+                    at_first.push((r, rows.kid[i], nf as i64));
+                }
             }
         }
     }
+    res.series = sums.len();
+
+    // Per tensor and metric: each rank's mean against the median of the others'.
+    let mut series: BTreeMap<u32, Vec<(u32, [Option<(f64, i64)>; 3])>> = BTreeMap::new();
+    for ((r, k), acc) in &sums {
+        series.entry(*k).or_default().push((*r, acc.map(|(s, n)| (n > 0).then(|| (s / n as f64, n)))));
+    }
+    let mut outliers: Vec<Outlier> = Vec::new();
     for (kid, ranks) in &series {
         for (mi, metric) in Metric::ALL.iter().enumerate() {
-            let mut xs: Vec<(f64, u32, i64)> = ranks.iter().filter_map(|(r, v, n)| v[mi].filter(|x| x.is_finite()).map(|x| (x, *r, *n))).collect();
+            let mut xs: Vec<(f64, u32, i64)> = ranks.iter().filter_map(|(r, v)| v[mi].map(|(x, n)| (x, *r, n))).collect();
             if xs.len() < 2 {
                 continue;
             }
@@ -183,56 +193,23 @@ pub fn check(run: &str, parts: &[RankParts], naming: &SiteNaming) -> Result<Stat
     // The first step each outlier was above its bound, from its own rank's parts.
     let mut first_step: BTreeMap<(u32, u32, Metric), i64> = BTreeMap::new();
     if !outliers.is_empty() {
-        let flagged: BTreeSet<u32> = outliers.iter().map(|o| o.rank).collect();
-        let mine: Vec<RankParts> = parts.iter().filter(|p| flagged.contains(&p.rank)).cloned().collect();
-        let mut t_rank = Vec::new();
-        let mut t_kid = Vec::new();
-        let mut bounds: [Vec<Option<f64>>; 3] = Default::default();
-        let mut seen: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+        let mut bounds: FxMap<(u32, u32), [Option<f64>; 3]> = FxMap::default();
         for o in &outliers {
-            let i = *seen.entry((o.rank, o.kid)).or_insert_with(|| {
-                t_rank.push(o.rank as i32);
-                t_kid.push(o.kid);
-                for b in bounds.iter_mut() {
-                    b.push(None);
-                }
-                t_rank.len() - 1
-            });
-            bounds[Metric::ALL.iter().position(|m| *m == o.metric).unwrap_or(0)][i] = Some(o.bound);
+            bounds.entry((o.rank, o.kid)).or_insert([None; 3])[Metric::ALL.iter().position(|m| *m == o.metric).unwrap_or(0)] = Some(o.bound);
         }
-        let n = t_rank.len();
-        let [bu, bs, bn] = bounds;
-        let targets = DataFrame::new(
-            n,
-            vec![
-                Column::new(c::RANK.into(), t_rank),
-                Column::new(KID.into(), t_kid),
-                Column::new("bu".into(), bu),
-                Column::new("bs".into(), bs),
-                Column::new("bn".into(), bn),
-            ],
-        )
-        .map_err(e)?;
+        let mine: Vec<&RankParts> = parts.iter().filter(|p| outliers.iter().any(|o| o.rank == p.rank)).collect();
         for batch in row_batches(&mine, BATCH_ROWS) {
-            let df = scan::collect(run, Table::Stats, scan::scan(run, Table::Stats, &batch, &cols)?)?;
-            let df = keys.encode(df).map_err(e)?;
-            let firsts = df
-                .lazy()
-                .join(targets.clone().lazy(), [col(c::RANK), col(KID)], [col(c::RANK), col(KID)], JoinArgs::new(JoinType::Inner))
-                .group_by([col(c::RANK), col(KID)])
-                .agg([
-                    col(c::STEP).filter(Metric::Underflow.row_expr().cast(DataType::Float64).gt(col("bu"))).min().alias("fu"),
-                    col(c::STEP).filter(Metric::Saturation.row_expr().cast(DataType::Float64).gt(col("bs"))).min().alias("fs"),
-                    col(c::STEP).filter(Metric::Nonfinite.row_expr().cast(DataType::Float64).gt(col("bn"))).min().alias("fn"),
-                ])
-                .collect()
-                .map_err(e)?;
-            let (r, k) = (i64s(&firsts, c::RANK).map_err(e)?, i64s(&firsts, KID).map_err(e)?);
-            for (m, name) in Metric::ALL.iter().zip(["fu", "fs", "fn"]) {
-                let f = i64s(&firsts, name).map_err(e)?;
-                for i in 0..firsts.height() {
-                    if let (Some(r), Some(k), Some(f)) = (r[i], k[i], f[i]) {
-                        first_step.insert((r as u32, k as u32, *m), f);
+            let rows = read(run, &batch, &mut keys)?;
+            for i in 0..rows.kid.len() {
+                let (Some(r), Some(s)) = (rows.rank[i], rows.step[i]) else { continue };
+                let r = r.max(0) as u32;
+                let Some(b) = bounds.get(&(r, rows.kid[i])) else { continue };
+                for (mi, m) in Metric::ALL.iter().enumerate() {
+                    if let (Some(bound), Some(x)) = (b[mi], rows.metrics[mi][i]) {
+                        if x > bound {
+                            let f = first_step.entry((r, rows.kid[i], *m)).or_insert(s);
+                            *f = (*f).min(s);
+                        }
                     }
                 }
             }
@@ -277,48 +254,34 @@ pub fn check(run: &str, parts: &[RankParts], naming: &SiteNaming) -> Result<Stat
     }
 
     // The first non-finite step.
-    if let Some(lf) = (!nonfinite.is_empty()).then(|| concat(nonfinite.into_iter().map(|d| d.lazy()).collect::<Vec<_>>(), UnionArgs::default())) {
-        let df = lf.map_err(e)?.collect().map_err(e)?;
-        let (r, s, k, n) = (i64s(&df, c::RANK).map_err(e)?, i64s(&df, c::STEP).map_err(e)?, i64s(&df, KID).map_err(e)?, i64s(&df, "count").map_err(e)?);
-        if let Some(first) = s.iter().flatten().min().copied() {
-            let mut ranks = BTreeSet::new();
-            let mut total = 0i64;
-            let mut tensors: Vec<(u64, usize, u32, u32)> = Vec::new();
-            for i in 0..df.height() {
-                if s[i] != Some(first) {
-                    continue;
-                }
-                let (Some(rank), Some(kid)) = (r[i], k[i]) else { continue };
-                ranks.insert(rank as u32);
-                total += n[i].unwrap_or(0);
-                if let Some(key) = keys.get(kid as u32) {
-                    let order = naming.rank(key.layer, &key.module, &key.role);
-                    let g = Gemm::parse(&key.gemm).map_or(usize::MAX, |g| g as usize);
-                    tensors.push((order, g, rank as u32, kid as u32));
-                }
-            }
-            tensors.sort();
-            let n_tensors = tensors.iter().map(|t| t.3).collect::<BTreeSet<_>>().len();
-            let mut f = Finding::new(check::FIRST_NONFINITE);
-            f.step = Some(first);
-            f.ranks = ranks.iter().copied().collect();
-            f.value = serde_json::Value::from(total);
-            f.expected = serde_json::Value::from(0);
-            if let Some(&(_, _, rank, kid)) = tensors.first() {
-                if let Some(key) = keys.get(kid) {
-                    let site = naming.site(key.layer, &key.module);
-                    f.module = Some(site.clone());
-                    f.role = Some(key.role.clone());
-                    f.gemm = Some(key.gemm.clone());
-                    f.message = format!(
-                        "the first non-finite statistics are at step {first}, on rank(s) {:?}: {total} NaN/Inf value(s) in {n_tensors} tensor(s), the first in execution order {site}.{} ({}) on rank {rank}",
-                        f.ranks, key.role, key.gemm
-                    );
-                }
-            }
-            f.magnitude = format!("{total} NaN/Inf in {n_tensors} tensor(s)");
-            res.findings.push(f);
+    if let Some(first) = first_nf {
+        let ranks: BTreeSet<u32> = at_first.iter().map(|x| x.0).collect();
+        let total: i64 = at_first.iter().map(|x| x.2).sum();
+        let mut tensors: Vec<(u64, usize, u32, u32)> = at_first
+            .iter()
+            .filter_map(|&(rank, kid, _)| {
+                let key = keys.get(kid)?;
+                Some((naming.rank(key.layer, &key.module, &key.role), Gemm::parse(&key.gemm).map_or(usize::MAX, |g| g as usize), rank, kid))
+            })
+            .collect();
+        tensors.sort();
+        let n_tensors = tensors.iter().map(|t| t.3).collect::<BTreeSet<_>>().len();
+        let mut f = Finding::new(check::FIRST_NONFINITE);
+        f.step = Some(first);
+        f.ranks = ranks.iter().copied().collect();
+        f.value = serde_json::Value::from(total);
+        f.expected = serde_json::Value::from(0);
+        f.magnitude = format!("{total} NaN/Inf in {n_tensors} tensor(s)");
+        f.message = format!("the first non-finite statistics are at step {first}, on rank(s) {:?}: {total} NaN/Inf value(s) in {n_tensors} tensor(s)", f.ranks);
+        if let Some(key) = tensors.first().and_then(|t| keys.get(t.3).map(|k| (k, t.2))) {
+            let (key, rank) = key;
+            let site = naming.site(key.layer, &key.module);
+            f.module = Some(site.clone());
+            f.role = Some(key.role.clone());
+            f.gemm = Some(key.gemm.clone());
+            f.message += &format!(", the first in execution order {site}.{} ({}) on rank {rank}", key.role, key.gemm);
         }
+        res.findings.push(f);
     }
     Ok(res)
 }

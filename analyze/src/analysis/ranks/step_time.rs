@@ -9,7 +9,6 @@ use super::finding::{check, num, Finding};
 use super::rules::STRAGGLER_FACTOR;
 use super::scan::{self, RankParts};
 use crate::error::AnalyzeError;
-use crate::load::{f64s, i64s};
 use crate::output;
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::tables::col as c;
@@ -51,9 +50,9 @@ pub struct StepTimes {
 /// Reads every rank's steps and judges them.
 pub fn check(run: &str, parts: &[RankParts]) -> Result<StepTimes, AnalyzeError> {
     let e = |e: PolarsError| AnalyzeError::scan(run, "steps", e);
-    let all: Vec<&RankParts> = parts.iter().collect();
-    let df = scan::collect(run, Table::Steps, scan::scan(run, Table::Steps, &all, &[c::RANK, c::STEP, c::STEP_MS])?)?;
-    let (r, s, ms) = (i64s(&df, c::RANK).map_err(e)?, i64s(&df, c::STEP).map_err(e)?, f64s(&df, c::STEP_MS).map_err(e)?);
+    let all: Vec<(u32, Vec<&std::path::Path>)> = parts.iter().map(|p| (p.rank, p.parts.iter().map(|x| x.path.as_path()).collect())).collect();
+    let df = scan::load(run, Table::Steps, &all, &[c::RANK, c::STEP, c::STEP_MS], None)?;
+    let (r, s, ms) = (scan::i64s(&df, c::RANK).map_err(e)?, scan::i64s(&df, c::STEP).map_err(e)?, scan::f64s(&df, c::STEP_MS).map_err(e)?);
     let mut out = StepTimes { rows: df.height() as u64, ..Default::default() };
     let mut series: BTreeMap<u32, Vec<(i64, f64)>> = BTreeMap::new();
     for i in 0..df.height() {
