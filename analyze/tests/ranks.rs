@@ -329,6 +329,8 @@ fn bad_input_exits_2_with_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     analyze(&["ranks", "/no/such/run"]).assert_one_line_error(2, &["/no/such/run"]);
     analyze(&["ranks", &p(tmp.path())]).assert_one_line_error(2, &["not an fp8scope run directory"]);
+    // --rank narrows other commands to one rank; this one compares them all.
+    analyze(&["ranks", &p(&written(tmp.path(), &dp2("one"))), "--rank", "1"]).assert_one_line_error(2, &["--rank 1", "every rank"]);
     // A truncated part is named (and skipped under --lenient).
     let run = written(tmp.path(), &dp2("cut"));
     let part = run.join("casts/rank=00001/part-00001.parquet");

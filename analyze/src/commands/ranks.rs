@@ -4,12 +4,12 @@
 //! group, magnitude), what could not be checked, and a per-rank table (status, steps, median and
 //! p90 step time, the checks that name the rank). JSON: [`RanksReport`] as one object.
 
-use crate::analysis::ranks::finding::{ranks_text, Finding};
+use crate::analysis::ranks::finding::Finding;
 use crate::analysis::ranks::rules::{TEXT_FINDINGS, TEXT_RANKS};
 use crate::analysis::ranks::{check_ranks, RanksReport};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
-use crate::load::{LoadOptions, Run};
+use crate::load::{compact_ranks, LoadOptions, Run};
 use crate::output::{self, num};
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,9 @@ pub struct RanksArgs {
 
 /// The command: exit status 1 when anything is found.
 pub fn run(args: &RanksArgs, opts: LoadOptions, json: bool) -> Result<Outcome, AnalyzeError> {
+    if let Some(r) = opts.rank {
+        return Err(AnalyzeError::Usage(format!("--rank {r}: `ranks` compares every rank of the run; leave --rank out")));
+    }
     let run = Run::open(&args.run, opts)?;
     let report = check_ranks(&run, opts.lenient)?;
     let stdout = if json { output::json_text(&report) } else { render(&report) };
@@ -69,7 +72,7 @@ pub fn render(r: &RanksReport) -> String {
                     f.step.map_or("-".into(), |s| s.to_string()),
                     f.check.to_string(),
                     tensor(f),
-                    ranks_text(&f.ranks),
+                    compact_ranks(&f.ranks),
                     f.group.clone().unwrap_or_else(|| "-".into()),
                     f.magnitude.clone(),
                 ]

@@ -131,21 +131,6 @@ pub fn majority(values: &[(u32, u64)]) -> Option<(u64, Vec<u32>)> {
     Some((maj, off))
 }
 
-/// Ranks as compact ranges: `0-3, 5`.
-pub fn ranks_text(ranks: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i { format!("{}-{}", ranks[i], ranks[j]) } else { ranks[i].to_string() });
-        i = j + 1;
-    }
-    out.join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,7 +140,6 @@ mod tests {
         assert_eq!(majority(&[(0, 7), (1, 7), (2, 9)]), Some((7, vec![2])));
         assert_eq!(majority(&[(3, 9), (2, 7)]), Some((7, vec![3])));
         assert_eq!(majority(&[]), None);
-        assert_eq!(ranks_text(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
         assert_eq!((rel_gap(2.0, 1.0), rel_gap(0.0, 0.0), rel_gap(1.0, 0.0)), (1.0, 0.0, f64::INFINITY));
     }
 }

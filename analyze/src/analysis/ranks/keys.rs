@@ -138,19 +138,7 @@ impl Keys {
         Ok(out)
     }
 
-    /// The roles present, sorted.
-    pub fn roles(&self) -> Vec<String> {
-        let mut r: Vec<String> = self.list.iter().map(|k| k.role.clone()).collect();
-        r.sort();
-        r.dedup();
-        r
-    }
-
     pub fn get(&self, kid: u32) -> Option<&Key> {
         self.list.get(kid as usize)
-    }
-
-    pub fn len(&self) -> usize {
-        self.list.len()
     }
 }

@@ -137,12 +137,16 @@ pub fn check(run: &str, parts: &[RankParts], naming: &SiteNaming) -> Result<Stat
     let mut first_nf: Option<i64> = None;
     let mut at_first: Vec<(u32, u32, i64)> = Vec::new();
     let all: Vec<&RankParts> = parts.iter().collect();
+    let mut last_step = None;
     for batch in row_batches(&all, BATCH_ROWS) {
         let rows = read(run, &batch, &mut keys)?;
         for i in 0..rows.kid.len() {
             let (Some(r), Some(s)) = (rows.rank[i], rows.step[i]) else { continue };
             let r = r.max(0) as u32;
-            res.steps.insert(s);
+            if last_step != Some(s) {
+                res.steps.insert(s);
+                last_step = Some(s);
+            }
             let acc = sums.entry((r, rows.kid[i])).or_insert([(0.0, 0); 3]);
             for (m, a) in acc.iter_mut().enumerate() {
                 if let Some(x) = rows.metrics[m][i].filter(|x| x.is_finite()) {

@@ -100,9 +100,6 @@ pub struct Window<'a> {
 }
 
 impl Window<'_> {
-    pub fn rows(&self) -> u64 {
-        self.ranks.iter().map(|r| r.2).sum()
-    }
     /// Batches of the window's ranks holding about `target` rows each.
     pub fn batches(&self, target: u64) -> Vec<&[(u32, Vec<&Part>, u64)]> {
         let mut out = Vec::new();
