@@ -103,7 +103,7 @@ fn pytorch_run(dir: &Path, name: &str, scale: f64) {
     let mut stats = PartWriter::<ExternalStatRow>::new(&rd).unwrap();
     let mut steps = PartWriter::<StepRow>::new(&rd).unwrap();
     for step in 1..=3u32 {
-        steps.push(StepRow { step, loss: 3.0 - 0.1 * step as f64, grad_norm: 1.0, lr: 1e-3, tokens: 1024, step_ms: 10.0, nonfinite_tensors: 0 });
+        steps.push(StepRow { step, loss: 3.0 - 0.1 * step as f64, grad_norm: 1.0, lr: 1e-3, tokens: 1024, step_ms: 10.0, nonfinite_tensors: 0, rank: None });
         for (i, m) in modules.iter().enumerate() {
             for (gemm, role) in [(Gemm::Fprop, Role::Activation), (Gemm::Fprop, Role::Weight), (Gemm::Dgrad, Role::Gradient)] {
                 let mut r = ExternalStatRow::new(step, None, m, gemm, role);

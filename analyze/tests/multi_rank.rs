@@ -72,7 +72,7 @@ fn write_job(parent: &Path, name: &str, ends: &[End]) -> PathBuf {
             End::Killed(s) | End::Crashed(s) => *s,
         };
         let steps: Vec<StepRow> = (1..=last)
-            .map(|s| StepRow { step: s, loss: loss_of(rank, s), grad_norm: 1.0, lr: 1e-3, tokens: 256, step_ms: 10.0 + rank as f64, nonfinite_tensors: 0 })
+            .map(|s| StepRow { step: s, loss: loss_of(rank, s), grad_norm: 1.0, lr: 1e-3, tokens: 256, step_ms: 10.0 + rank as f64, nonfinite_tensors: 0, rank: Some(rank) })
             .collect();
         write_part(&run.rank_part(Table::Steps, rank, 0), Table::Steps, &with_rank(StepRow::to_batch(&steps), rank)).unwrap();
         let mut stats = Vec::new();

@@ -33,7 +33,9 @@ pub enum Command {
 fp8-capture train --preset tiny --recipe bf16 --out runs/bf16\n  \
 fp8-capture train --preset tiny --recipe delayed --dump-every 50 --shadow --out runs/fp8\n  \
 fp8-capture train --preset tiny --recipe delayed --bf16-gemms dgrad --out runs/fp8-no-dgrad\n  \
-fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100 --out runs/planted\n\n\
+fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100 --out runs/planted\n  \
+fp8-capture train --preset tiny --recipe delayed --device cpu --dp 4 --out runs/dp4   (4 ranks, each 1/4 of the batch)\n  \
+fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --inject kind=rank-dies,rank=1,step=50 --out runs/dies\n\n\
 The run directory holds run.json and Parquet tables (steps, stats, tensors, events, shadow); \
 read it with fp8-analyze. Exit status: 0 completed, 3 diverged (non-finite loss), \
 130 interrupted, 1 error, 2 bad flags.\n\n\
@@ -379,9 +381,29 @@ pub struct TrainArgs {
     #[arg(long, value_name = "STEP", value_parser = positive, help_heading = "Planted faults")]
     pub scenario_step: Option<u32>,
     /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
+    /// With --dp 2 or more, a fault of the ranks: kind=amax-local,site=S,step=N (from step N that
+    /// site's amaxes are not reduced: each rank's own); kind=scale-corrupt,rank=R,site=S,step=N
+    /// [,role=weight][,magnitude=16] (rank R's scale of that tensor × magnitude); kind=rank-dies,
+    /// rank=R,step=N (rank R stops before step N without closing; the others end the run crashed).
     /// Repeatable.
     #[arg(long, value_name = "SPEC", help_heading = "Planted faults")]
     pub inject: Vec<String>,
+
+    // ---- ranks
+    /// Data-parallel ranks, as threads of this process on the CPU: each rank holds a replica of the
+    /// model and trains on rows [r·B/N, (r+1)·B/N) of each global batch (--batch stays the global
+    /// batch, so a run of N ranks and a run of one see the same data); the gradients are summed
+    /// over the ranks in rank order. Each rank writes its own partition of every table
+    /// (stats/rank=00001/…) and a liveness file (ranks/rank=00001.json). B must be a multiple of N.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive, help_heading = "Ranks")]
+    pub dp: u32,
+    /// The group delayed scaling's amaxes are reduced over before they enter the histories
+    /// (Transformer Engine's amax_reduction_group): dp (the amax of the global batch's tensor, as
+    /// one rank sees it), world (every rank), tp (the tensor-parallel group: without tensor
+    /// parallelism, each rank's own) or none (each rank's own). Recorded in the manifest's
+    /// parallel.amax_groups.
+    #[arg(long, value_enum, value_name = "GROUP", default_value = "dp", help_heading = "Ranks")]
+    pub amax_reduce: crate::dist::AmaxReduce,
 }
 
 /// Parses `0,3-5` into layer indices, each < `n_layers`.
@@ -441,6 +463,8 @@ fn data_kind_is_synthetic(d: DataArg) -> bool {
 /// Validated configuration of a `train` call.
 pub struct TrainPlan {
     pub config: RunConfig,
+    /// How the job is split over ranks (one rank unless --dp).
+    pub dist: crate::dist::DistPlan,
     pub out: PathBuf,
     pub name: String,
 }
@@ -566,7 +590,24 @@ impl TrainArgs {
                 eprintln!("fp8-capture: note: --scenario {} plants its batch at step {last}; a run of {} steps ends before the step after it, so it shows nothing", s.name, self.steps);
             }
         }
-        let injections = self.inject.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        let (dist_specs, gemm_specs): (Vec<&String>, Vec<&String>) = self.inject.iter().partition(|s| crate::dist::DistFault::is_dist_spec(s));
+        let injections = gemm_specs.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        let dist_faults = dist_specs.iter().map(|s| crate::dist::DistFault::parse(s, self.dp, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        if self.dp > 1 {
+            if device != "cpu" {
+                bail!("--dp {}: the ranks run as threads on the CPU; use --device cpu", self.dp);
+            }
+            if model.batch % self.dp != 0 {
+                bail!("--dp {}: the global batch (--batch {}) must be a multiple of the ranks, each taking B/N rows", self.dp, model.batch);
+            }
+            if matches!(kind, RecipeKind::Current | RecipeKind::Block) {
+                bail!("--dp {}: the {} recipe reduces its amaxes before each cast, inside the step; use --recipe delayed or bf16", self.dp, kind.as_str());
+            }
+        }
+        if kind != RecipeKind::Delayed && dist_faults.iter().any(|f| !matches!(f, crate::dist::DistFault::RankDies { .. })) {
+            bail!("--inject kind=amax-local and kind=scale-corrupt plant faults in delayed scaling's scales; use --recipe delayed");
+        }
+        let dist = crate::dist::DistPlan { dp: self.dp, amax_reduce: self.amax_reduce, faults: dist_faults };
         if !injections.is_empty() && kind == RecipeKind::Bf16 {
             bail!("--inject plants faults in FP8 casts; --recipe bf16 has none");
         }
@@ -687,6 +728,6 @@ impl TrainArgs {
             scenario_step: self.scenario_step,
             device: device.to_string(),
         };
-        Ok(TrainPlan { config, out, name })
+        Ok(TrainPlan { config, out, name, dist })
     }
 }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod collective;
 pub mod config;
 pub mod data;
+pub mod dist;
 pub mod fp8;
 pub mod hf_config;
 pub mod interrupt;
@@ -20,6 +21,7 @@ pub mod recipe;
 pub mod record;
 pub mod scenario;
 pub mod selection;
+pub mod step;
 pub mod tensor_stats;
 pub mod text;
 pub mod train;
@@ -80,7 +82,8 @@ pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
 
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
-    let device = resolve_device(args.device, args.recipe).map_err(UsageError)?;
+    // The ranks of --dp run as threads on the CPU: `auto` means the CPU then.
+    let device = if args.dp > 1 && matches!(args.device, DeviceArg::Auto) { "cpu" } else { resolve_device(args.device, args.recipe).map_err(UsageError)? };
     let plan = args.validate(device).map_err(UsageError)?;
     if let Some(n) = args.threads {
         // Ignore the error of a pool that already exists (a second run in one process).
@@ -94,7 +97,9 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     prepare_new_run_dir(&plan.out).map_err(|e| UsageError(e.into()))?;
     let run = RunDir::new(&plan.out);
     interrupt::install();
-    let outcome = if let Some(be) = cuda.as_mut() {
+    let outcome = if plan.dist.dp > 1 {
+        dist::driver::train_dp(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet).map(|manifest| train::Outcome { manifest, died_before: None })
+    } else if let Some(be) = cuda.as_mut() {
         train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     } else {
         let mut be = backend::cpu::CpuBackend::new();
@@ -125,6 +130,10 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
             manifest.data.ln_vocab,
             plan.out.display()
         );
+    }
+    // A job of several ranks that crashed (a rank failed or stopped) is an error, in one line.
+    if plan.dist.dp > 1 && manifest.status == RunStatus::Crashed && !manifest.error.as_deref().unwrap_or("").starts_with("interrupted") {
+        bail!("run {} crashed: {}", plan.out.display(), manifest.error.as_deref().unwrap_or("a rank failed"));
     }
     Ok(match manifest.status {
         RunStatus::Diverged => 3,

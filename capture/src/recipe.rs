@@ -68,8 +68,16 @@ impl Scaling {
 
     /// Pushes this step's amaxes (the largest any FP8 cast of a tensor saw) into the histories.
     pub fn observe(&mut self, reports: &[GemmReport]) {
+        let amaxes = self.step_amaxes(reports);
+        self.push_amaxes(&amaxes);
+    }
+
+    /// This step's amax of every quantized tensor (the largest any FP8 cast of it saw), sorted by
+    /// tensor, so that every rank lists the same tensors in the same order; empty unless the recipe
+    /// is delayed scaling (the only one with a history).
+    pub fn step_amaxes(&self, reports: &[GemmReport]) -> Vec<((Site, Role), f32)> {
         if self.kind != RecipeKind::Delayed {
-            return;
+            return Vec::new();
         }
         let mut seen: HashMap<(Site, Role), f32> = HashMap::new();
         for r in reports {
@@ -84,7 +92,14 @@ impl Scaling {
                 }
             }
         }
-        for (key, amax) in seen {
+        let mut out: Vec<_> = seen.into_iter().collect();
+        out.sort_unstable_by_key(|&(k, _)| k);
+        out
+    }
+
+    /// Pushes amaxes (this step's, reduced over the ranks that share the scale) into the histories.
+    pub fn push_amaxes(&mut self, amaxes: &[((Site, Role), f32)]) {
+        for &(key, amax) in amaxes {
             // An all-zero tensor (e.g. every gradient of a batch without a supervised target)
             // leaves the history as it was: Transformer Engine keeps the previous scale when
             // amax = 0, where a zero would otherwise reset the scale to 1.

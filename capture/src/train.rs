@@ -7,17 +7,25 @@
 //! The host works while the device runs: once a step's forward and backward are queued, the last
 //! step's rows go to the writer and the next step's batch is made and uploaded, so that between
 //! two steps the device waits only for the reports and the scales the next step needs.
+//!
+//! The step's phases (forward, backward, gradient reduction, amax reduction, optimizer) are in
+//! [`crate::step`]; one loop serves a run of one rank ([`train`]) and each rank of a data-parallel
+//! job ([`train_rank`], driven by [`crate::dist::driver`]), which trains on its shard of every
+//! global batch and writes its own partition of every table.
 
-use crate::backend::{Backend, GemmId, OperandFault, StatsLevel};
+use crate::backend::{Backend, GemmId, OperandCast, OperandFault, ScaleSource, StatsLevel};
+use crate::collective::{Collective, OneRank};
+use crate::dist::{DistFault, DistPlan};
 use crate::config::is_fp8;
 use crate::data::Data;
 use crate::model::{Dims, Model, StepPlan};
 use crate::record::rows;
-use crate::record::writer::{StepRows, Writer};
+use crate::record::writer::{RankWriting, StepRows, Writer};
 use crate::recipe::Scaling;
 use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
+use fp8scope_schemas::ranks::{Parallel, RankInfo};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
 use fp8scope_schemas::tables::{EventRow, StepRow};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,6 +35,8 @@ use std::time::Instant;
 /// How a training run ended, for the caller to print.
 pub struct Outcome {
     pub manifest: Manifest,
+    /// A rank planted to die: the step before which it stopped, writing nothing more.
+    pub died_before: Option<u32>,
 }
 
 /// Learning rate at `step` (1-based): linear warm-up, then cosine decay to 10% of the peak.
@@ -88,7 +98,15 @@ fn on_cadence(step: u32, stats_every: u32, every: u32) -> bool {
     every > 0 && (step == 1 || u64::from(step).is_multiple_of(u64::from(stats_every) * u64::from(every)))
 }
 
-fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32) -> StepPlan {
+/// `cast` with its given scale × `factor` (a planted corrupt scale; the amax it came from kept).
+fn corrupted(cast: OperandCast, factor: f32) -> OperandCast {
+    match cast {
+        OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used } } => OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: scale * factor, amax_used } },
+        other => other,
+    }
+}
+
+fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32, rank: &RankFaults) -> StepPlan {
     let r = &cfg.record;
     let stats_step = r.stats_every > 0 && (step.is_multiple_of(r.stats_every) || step == 1);
     let dump_step = r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1);
@@ -111,8 +129,18 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
             for gemm in Gemm::ALL {
                 let id = GemmId { layer, module, gemm };
                 let [ra, rb] = gemm.operands();
-                let ca = scaling.operand_cast(cfg, site, gemm, ra);
-                let cb = scaling.operand_cast(cfg, site, gemm, rb);
+                let mut ca = scaling.operand_cast(cfg, site, gemm, ra);
+                let mut cb = scaling.operand_cast(cfg, site, gemm, rb);
+                for &(s, role, from, factor) in &rank.scale_corrupt {
+                    if s == site && step >= from {
+                        if ra == role {
+                            ca = corrupted(ca, factor);
+                        }
+                        if rb == role {
+                            cb = corrupted(cb, factor);
+                        }
+                    }
+                }
                 casts.insert(id, (ca, cb));
                 if is_fp8(cfg, site, gemm) {
                     let nonsat = cfg.recipe.overflow == Overflow::Nan;
@@ -154,6 +182,9 @@ struct Batches<'a> {
     scenario: Option<&'a crate::scenario::Scenario>,
     seq: usize,
     vocab: u32,
+    /// This rank's rows of the global batch: [first, first + rows).
+    first_row: usize,
+    rows: usize,
 }
 
 /// A step's batch on the backend: its inputs and targets, and how many targets count.
@@ -164,15 +195,17 @@ struct Staged<T> {
 }
 
 impl Batches<'_> {
-    /// Step `step`'s batch (the scenario's tokens planted), uploaded. A batch depends on the seed
-    /// and the step alone, so it may be made ahead of its step.
+    /// Step `step`'s batch (the scenario's tokens planted), this rank's rows of it uploaded; the
+    /// count of supervised targets is the global batch's. A batch depends on the seed and the step
+    /// alone, so it may be made ahead of its step.
     fn stage<B: Backend>(&self, be: &mut B, step: u32) -> Staged<B::Tokens> {
         let mut batch = self.data.batch(step);
         if let Some(s) = self.scenario {
             s.apply(step, self.seq, self.vocab, &mut batch);
         }
         let supervised = batch.targets.iter().filter(|&&t| t != crate::layers::IGNORE_TARGET).count();
-        Staged { inputs: be.upload_tokens(&batch.inputs), targets: be.upload_tokens(&batch.targets), supervised }
+        let (a, b) = (self.first_row * self.seq, (self.first_row + self.rows) * self.seq);
+        Staged { inputs: be.upload_tokens(&batch.inputs[a..b]), targets: be.upload_tokens(&batch.targets[a..b]), supervised }
     }
 }
 
@@ -187,25 +220,34 @@ struct Finished {
     stats: StatsLevel,
     reports: Vec<crate::backend::GemmReport>,
     dumps: Vec<crate::model::DumpCapture>,
+    /// Faults of the ranks planted on this rank at this step, described (`injection` events).
+    planted: Vec<String>,
 }
 
 /// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
 /// closes the tables' parts when `flush_every` says so.
-fn record(writer: &mut Writer, f: Finished, flush_every: u32) -> anyhow::Result<()> {
-    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps } = f;
+fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool) -> anyhow::Result<()> {
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted } = f;
     let mut rows_out = StepRows {
-        step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports) }),
+        step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports), rank: None }),
         ..Default::default()
     };
     if stats >= StatsLevel::Cheap {
         for r in &reports {
             rows_out.stats.extend(rows::stat_row(step, r, &r.a));
             rows_out.stats.extend(rows::stat_row(step, r, &r.b));
+            if casts {
+                rows_out.casts.extend(rows::cast_row(step, r, &r.a));
+                rows_out.casts.extend(rows::cast_row(step, r, &r.b));
+            }
         }
     }
     rows_out.events = rows::nonfinite_events(step, &reports);
     rows_out.shadow = rows::shadow_rows(step, &reports);
     rows_out.tensors = rows::tensor_rows(step, dumps, &reports);
+    for message in planted {
+        rows_out.events.push(EventRow { step, kind: "injection".into(), layer: None, module: None, gemm: None, role: None, value: None, message, rank: None });
+    }
     if !loss.is_finite() {
         rows_out.events.push(EventRow {
             step,
@@ -216,6 +258,7 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32) -> anyhow::Result<
             role: None,
             value: Some(loss),
             message: format!("loss is {loss} at step {step}; training stopped"),
+            rank: None,
         });
     }
     writer.rows(rows_out)?;
@@ -225,21 +268,78 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32) -> anyhow::Result<
     Ok(())
 }
 
+/// The faults planted on one rank (none on a run of one rank).
+#[derive(Default)]
+struct RankFaults {
+    /// (site, role, from step, factor): this rank's scale of that tensor × factor.
+    scale_corrupt: Vec<(Site, Role, u32, f32)>,
+    /// (site, from step): amaxes kept local.
+    amax_local: Vec<(Site, u32)>,
+    /// The step this rank stops before.
+    dies_at: Option<u32>,
+}
+
+impl RankFaults {
+    fn of(dist: &DistPlan, rank: u32) -> RankFaults {
+        let mut f = RankFaults::default();
+        for d in &dist.faults {
+            match *d {
+                DistFault::AmaxLocal { site, step } => f.amax_local.push((site, step)),
+                DistFault::ScaleCorrupt { rank: r, site, role, step, factor } if r == rank => f.scale_corrupt.push((site, role, step, factor)),
+                DistFault::RankDies { rank: r, step } if r == rank => f.dies_at = Some(f.dies_at.map_or(step, |s| s.min(step))),
+                _ => {}
+            }
+        }
+        f
+    }
+    fn local_sites(&self, step: u32) -> HashSet<Site> {
+        self.amax_local.iter().filter(|&&(_, from)| step >= from).map(|&(s, _)| s).collect()
+    }
+}
+
+/// One rank of a job of several: who it is, how the job is split, and what goes in the manifest.
+pub struct RankRole {
+    pub writing: RankWriting,
+    pub parallel: Parallel,
+    pub ranks: Vec<RankInfo>,
+}
+
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
+    train_rank(be, cfg, run, name, quiet, &mut OneRank, &DistPlan::default(), None)
+}
+
+/// Trains one rank: alone (`role` None, [`OneRank`]), or as rank `coll.rank()` of a data-parallel
+/// job of `coll.world_size()` ranks, on its shard of every global batch of `cfg.model.batch` rows.
+#[allow(clippy::too_many_arguments)]
+pub fn train_rank<B: Backend, C: Collective + ?Sized>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool, coll: &mut C, dist: &DistPlan, role: Option<RankRole>) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
-    let dims = Dims::from_model(m);
+    let (rank, world) = (coll.rank(), coll.world_size());
+    // This rank's replica sees B/N rows of each global batch of B.
+    let local_b = m.batch as usize / world as usize;
+    let dims = Dims::from_model(&fp8scope_schemas::config::ModelDims { batch: local_b as u32, ..m.clone() });
     let scenario = crate::scenario::of(cfg);
     let reserved = scenario.as_ref().map_or(0, |s| s.reserved_tokens());
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
+    let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
     if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
         device.block_gemm = Some(if be.kind() == "cpu" { "emulated-cpu".into() } else { "cublaslt-block-scaling".into() });
     }
     let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };
-    let manifest = Manifest::new_running(name, cfg.clone(), device, info);
-    let mut writer = Writer::start(run, manifest)?;
+    let mut manifest = Manifest::new_running(name, cfg.clone(), device, info);
+    let several = role.is_some();
+    let initial = manifest.clone();
+    let mut writer = match role {
+        None => Writer::start(run, manifest)?,
+        Some(r) => {
+            manifest.world_size = Some(world);
+            manifest.parallel = Some(r.parallel);
+            manifest.ranks = r.ranks;
+            Writer::start_rank(run, manifest, r.writing)?
+        }
+    };
     let mut model: Model<B> = Model::new(be, dims, cfg.train.seed, cfg.train.init_jitter);
     check_backend(be)?;
     if let Some(s) = &scenario {
@@ -259,7 +359,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     // A backend error in a step: it ends the loop, the tables are closed, then it is returned.
     let mut failure: Option<anyhow::Error> = None;
     let tokens = dims.n as u64;
-    let batches = Batches { data: &data, scenario: scenario.as_ref(), seq: dims.t, vocab: m.vocab };
+    let batches = Batches { data: &data, scenario: scenario.as_ref(), seq: dims.t, vocab: m.vocab, first_row: rank as usize * local_b, rows: local_b };
     // The device never waits for the host between steps for what the step does not need: the
     // next step's batch is made and uploaded, and the last step's rows are built and handed to
     // the writer, while the device runs a step (after its forward and backward are queued).
@@ -269,71 +369,91 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let mut record_ms: Vec<f64> = Vec::new();
     let started = Instant::now();
     for step in 1..=cfg.train.steps {
+        if faults.dies_at == Some(step) {
+            // Planted: the rank stops here, closing nothing (its writer's buffered rows are lost, its
+            // liveness file still says running, its collectives' handle goes without closing).
+            pb.finish_and_clear();
+            drop(writer);
+            return Ok(Outcome { manifest: initial, died_before: Some(step) });
+        }
         let t0 = Instant::now();
         let batch = match staged.take() {
             Some(b) => b,
             None => batches.stage(be, step),
         };
-        let plan = plan_step(cfg, &scaling, &rec, step, m.layers);
+        let plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults);
+        // Phases 1 and 2: forward and backward, queued together.
         be.begin_step_work(plan.graph_signature());
         let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan);
         be.end_step_work();
         be.gemms_done();
         if let Some(f) = finished.take() {
             let t = Instant::now();
-            record(&mut writer, f, cfg.record.flush_every)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             record_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         if step < cfg.train.steps {
             staged = Some(batches.stage(be, step + 1));
         }
-        let loss = model.step_loss(be, batch.supervised);
-        let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
-        let grad_norm = grad_sumsq.sqrt();
-        let clip = cfg.train.grad_clip;
-        let grad_scale = if clip > 0.0 && grad_norm.is_finite() && grad_norm > clip { (clip / grad_norm) as f32 } else { 1.0 };
-        let lr = lr_at(cfg, step);
-        let h = crate::backend::AdamW {
-            lr: lr as f32,
-            beta1: cfg.train.beta1 as f32,
-            beta2: cfg.train.beta2 as f32,
-            eps: cfg.train.eps as f32,
-            weight_decay: cfg.train.weight_decay as f32,
-            t: step,
-            grad_scale,
+        // The loss, then phases 3 (gradient reduction) and 5 (optimizer); a collective that fails
+        // (another rank stopped) ends this rank as a crash.
+        let reduced = crate::step::step_loss(be, &mut model, coll, batch.supervised, step)
+            .and_then(|loss| crate::step::reduce_gradients(be, &mut model.state.grads, coll, step).map(|_| loss));
+        let loss = match reduced {
+            Ok(l) => l,
+            Err(e) => {
+                status = RunStatus::Crashed;
+                error = Some(format!("{e:#}"));
+                break;
+            }
         };
         let finite = loss.is_finite();
-        if finite {
-            let s = &mut model.state;
-            be.adamw_all(&mut s.params, &s.grads, &mut s.adam_m, &mut s.adam_v, &h);
-        }
+        let crate::step::Update { grad_norm, lr } = crate::step::optimizer(be, &mut model, cfg, step, finite);
         let reports = be.take_reports();
         // A failed primitive leaves the whole step unknown: stop before any of its rows is written.
         if let Err(e) = check_backend(be) {
+            coll.abort(&format!("{e:#}"));
             status = RunStatus::Crashed;
             error = Some(format!("{e:#}"));
             failure = Some(e);
             break;
         }
-        scaling.observe(&reports);
+        // Phase 4: the amaxes, reduced over the group that shares each scale, into the histories.
+        let mut amaxes = scaling.step_amaxes(&reports);
+        if let Err(e) = crate::step::reduce_amaxes(&mut amaxes, coll, dist.amax_reduce.reduces_over_dp(), &faults.local_sites(step), step) {
+            status = RunStatus::Crashed;
+            error = Some(format!("{e:#}"));
+            break;
+        }
+        scaling.push_amaxes(&amaxes);
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps };
+        let planted = dist
+            .faults
+            .iter()
+            .filter(|d| d.step() == step && match d {
+                DistFault::AmaxLocal { .. } => true,
+                DistFault::ScaleCorrupt { rank: r, .. } => *r == rank,
+                DistFault::RankDies { .. } => false,
+            })
+            .map(DistFault::describe)
+            .collect();
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted };
         losses.push(loss);
-        let tok_s = tokens as f64 * step as f64 / started.elapsed().as_secs_f64();
+        let tok_s = tokens as f64 * world as f64 * step as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
         pb.inc(1);
         if !quiet && (step % 50 == 0 || !finite) {
             pb.suspend(|| println!("step {step:>4}  loss={loss:.4}"));
         }
         if !finite {
-            record(&mut writer, f, cfg.record.flush_every)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             status = RunStatus::Diverged;
             error = Some(format!("non-finite loss at step {step}"));
             writer.flush(step)?;
             break;
         }
         if crate::interrupt::requested() {
-            record(&mut writer, f, cfg.record.flush_every)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             status = RunStatus::Crashed;
             error = Some(format!("interrupted by a signal after step {step}"));
             pb.suspend(|| eprintln!("interrupted: stopping after step {step} (again to quit at once)"));
@@ -343,7 +463,7 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     }
     // The last step's rows (or, after a failure, those of the step before it).
     if let Some(f) = finished.take() {
-        record(&mut writer, f, cfg.record.flush_every)?;
+        record(&mut writer, f, cfg.record.flush_every, several)?;
     }
     pb.finish_and_clear();
     if std::env::var_os("FP8SCOPE_PROFILE").is_some_and(|v| v != "0") && !record_ms.is_empty() {
@@ -358,9 +478,14 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
     let tail = &losses[losses.len().saturating_sub(20)..];
     let final_loss = (!tail.is_empty() && tail.iter().all(|l| l.is_finite())).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
     let manifest = writer.finish(status, done, final_loss, error)?;
+    // Every rank ends a completed or diverged run at the same step; a crashed one leaves without
+    // closing, which releases any rank still waiting in a collective.
+    if status != RunStatus::Crashed {
+        coll.close();
+    }
     match failure {
         Some(e) => Err(e),
-        None => Ok(Outcome { manifest }),
+        None => Ok(Outcome { manifest, died_before: None }),
     }
 }
 

@@ -164,7 +164,7 @@ mod tests {
     use crate::tables::{StepRow, TensorRow};
 
     fn step(step: u32) -> StepRow {
-        StepRow { step, loss: 1.0 / (step as f64 + 1.0), grad_norm: 0.5, lr: 1e-3, tokens: 512, step_ms: 3.0, nonfinite_tensors: 0 }
+        StepRow { step, loss: 1.0 / (step as f64 + 1.0), grad_norm: 0.5, lr: 1e-3, tokens: 512, step_ms: 3.0, nonfinite_tensors: 0, rank: None }
     }
 
     #[test]
@@ -195,7 +195,7 @@ mod tests {
         w.push(TensorRow {
             step: 1, layer: 0, module: Module::Fc1, role: Role::Activation, gemm: Some(Gemm::Fprop),
             format: Some("e4m3"), shape: vec![2, 3], offset: 0, stride: 1, values: vec![1.0; 6],
-            fp8: Some(vec![0x38; 6]), scale: Some(1.0), block_scales: None, block_rows: None, block_cols: None,
+            fp8: Some(vec![0x38; 6]), scale: Some(1.0), block_scales: None, block_rows: None, block_cols: None, rank: None,
         });
         w.flush().unwrap();
         let part = &run.parts(Table::Tensors).unwrap()[0];

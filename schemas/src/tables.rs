@@ -109,7 +109,7 @@ static STEPS: LazyLock<SchemaRef> = LazyLock::new(|| {
 static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
     use col::*;
     // The statistics are nullable: a run from elsewhere has only those its source logged.
-    // fp8-capture fills every one but quant_mse / quant_cos, and leaves `rank` null.
+    // fp8-capture fills every one but quant_mse / quant_cos, and `rank` on runs of several ranks.
     Arc::new(Schema::new(vec![
         f(STEP, DataType::Int64, false),
         f(LAYER, DataType::Int32, false),
@@ -282,6 +282,8 @@ pub struct StepRow {
     pub tokens: u64,
     pub step_ms: f64,
     pub nonfinite_tensors: u32,
+    /// The process rank; None for a run of one process.
+    pub rank: Option<u32>,
 }
 
 impl Row for StepRow {
@@ -298,7 +300,7 @@ impl Row for StepRow {
                 Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.step_ms))),
                 Arc::new(BooleanArray::from(rows.iter().map(|r| r.loss.is_finite()).collect::<Vec<_>>())),
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.nonfinite_tensors as i32))),
-                Arc::new(Int32Array::new_null(rows.len())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )
     }
@@ -333,6 +335,8 @@ pub struct StatRow {
     pub amax_channel: Option<u32>,
     /// Share of Σx² held by the top max(1, ⌊channels / 100⌋) channels by Σx².
     pub top_channel_sq_frac: Option<f64>,
+    /// The process rank; None for a run of one process.
+    pub rank: Option<u32>,
 }
 
 impl Row for StatRow {
@@ -369,7 +373,7 @@ impl Row for StatRow {
                 opt(|r| r.quant_cos),
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
                 opt(|r| r.top_channel_sq_frac),
-                Arc::new(Int32Array::new_null(rows.len())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )
     }
@@ -540,6 +544,8 @@ pub struct TensorRow {
     pub block_scales: Option<Vec<f32>>,
     pub block_rows: Option<u32>,
     pub block_cols: Option<u32>,
+    /// The process rank; None for a run of one process.
+    pub rank: Option<u32>,
 }
 
 impl Row for TensorRow {
@@ -588,7 +594,7 @@ impl Row for TensorRow {
                 Arc::new(block_scales.finish()),
                 Arc::new(block_rows.finish()),
                 Arc::new(block_cols.finish()),
-                Arc::new(Int32Array::new_null(rows.len())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )
     }
@@ -606,6 +612,8 @@ pub struct EventRow {
     pub role: Option<Role>,
     pub value: Option<f64>,
     pub message: String,
+    /// The process rank; None for a run of one process.
+    pub rank: Option<u32>,
 }
 
 impl Row for EventRow {
@@ -622,7 +630,7 @@ impl Row for EventRow {
                 Arc::new(StringArray::from(rows.iter().map(|r| r.role.map(|g| g.as_str())).collect::<Vec<_>>())),
                 Arc::new(Float64Array::from(rows.iter().map(|r| r.value).collect::<Vec<_>>())),
                 strs(rows.iter().map(|r| r.message.as_str())),
-                Arc::new(Int32Array::new_null(rows.len())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )
     }
@@ -640,6 +648,8 @@ pub struct ShadowRow {
     pub mse: f64,
     pub rel_l2: f64,
     pub max_abs_diff: f64,
+    /// The process rank; None for a run of one process.
+    pub rank: Option<u32>,
 }
 
 impl Row for ShadowRow {
@@ -658,7 +668,7 @@ impl Row for ShadowRow {
                 f64s(|r| r.mse),
                 f64s(|r| r.rel_l2),
                 f64s(|r| r.max_abs_diff),
-                Arc::new(Int32Array::new_null(rows.len())),
+                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
             ],
         )
     }

@@ -211,6 +211,7 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         quant_cos: None,
         amax_channel: Some(7),
         top_channel_sq_frac: Some(0.03),
+        rank: None,
     }
 }
 
@@ -236,7 +237,7 @@ pub fn write_run(parent: &Path, plan: &Plan) -> PathBuf {
     let mut stats = PartWriter::<StatRow>::new(&run).unwrap();
     for &s in &plan.steps {
         let loss = (plan.loss)(s);
-        steps.push(StepRow { step: s, loss, grad_norm: 1.0, lr: 1e-3, tokens: 512, step_ms: 5.0, nonfinite_tensors: 0 });
+        steps.push(StepRow { step: s, loss, grad_norm: 1.0, lr: 1e-3, tokens: 512, step_ms: 5.0, nonfinite_tensors: 0, rank: None });
         for layer in 0..LAYERS {
             for module in Module::ALL {
                 for gemm in Gemm::ALL {
@@ -286,6 +287,7 @@ pub fn write_run(parent: &Path, plan: &Plan) -> PathBuf {
                             block_scales: None,
                             block_rows: None,
                             block_cols: None,
+                            rank: None,
                         });
                     }
                 }
@@ -388,6 +390,7 @@ pub fn nan(parent: &Path) -> PathBuf {
             role: Some(Role::Gradient),
             value: Some(f64::NAN),
             message: "layers.0.qkv.gradient holds NaN".into(),
+            rank: None,
         },
         EventRow {
             step: NAN_STEP + 1,
@@ -398,6 +401,7 @@ pub fn nan(parent: &Path) -> PathBuf {
             role: None,
             value: Some(f64::NAN),
             message: "loss is NaN".into(),
+            rank: None,
         },
     ];
     write_run(parent, &p)
@@ -436,7 +440,7 @@ pub fn shadowed(parent: &Path) -> PathBuf {
                     } else {
                         (0.9995, SHADOW_MSE)
                     };
-                    rows.push(ShadowRow { step: s, layer, module, gemm, numel: 32768, cosine, mse, rel_l2: 0.03, max_abs_diff: 0.01 });
+                    rows.push(ShadowRow { step: s, layer, module, gemm, numel: 32768, cosine, mse, rel_l2: 0.03, max_abs_diff: 0.01, rank: None });
                 }
             }
         }

@@ -288,6 +288,11 @@ pub trait Backend {
     /// Copies `len` values from `offset` on, with `stride` between them, to the host.
     fn download(&mut self, buf: &Self::Buf, offset: usize, len: usize, stride: usize) -> Vec<f32>;
     fn len(&self, buf: &Self::Buf) -> usize;
+    /// `buf` ← `data` (the same length): a reduced gradient written back. The default uploads a
+    /// new f32 buffer in its place; a backend that keeps some buffers in 16 bits overrides it.
+    fn overwrite(&mut self, buf: &mut Self::Buf, data: &[f32]) {
+        *buf = self.upload(data);
+    }
     fn fill_zero(&mut self, buf: &mut Self::Buf);
     /// [`Backend::fill_zero`] of every buffer of `bufs`: one call, so that a device backend may
     /// clear them all in one launch.

@@ -4,7 +4,7 @@
 use crate::backend::{CastReport, GemmReport};
 use crate::model::DumpCapture;
 use fp8scope_schemas::names::{Gemm, Role, Site};
-use fp8scope_schemas::tables::{EventRow, ShadowRow, StatRow, TensorRow};
+use fp8scope_schemas::tables::{CastRow, EventRow, ShadowRow, StatRow, TensorRow};
 
 fn frac(count: u64, of: u64) -> f64 {
     if of == 0 { 0.0 } else { count as f64 / of as f64 }
@@ -40,6 +40,37 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
         quant_cos: cast.quant_error.map(|e| e.1),
         amax_channel: cast.channels.and_then(|c| c.amax_channel),
         top_channel_sq_frac: cast.channels.and_then(|c| c.top_channel_sq_frac),
+        rank: None,
+    })
+}
+
+/// A casts row from one FP8 operand cast (None for a BF16 operand): the scale it used, this rank's
+/// own amax and the amax the scale came from. The rank is set by the writer.
+pub fn cast_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<CastRow> {
+    let role = cast.role?;
+    if cast.format == "bf16" || !role.is_quantized() {
+        return None;
+    }
+    Some(CastRow {
+        step,
+        rank: None,
+        layer: report.id.layer,
+        module: report.id.module.as_str().to_string(),
+        gemm: report.id.gemm,
+        role,
+        source: "fp8-capture".into(),
+        format: Some(cast.format.to_string()),
+        scale: Some(cast.scale),
+        amax_local: Some(cast.amax),
+        amax_used: Some(cast.amax_used),
+        numel: Some(cast.numel),
+        digest: None,
+        audit_checked: None,
+        audit_mismatched: None,
+        master_checked: None,
+        master_mismatched: None,
+        master_changed: None,
+        forward_changed: None,
     })
 }
 
@@ -54,6 +85,7 @@ fn nonfinite_event(step: u32, r: &GemmReport, role: Option<Role>, count: u64, wh
         role,
         value: Some(count as f64),
         message: format!("{what} in {}.{} ({} {})", Site::new(r.id.layer, r.id.module), role.map(|x| x.as_str()).unwrap_or("?"), if role == Some(r.id.gemm.result()) { "result of" } else { "operand of" }, r.id),
+        rank: None,
     }
 }
 
@@ -83,7 +115,7 @@ pub fn shadow_rows(step: u32, reports: &[GemmReport]) -> Vec<ShadowRow> {
         .iter()
         .filter_map(|r| {
             let s = r.shadow?;
-            Some(ShadowRow { step, layer: r.id.layer, module: r.id.module, gemm: r.id.gemm, numel: s.numel, cosine: s.cosine, mse: s.mse, rel_l2: s.rel_l2, max_abs_diff: s.max_abs_diff })
+            Some(ShadowRow { step, layer: r.id.layer, module: r.id.module, gemm: r.id.gemm, numel: s.numel, cosine: s.cosine, mse: s.mse, rel_l2: s.rel_l2, max_abs_diff: s.max_abs_diff, rank: None })
         })
         .collect()
 }
@@ -121,6 +153,7 @@ pub fn tensor_rows(step: u32, dumps: Vec<DumpCapture>, reports: &[GemmReport]) -
                 block_scales: None,
                 block_rows: None,
                 block_cols: None,
+                rank: None,
             };
             for &(gemm, operand) in byte_sources(d.role) {
                 let Some(r) = reports.iter().find(|r| r.id.layer == d.site.layer && r.id.module == d.site.module && r.id.gemm == gemm) else { continue };

@@ -91,6 +91,9 @@ impl Backend for CpuBackend {
     fn download(&mut self, buf: &Vec<f32>, offset: usize, len: usize, stride: usize) -> Vec<f32> {
         (0..len).map(|i| buf[offset + i * stride]).collect()
     }
+    fn overwrite(&mut self, buf: &mut Vec<f32>, data: &[f32]) {
+        buf.copy_from_slice(data);
+    }
     fn len(&self, buf: &Vec<f32>) -> usize {
         buf.len()
     }

@@ -1,0 +1,121 @@
+//! The job of `--dp N` on the CPU: N rank threads, one model replica each on its own CPU backend
+//! (the process's thread pool shared), their collectives through one [`ThreadGroup`].
+//!
+//! Rank 0 writes the manifest when the job starts (world size, the `dp` group, the amax groups of
+//! `--amax-reduce`, every rank's host, pid and device) and with each flush; every rank writes its
+//! own partitions and liveness file. Once every thread has returned, the manifest is written once
+//! more with how the job ended: `completed` or `diverged` as every rank agrees, else `crashed`
+//! naming the first rank that failed or stopped, and the rows of every rank's closed parts.
+
+use super::DistPlan;
+use crate::backend::cpu::CpuBackend;
+use crate::collective::{Collective, ThreadGroup};
+use crate::record::writer::{sum_rows, RankWriting};
+use crate::train::{train_rank, Outcome, RankRole};
+use fp8scope_schemas::config::RunConfig;
+use fp8scope_schemas::layout::RunDir;
+use fp8scope_schemas::manifest::{now_rfc3339, Manifest, RunStatus};
+use fp8scope_schemas::ranks::{host_name, RankInfo};
+
+/// How one rank ended.
+enum RankEnd {
+    Ran(Outcome),
+    Failed(anyhow::Error),
+}
+
+/// Trains `cfg` as `dist.dp` data-parallel ranks into `run`; returns the job's manifest.
+pub fn train_dp(cfg: &RunConfig, dist: &DistPlan, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Manifest> {
+    let world = dist.dp;
+    let host = host_name().unwrap_or_else(|| "localhost".into());
+    let pid = std::process::id();
+    let ranks: Vec<RankInfo> = (0..world).map(|r| RankInfo { rank: r, local_rank: Some(r), host: host.clone(), pid, device: Some("cpu".into()) }).collect();
+    let parallel = dist.parallel();
+    let handles = ThreadGroup::new(world);
+    let ends: Vec<RankEnd> = std::thread::scope(|scope| {
+        let threads: Vec<_> = handles
+            .into_iter()
+            .map(|mut coll| {
+                let (run, name, parallel, ranks, host) = (run.clone(), name.clone(), parallel.clone(), ranks.clone(), host.clone());
+                let rank = coll.rank();
+                std::thread::Builder::new()
+                    .name(format!("fp8scope-rank{rank}"))
+                    .spawn_scoped(scope, move || {
+                        let mut be = CpuBackend::new();
+                        let role = RankRole { writing: RankWriting { rank, host, pid }, parallel, ranks };
+                        // Only rank 0 draws progress and prints.
+                        match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut coll, dist, Some(role)) {
+                            Ok(o) => RankEnd::Ran(o),
+                            Err(e) => {
+                                coll.abort(&format!("{e:#}"));
+                                RankEnd::Failed(e)
+                            }
+                        }
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .expect("spawning a rank thread");
+        threads.into_iter().map(|t| t.join().unwrap_or_else(|_| RankEnd::Failed(anyhow::anyhow!("the rank's thread panicked")))).collect()
+    });
+    finish(&run, ends)
+}
+
+/// The job's manifest once every rank has returned.
+fn finish(run: &RunDir, ends: Vec<RankEnd>) -> anyhow::Result<Manifest> {
+    let mut m = Manifest::read(run.root())?;
+    let mut status = RunStatus::Completed;
+    let mut error = None;
+    let mut steps = u32::MAX;
+    let mut final_loss = None;
+    // The cause first: a rank planted to die, then a rank's own error, then what the others saw.
+    for (rank, end) in ends.iter().enumerate() {
+        if let RankEnd::Ran(o) = end
+            && let Some(step) = o.died_before
+        {
+            status = RunStatus::Crashed;
+            error.get_or_insert(format!("rank {rank} stopped without closing before step {step}"));
+        }
+    }
+    for (rank, end) in ends.iter().enumerate() {
+        match end {
+            RankEnd::Failed(e) => {
+                status = RunStatus::Crashed;
+                error.get_or_insert(format!("rank {rank}: {e:#}"));
+            }
+            RankEnd::Ran(o) if o.died_before.is_none() => {
+                let r = &o.manifest;
+                steps = steps.min(r.steps_completed);
+                if rank == 0 {
+                    final_loss = r.final_loss;
+                }
+                match r.status {
+                    RunStatus::Crashed => {
+                        status = RunStatus::Crashed;
+                        error.get_or_insert(format!("rank {rank}: {}", r.error.clone().unwrap_or_default()));
+                    }
+                    RunStatus::Diverged if status == RunStatus::Completed => {
+                        status = RunStatus::Diverged;
+                        error = r.error.clone();
+                    }
+                    _ => {}
+                }
+            }
+            RankEnd::Ran(_) => {}
+        }
+    }
+    m.status = status;
+    m.error = error;
+    m.steps_completed = if steps == u32::MAX { 0 } else { steps };
+    m.final_loss = if status == RunStatus::Completed { final_loss } else { None };
+    m.rows = sum_rows(run)?;
+    m.ended_at = Some(now_rfc3339());
+    m.heartbeat_at = Some(now_rfc3339());
+    m.pid = None;
+    m.write(run.root())?;
+    // A rank's own error (not one planted) is the job's error.
+    for end in ends {
+        if let RankEnd::Failed(e) = end {
+            return Err(e);
+        }
+    }
+    Ok(m)
+}
