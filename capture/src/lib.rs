@@ -132,7 +132,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
         );
     }
     // A job of several ranks that crashed (a rank failed or stopped) is an error, in one line.
-    if plan.dist.dp > 1 && manifest.status == RunStatus::Crashed && !manifest.error.as_deref().unwrap_or("").starts_with("interrupted") {
+    if plan.dist.dp > 1 && manifest.status == RunStatus::Crashed && !manifest.error.as_deref().unwrap_or("").contains("interrupted by a signal") {
         bail!("run {} crashed: {}", plan.out.display(), manifest.error.as_deref().unwrap_or("a rank failed"));
     }
     Ok(match manifest.status {

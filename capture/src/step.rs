@@ -130,3 +130,66 @@ pub fn optimizer<B: Backend>(be: &mut B, model: &mut Model<B>, cfg: &RunConfig, 
     }
     Update { grad_norm, lr }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use crate::collective::{OneRank, ThreadGroup};
+    use fp8scope_schemas::names::Module;
+
+    /// Two ranks' gradients through one flat buffer: each parameter ends as rank 0's + rank 1's, on
+    /// both ranks; one rank leaves them as they are.
+    #[test]
+    fn gradients_are_summed_over_the_ranks_parameter_by_parameter() {
+        let out: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadGroup::new(2)
+                .into_iter()
+                .map(|mut c| {
+                    s.spawn(move || {
+                        let r = c.rank() as f32;
+                        let mut be = CpuBackend::new();
+                        let mut grads = vec![vec![1.0 + r, 2.0], vec![10.0 * r; 3]];
+                        reduce_gradients(&mut be, &mut grads, &mut c, 1).expect("reduce");
+                        c.close();
+                        grads
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        for g in out {
+            assert_eq!(g, vec![vec![3.0, 4.0], vec![10.0; 3]]);
+        }
+        let mut grads = vec![vec![1.5f32]];
+        reduce_gradients(&mut CpuBackend::new(), &mut grads, &mut OneRank, 1).expect("one rank");
+        assert_eq!(grads, vec![vec![1.5]]);
+    }
+
+    /// The amaxes' maximum over the ranks, but a site planted local keeps each rank's own, and
+    /// `reduce = false` (--amax-reduce none) keeps them all.
+    #[test]
+    fn amaxes_take_the_group_maximum_unless_kept_local() {
+        let (a, b) = (Site::new(0, Module::Qkv), Site::new(1, Module::Fc2));
+        let out: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadGroup::new(2)
+                .into_iter()
+                .map(|mut c| {
+                    s.spawn(move || {
+                        let r = c.rank() as f32;
+                        let mine = vec![((a, Role::Activation), 1.0 + r), ((b, Role::Gradient), 5.0 - r)];
+                        let mut reduced = mine.clone();
+                        reduce_amaxes(&mut reduced, &mut c, true, &[b].into_iter().collect(), 1).expect("reduce");
+                        let mut kept = mine.clone();
+                        reduce_amaxes(&mut kept, &mut c, false, &HashSet::new(), 1).expect("none");
+                        c.close();
+                        (reduced.iter().map(|x| x.1).collect(), kept.iter().map(|x| x.1).collect())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        assert_eq!(out[0], (vec![2.0, 5.0], vec![1.0, 5.0]));
+        assert_eq!(out[1], (vec![2.0, 4.0], vec![2.0, 4.0]));
+    }
+}

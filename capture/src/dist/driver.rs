@@ -66,7 +66,8 @@ fn finish(run: &RunDir, ends: Vec<RankEnd>) -> anyhow::Result<Manifest> {
     let mut error = None;
     let mut steps = u32::MAX;
     let mut final_loss = None;
-    // The cause first: a rank planted to die, then a rank's own error, then what the others saw.
+    // The cause first: a rank planted to die, then a rank's own error (a backend's), then what the
+    // others saw (a collective that failed, an interrupt).
     for (rank, end) in ends.iter().enumerate() {
         if let RankEnd::Ran(o) = end
             && let Some(step) = o.died_before
@@ -76,30 +77,31 @@ fn finish(run: &RunDir, ends: Vec<RankEnd>) -> anyhow::Result<Manifest> {
         }
     }
     for (rank, end) in ends.iter().enumerate() {
-        match end {
-            RankEnd::Failed(e) => {
+        if let RankEnd::Failed(e) = end {
+            status = RunStatus::Crashed;
+            error.get_or_insert(format!("rank {rank}: {e:#}"));
+        }
+    }
+    for (rank, end) in ends.iter().enumerate() {
+        let RankEnd::Ran(o) = end else { continue };
+        if o.died_before.is_some() {
+            continue;
+        }
+        let r = &o.manifest;
+        steps = steps.min(r.steps_completed);
+        if rank == 0 {
+            final_loss = r.final_loss;
+        }
+        match r.status {
+            RunStatus::Crashed => {
                 status = RunStatus::Crashed;
-                error.get_or_insert(format!("rank {rank}: {e:#}"));
+                error.get_or_insert(format!("rank {rank}: {}", r.error.clone().unwrap_or_default()));
             }
-            RankEnd::Ran(o) if o.died_before.is_none() => {
-                let r = &o.manifest;
-                steps = steps.min(r.steps_completed);
-                if rank == 0 {
-                    final_loss = r.final_loss;
-                }
-                match r.status {
-                    RunStatus::Crashed => {
-                        status = RunStatus::Crashed;
-                        error.get_or_insert(format!("rank {rank}: {}", r.error.clone().unwrap_or_default()));
-                    }
-                    RunStatus::Diverged if status == RunStatus::Completed => {
-                        status = RunStatus::Diverged;
-                        error = r.error.clone();
-                    }
-                    _ => {}
-                }
+            RunStatus::Diverged if status == RunStatus::Completed => {
+                status = RunStatus::Diverged;
+                error = r.error.clone();
             }
-            RankEnd::Ran(_) => {}
+            _ => {}
         }
     }
     m.status = status;
