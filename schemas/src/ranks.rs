@@ -79,6 +79,208 @@ impl Parallel {
     }
 }
 
+/// A device mesh: named dimensions of a shape, over ranks listed row-major.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceMesh {
+    pub dim_names: Vec<String>,
+    pub shape: Vec<u32>,
+    /// The mesh's ranks, row-major over `shape`.
+    pub ranks: Vec<u32>,
+}
+
+/// What a process group is for, which decides what must agree across it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupKind {
+    /// Data-parallel replicas (DDP): every weight is replicated.
+    Dp,
+    /// Fully sharded data parallelism: weights are sharded, gathered for the forward.
+    Fsdp,
+    /// Tensor parallelism: one logical tensor over the group; its scale must be one.
+    Tp,
+    /// Every rank.
+    World,
+    /// Anything else (pipeline stages, experts): recorded, not checked.
+    Other,
+}
+
+impl GroupKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupKind::Dp => "dp",
+            GroupKind::Fsdp => "fsdp",
+            GroupKind::Tp => "tp",
+            GroupKind::World => "world",
+            GroupKind::Other => "other",
+        }
+    }
+}
+
+/// A family of process groups: one per instance (`members[i]`, ranks in group order).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessGroup {
+    /// The name the job gives it (`dp`, `tp`, `dp_shard`, a mesh dimension's name).
+    pub name: String,
+    pub kind: GroupKind,
+    /// Every instance of the group, each as its ranks.
+    pub members: Vec<Vec<u32>>,
+}
+
+impl ProcessGroup {
+    /// Ranks in one instance.
+    pub fn size(&self) -> usize {
+        self.members.first().map_or(0, Vec::len)
+    }
+    /// The instance that holds `rank`.
+    pub fn instance_of(&self, rank: u32) -> Option<&[u32]> {
+        self.members.iter().find(|m| m.contains(&rank)).map(Vec::as_slice)
+    }
+}
+
+/// One process of the job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub rank: u32,
+    #[serde(default)]
+    pub local_rank: Option<u32>,
+    pub host: String,
+    pub pid: u32,
+    /// The device it computed on (`cuda:1`, `cpu`).
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+/// A rank's liveness file, `ranks/rank=NNNNN.json`: rewritten (atomically) when the rank starts, with
+/// each part it closes, and when it ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankLiveness {
+    pub rank: u32,
+    pub host: String,
+    pub pid: u32,
+    pub status: RunStatus,
+    pub started_at: String,
+    /// When the rank last closed a part (or started).
+    pub heartbeat_at: String,
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    /// Steps in the rank's closed parts.
+    pub steps_completed: u32,
+    /// Seconds between heartbeats the rank expects (its flush cadence, measured); null before the
+    /// second heartbeat.
+    #[serde(default)]
+    pub heartbeat_every_s: Option<f64>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub rows: RowCounts,
+}
+
+impl RankLiveness {
+    /// Reads `rank`'s liveness file of the run at `dir`; None when the rank left none.
+    pub fn read(dir: &Path, rank: u32) -> Result<Option<RankLiveness>, SchemaError> {
+        let path = RunDir::new(dir).rank_file(rank);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| SchemaError::io(&path, e))?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
+    }
+
+    /// Every liveness file of the run at `dir`, by rank.
+    pub fn read_all(dir: &Path) -> Result<Vec<RankLiveness>, SchemaError> {
+        let mut out = Vec::new();
+        for rank in RunDir::new(dir).liveness_ranks()? {
+            if let Some(l) = RankLiveness::read(dir, rank)? {
+                out.push(l);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the file atomically (temp file + rename).
+    pub fn write(&self, dir: &Path) -> Result<(), SchemaError> {
+        let run = RunDir::new(dir);
+        let path = run.rank_file(self.rank);
+        std::fs::create_dir_all(run.ranks_dir()).map_err(|e| SchemaError::io(&run.ranks_dir(), e))?;
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
+        std::fs::write(&tmp, text + "\n").map_err(|e| SchemaError::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| SchemaError::io(&path, e))
+    }
+}
+
+/// A heartbeat older than this many of the rank's own intervals between heartbeats (and than
+/// [`STALE_FLOOR_S`]) means the process stopped.
+pub const STALE_INTERVALS: f64 = 10.0;
+/// The shortest silence taken as a stop when the process cannot be looked up (another host).
+pub const STALE_FLOOR_S: f64 = 120.0;
+
+/// What is known of a process that said `running`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Liveness {
+    /// It ended and said how (`completed`, `diverged`, `crashed`).
+    Ended(RunStatus),
+    /// It may still be running.
+    Alive,
+    /// It stopped without closing its run; why we know.
+    Stopped { reason: String },
+}
+
+/// Judges a record that says `status`, written by process `pid` on `host`, whose last heartbeat was
+/// `heartbeat_at` (RFC 3339), expected every `every_s` seconds.
+///
+/// A `running` record is *stopped* when it was written on this host and its process is gone, or when
+/// its heartbeat is older than max([`STALE_FLOOR_S`], [`STALE_INTERVALS`] × `every_s`).
+pub fn judge(status: RunStatus, host: Option<&str>, pid: Option<u32>, heartbeat_at: Option<&str>, every_s: Option<f64>) -> Liveness {
+    if status != RunStatus::Running {
+        return Liveness::Ended(status);
+    }
+    let here = host_name();
+    if let (Some(h), Some(p), Some(here)) = (host, pid, here.as_deref()) {
+        if h == here {
+            if let Some(false) = process_alive(p) {
+                return Liveness::Stopped { reason: format!("its process {p} on {h} is gone") };
+            }
+        }
+    }
+    if let Some(at) = heartbeat_at.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
+        let age = (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1e3;
+        let limit = STALE_FLOOR_S.max(STALE_INTERVALS * every_s.unwrap_or(0.0));
+        if age > limit {
+            return Liveness::Stopped { reason: format!("no heartbeat for {age:.0} s (more than {limit:.0} s)") };
+        }
+    }
+    Liveness::Alive
+}
+
+/// This machine's host name (Linux: /proc/sys/kernel/hostname; else $HOSTNAME), when known.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether process `pid` runs on this machine: Some(true/false) where /proc tells, None elsewhere.
+/// A zombie (killed, not yet reaped by its parent) counts as gone.
+pub fn process_alive(pid: u32) -> Option<bool> {
+    if !Path::new("/proc/self").exists() {
+        return None;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the command name in parentheses: "pid (comm) S …".
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            Some(!matches!(state, Some("Z") | Some("X")))
+        }
+        Err(_) => Some(false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,7 @@ fn render(run: &Run, s: &Summary) -> String {
     let lv = &s.liveness;
     o += &format!("  status     {}{}\n", lv.status, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
     if lv.world_size > 1 {
-        let hosts: std::collections::BTreeSet<&str> = lv.ranks.iter().filter_map(|r| r.host.as_deref()).collect();
+        let hosts: std::collections::BTreeSet<&str> = m.ranks.iter().map(|r| r.host.as_str()).chain(m.host.as_deref()).collect();
         o += &format!(
             "  ranks      {} on {} host(s){}; the loss below is rank {}'s, the tensors' health every rank's (--rank N reads another; `fp8-analyze ranks` compares them)\n",
             lv.world_size,
@@ -62,16 +62,14 @@ fn render(run: &Run, s: &Summary) -> String {
             m.parallel.as_ref().map(|p| format!(", {}", p.groups.iter().map(|g| format!("{} {}×{}", g.name, g.members.len(), g.size())).collect::<Vec<_>>().join(", "))).unwrap_or_default(),
             output::opt(s.rank_view.map(|r| r.to_string()))
         );
-        for r in lv.ranks.iter().filter(|_| lv.per_rank) {
-            if r.stopped || r.status != "completed" {
-                o += &format!(
-                    "  rank {:<5} {}{} after step {}{}\n",
-                    r.rank,
-                    if r.stopped { "stopped without closing" } else { r.status.as_str() },
-                    r.reason.as_deref().map(|x| format!(" ({x})")).unwrap_or_default(),
-                    r.steps_completed,
-                    r.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-                );
+        for r in lv.ranks.iter().filter(|r| lv.per_rank && r.status != "missing") {
+            let steps = r.steps_completed.unwrap_or(0);
+            let reason = r.reason.as_deref().unwrap_or("");
+            if r.stopped {
+                o += &format!("  rank {:<5} stopped without closing ({reason}) after step {steps}\n", r.rank);
+            } else if r.status != "completed" {
+                let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+                o += &format!("  rank {:<5} {} after step {steps}{why}\n", r.rank, r.status);
             }
         }
         if !lv.missing.is_empty() {
