@@ -174,8 +174,12 @@ fn summary_names_the_rank_that_stopped_without_closing_and_the_one_that_crashed(
     let v = analyze(&["summary", &p(&crashed), "--json"]).json();
     assert_eq!(v["liveness"]["status"], "crashed on rank 1 after step 20");
 
-    // A rank the world size counts that left nothing is missing.
-    std::fs::remove_file(RunDir::new(&crashed).rank_file(1)).unwrap();
+    // A rank the world size counts that left nothing (no liveness file, no part) is missing.
+    let dir = RunDir::new(&crashed);
+    std::fs::remove_file(dir.rank_file(1)).unwrap();
+    for table in [Table::Steps, Table::Stats] {
+        std::fs::remove_dir_all(dir.rank_table_dir(table, 1)).unwrap();
+    }
     let v = analyze(&["summary", &p(&crashed), "--json"]).json();
     assert_eq!(v["liveness"]["missing"], serde_json::json!([1]));
 }
