@@ -5,7 +5,11 @@
 //!   instance, bit for bit;
 //! - **fsdp** (the weight is gathered for the forward): a weight's `scale` and `amax_used`;
 //! - **tp** (one logical tensor over the group): every role's `scale` and `amax_used`, for the
-//!   casts that every rank of the instance made at that step.
+//!   casts that every rank of the instance made at that step;
+//! - any group a role's amax is configured to be reduced over (`amax_groups`: e.g. Transformer
+//!   Engine's delayed scaling with `amax_reduction_group` over dp): that role's `scale` and
+//!   `amax_used` too, since every member reduces the same amaxes (a rank that skips the reduction,
+//!   as torchtitan #3109 and Megatron-LM PR #442 did, disagrees even where its amax is a history's).
 //!
 //! Per (instance, step, tensor) with at least two ranks' casts (every rank's, for tp), the values
 //! are compared bit for bit (f32 bits; an all-NaN group agrees, NaN against a number does not).
@@ -88,7 +92,8 @@ pub fn check_window(st: &Store, mesh: &Mesh, members: &[Vec<Vec<u32>>], keys: &K
         for (kid, block) in st.blocks.iter().enumerate() {
             let Some(b) = block else { continue };
             let Some(key) = keys.get(kid as u32) else { continue };
-            if g.kind != GroupKind::Tp && key.role != "weight" {
+            let reduced_over = mesh.parallel.amax_groups_of(&key.role).iter().any(|d| d.name == g.name);
+            if g.kind != GroupKind::Tp && key.role != "weight" && !reduced_over {
                 continue;
             }
             let mut compared = 0i64;
@@ -101,6 +106,11 @@ pub fn check_window(st: &Store, mesh: &Mesh, members: &[Vec<Vec<u32>>], keys: &K
                     }
                     compared += 1;
                     for &v in Value::values(g.kind) {
+                        // Only replicated weights hold the same bytes; a reduced amax does not make
+                        // an activation's bytes equal.
+                        if v == Value::Digest && key.role != "weight" {
+                            continue;
+                        }
                         vals.clear();
                         for &r in comp {
                             let i = s * n + r as usize;
