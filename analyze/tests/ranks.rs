@@ -179,7 +179,10 @@ fn a_configured_reduction_that_did_not_happen_is_found() {
     m.write(&run).unwrap();
     let (code, j) = ranks_json(&run);
     assert_eq!(code, 1);
-    assert_eq!(checks(&j).iter().filter(|c| *c != "amax_group").count(), 0, "{:#}", j["findings"]);
+    // The dp replicas that should share one reduced amax do not: their scales disagree too.
+    assert_eq!(checks(&j).iter().filter(|c| *c != "amax_group" && *c != "scale_disagrees").count(), 0, "{:#}", j["findings"]);
+    let sd = findings(&j, "scale_disagrees");
+    assert!(!sd.is_empty() && sd.iter().all(|f| f["role"] == "activation" && f["group"] == "dp"), "{:#}", j["findings"]);
     let f = findings(&j, "amax_group");
     assert_eq!(f.len(), 8, "every activation tensor: {:#}", j["findings"]);
     assert!(f.iter().all(|f| f["value"] == "tp" && f["expected"] == "world" && f["role"] == "activation" && f["step"] == 1), "{:#}", j["findings"]);
