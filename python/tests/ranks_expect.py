@@ -8,8 +8,9 @@ command.
   rank of the instance made at that step). The ranks named are those off the instance's majority at
   the first step that disagrees (on a tie, the value the lowest rank holds).
 - amax_group: a cast's amax_used must be the max of the amax_local of its reduction set (a weight:
-  its fsdp and tp instances; an activation or gradient: its tp instances; the rank itself always),
-  within a relative 1e-6.
+  its fsdp and tp instances; an activation or gradient: its tp instances; the rank itself always;
+  closed over the instances of the ranks it takes in, as `Parallel::amax_set` does), within a
+  relative 1e-6.
 - cast_mismatch (audit_mismatched > 0), forward_weight_mismatch (master_mismatched > 0),
   stale_forward_weight (master_changed and not forward_changed): the ranks at the tensor's first
   flagged step.
@@ -92,12 +93,16 @@ def cast_findings(run: str) -> list[dict]:
             if row["amax_used"] is None or row["amax_local"] is None:
                 continue
             kinds = ("fsdp", "tp") if role == "weight" else ("tp",)
-            members = {r}
-            for g in groups:
-                if g["kind"] in kinds:
-                    for inst in g["members"]:
-                        if r in inst:
-                            members |= set(inst)
+            # The rank's instances of those groups, closed over (the mesh slice they span together).
+            members, grown = {r}, True
+            while grown:
+                grown = False
+                for g in groups:
+                    if g["kind"] in kinds:
+                        for inst in g["members"]:
+                            if members & set(inst) and not set(inst) <= members:
+                                members |= set(inst)
+                                grown = True
             if not all(m in at for m in members):
                 continue
             m = max(at[x]["amax_local"] for x in members)

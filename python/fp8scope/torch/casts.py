@@ -114,10 +114,6 @@ def reference_and_digest(x: torch.Tensor, scale: torch.Tensor, fmt: str) -> tupl
     return ref, digest(ref)
 
 
-def _eager(key, fn, *args):
-    return fn(*args)
-
-
 def row_major_codes(codes: torch.Tensor, role: str) -> tuple[torch.Tensor, bool]:
     """The FP8 codes in the operand's row-major order, and whether they were transposed to get it: a
     weight in its own (out, in) layout (torchao casts `weight.t()`, whose bytes keep the weight's
@@ -238,13 +234,12 @@ def torchao_configs(sites) -> dict[int, str]:
 
 
 # ------------------------------------------------------------------ one cast, measured
-def measure(hp, used_amax, out, role: str, *, audit: bool, master=None, call=_eager):
+def measure(hp, used_amax, out, role: str, *, audit: bool, master=None):
     """The device measurements of one cast: (format, what, floats, ints), where floats is a float64
     vector [scale, amax_used, amax_local], ints an int64 vector of the names in `what["ints"]`
     (digest; audit_mismatched; master_mismatched, master_digest) and `what` also gives the
     host-known counts (numel, audit_checked, master_checked). None when the cast is not an e4m3 /
-    e5m2 Float8 tensor. `call(key, fn, *args)` runs the device functions (the recorder's
-    `Kernels._call`: compiled where its statistics are)."""
+    e5m2 Float8 tensor. The device functions run eagerly (a few small kernels per cast)."""
     f8 = local(out)
     data, scale = getattr(f8, "_data", None), getattr(f8, "_scale", None)
     if data is None or scale is None or data.dtype not in FORMATS:
@@ -268,19 +263,19 @@ def measure(hp, used_amax, out, role: str, *, audit: bool, master=None, call=_ea
             used = MAX[fmt] / scale_v
     else:
         used, scale_v = nan, nan
-    amax_local = call(("abs_max",), abs_max, x) if x.numel() else torch.zeros((), dtype=torch.float64, device=dev)
+    amax_local = abs_max(x) if x.numel() else torch.zeros((), dtype=torch.float64, device=dev)
     floats = torch.stack([scale_v, used, amax_local.to(dev)])
     rm, transposed = row_major_codes(codes, role)
-    ints = [call(("digest",), digest, rm)]
+    ints = [digest(rm)]
     what = {"numel": int(x.numel()), "ints": ["digest"]}
     m = None
     if master is not None and scalar and role == "weight":
-        m = _master_check(hp, rm, transposed, master, fmt, sf, call)
+        m = _master_check(hp, rm, transposed, master, fmt, sf)
     if audit:
         if m is not None and m[3]:  # the master is the very tensor cast: its check is the audit
             ints.append(m[1])
         else:
-            ints.append(call(("audit", fmt), lambda a, b, c: audit_count(a, b, c, fmt), x, codes, sf))
+            ints.append(audit_count(x, codes, sf, fmt))
         what["ints"].append("audit_mismatched")
         what["audit_checked"] = int(x.numel())
     if m is not None:
@@ -291,7 +286,7 @@ def measure(hp, used_amax, out, role: str, *, audit: bool, master=None, call=_ea
     return fmt, what, floats, torch.stack([v.to(dev) for v in ints])
 
 
-def _master_check(hp, fw, transposed, master, fmt, sf, call):
+def _master_check(hp, fw, transposed, master, fmt, sf):
     """(elements compared, mismatched 0-d, master digest 0-d, whether the master is the tensor cast):
     the forward's weight codes `fw` (the module's (out, in) weight) against this rank's master weight
     (its shard) quantized at the module's scale, over the rows and columns both hold."""
@@ -307,11 +302,11 @@ def _master_check(hp, fw, transposed, master, fmt, sf, call):
         return None
     r0, r1 = max(fo[0], mo[0]), min(fo[0] + fw.shape[0], mo[0] + ml.shape[0])
     c0, c1 = max(fo[1], mo[1]), min(fo[1] + fw.shape[1], mo[1] + ml.shape[1])
-    mq, mdig = call(("reference", fmt), lambda a, b: reference_and_digest(a, b, fmt), ml, sf)
+    mq, mdig = reference_and_digest(ml, sf, fmt)
     if r1 <= r0 or c1 <= c0:
         return 0, torch.zeros((), dtype=torch.int64, device=fw.device), mdig, False
     a = fw[r0 - fo[0]: r1 - fo[0], c0 - fo[1]: c1 - fo[1]]
     b = mq[r0 - mo[0]: r1 - mo[0], c0 - mo[1]: c1 - mo[1]].to(a.device)
     hl = local(hp)
     same = (ml.data_ptr() == hl.data_ptr() and ml.numel() == hl.numel() == a.numel())
-    return (r1 - r0) * (c1 - c0), call(("mismatches", fmt), lambda p, q: mismatches(p, q, fmt), b, a), mdig, same
+    return (r1 - r0) * (c1 - c0), mismatches(b, a, fmt), mdig, same

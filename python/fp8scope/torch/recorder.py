@@ -395,7 +395,7 @@ class Recorder:
         master = None
         if role == "weight" and path not in self._no_master:
             master = self._masters.get(path)
-        got = ct.measure(hp, used_amax, out, role, audit=self._audit_step(), master=master, call=self.kernels.call)
+        got = ct.measure(hp, used_amax, out, role, audit=self._audit_step(), master=master)
         if got is None:
             self._note(f"{path}: a {role} cast that is not a tensorwise e4m3/e5m2 Float8 tensor is not recorded")
             return

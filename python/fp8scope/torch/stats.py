@@ -135,10 +135,6 @@ class Kernels:
             self._cache.clear()
             return eager(*args)
 
-    def call(self, key: tuple, eager, *args):
-        """Runs `eager(*args)`, compiled as ("cast",) + key when fused (the casts' device functions)."""
-        return self._call(("cast",) + key, eager, *args)
-
     def operand(self, x, fmt: str, scale, amax_used, level: int) -> torch.Tensor:
         def stats(x, scale, amax_used):
             return operand_stats(x, fmt, scale, amax_used, level)
