@@ -51,8 +51,7 @@ fn as_capture() -> i32 {
 fn analyze(args: &[String]) -> anyhow::Result<bool> {
     let argv: Vec<&str> = std::iter::once("fp8-analyze").chain(args.iter().map(String::as_str)).collect();
     println!("\n== {}", argv.join(" "));
-    let cli = fp8_analyze::Cli::try_parse_from(&argv)
-        .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags")))?;
+    let cli = fp8_analyze::Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("{}", e.render().to_string().lines().next().unwrap_or("bad flags")))?;
     let outcome = fp8_analyze::run(cli).map_err(|e| anyhow::anyhow!("{e}"))?;
     print!("{}", outcome.stdout);
     Ok(outcome.findings)
@@ -95,7 +94,8 @@ fn demo(extra: &[String]) -> anyhow::Result<()> {
     analyze(&args)?;
     // The report of the FP8 run against its baseline, from the runs triage kept.
     let verdict_path = triage_dir.join("verdict.json");
-    let verdict: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&verdict_path).with_context(|| format!("reading {}", verdict_path.display()))?)?;
+    let verdict: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&verdict_path).with_context(|| format!("reading {}", verdict_path.display()))?)?;
     let dir_of = |purpose: &str| -> Option<String> {
         verdict["runs"].as_array()?.iter().find(|r| r["outcome"]["purpose"] == purpose).and_then(|r| r["dir"].as_str().map(String::from))
     };

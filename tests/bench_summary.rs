@@ -26,12 +26,7 @@ fn summarise(dir: &Path, rows: &[String]) -> (Output, String) {
     let jsonl = dir.join("speed.jsonl");
     std::fs::write(&jsonl, rows.join("\n") + "\n").unwrap();
     let md = dir.join("rows.md");
-    let out = Command::new("python3")
-        .arg(repo_root().join("bench/speed_summary.py"))
-        .arg(&jsonl)
-        .arg(&md)
-        .output()
-        .expect("python3 must be installed");
+    let out = Command::new("python3").arg(repo_root().join("bench/speed_summary.py")).arg(&jsonl).arg(&md).output().expect("python3 must be installed");
     let text = std::fs::read_to_string(&md).unwrap_or_default();
     (out, text)
 }
@@ -233,7 +228,14 @@ fn the_power_of_a_run_is_read_from_its_busy_samples() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     // The three samples over 200 W: clocks 1600, 1700, 1800; power 600, 690, 698 W.
-    for (key, want) in [("busy_samples", "3"), ("sm_mhz_median", "1700.0"), ("sm_mhz_min", "1600.0"), ("power_w_median", "690.0"), ("power_capped_share", "0.667"), ("joules_per_step", "69.0")] {
+    for (key, want) in [
+        ("busy_samples", "3"),
+        ("sm_mhz_median", "1700.0"),
+        ("sm_mhz_min", "1600.0"),
+        ("power_w_median", "690.0"),
+        ("power_capped_share", "0.667"),
+        ("joules_per_step", "69.0"),
+    ] {
         assert_eq!(json_field(&text, key).as_deref(), Some(want), "{key}: {text}");
     }
     // A held run's samples mix the hold's power with the steps': no energy.
@@ -387,10 +389,7 @@ fn stats_cost_takes_each_variant_against_its_rounds_run_without_statistics() {
 #[test]
 fn stats_cost_refuses_bad_input_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    for (pairs, env, says) in [
-        ("0", vec![], "PAIRS and STEPS are positive integers"),
-        ("1", vec![("VARIANTS", "")], "VARIANTS is set but names no variant"),
-    ] {
+    for (pairs, env, says) in [("0", vec![], "PAIRS and STEPS are positive integers"), ("1", vec![("VARIANTS", "")], "VARIANTS is set but names no variant")] {
         let out = stats_cost(dir.path(), pairs, &env);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");

@@ -86,7 +86,10 @@ fn every_recipe_and_routing_records_a_readable_run() {
         // Whole dumps of layer 0's operands: check_run.py recomputes their channel statistics.
         ("current", vec!["--recipe", "current", "--dump-max-elems", "200000", "--dump-layers", "layers\\.0\\..*"]),
         ("block", vec!["--recipe", "block", "--channels", "128", "--ffn", "256", "--heads", "4"]),
-        ("e4m3", vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1", "--accumulation", "split"]),
+        (
+            "e4m3",
+            vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1", "--accumulation", "split"],
+        ),
         ("routed", vec!["--recipe", "delayed", "--bf16-gemms", "dgrad", "--bf16-layers", "1", "--bf16-sites", "layers.0.fc2:wgrad"]),
         ("strided", vec!["--recipe", "delayed", "--dump-sample", "strided", "--dump-layers", "layers\\.1\\..*", "--dump-roles", "activation,gradient"]),
         ("uniform", vec!["--recipe", "delayed", "--data", "uniform"]),
@@ -143,8 +146,18 @@ fn a_nan_stops_the_run_as_diverged_after_recording_that_step() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nan");
     let o = capture(&[
-        "train", "--preset", "tiny", "--device", "cpu", "--quiet", "--steps", "50", "--out", out.to_str().unwrap(),
-        "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=10",
+        "train",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--steps",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+        "--inject",
+        "site=layers.1.fc1,gemm=fprop,kind=nan,step=10",
     ]);
     assert_eq!(o.status.code(), Some(3), "a diverged run exits 3: {}", String::from_utf8_lossy(&o.stderr));
     let m = Manifest::read(&out).unwrap();

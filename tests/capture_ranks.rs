@@ -60,15 +60,22 @@ fn steps(run: &Path, world: i32) -> BTreeMap<i64, StepVals> {
         for i in 0..b.num_rows() {
             assert_eq!(rk[i].is_some(), world > 1, "rank set exactly on runs of several ranks");
             let e = out.entry(st[i]).or_insert(((loss[i], gn[i], lr[i], 0), 0));
-            assert_eq!((e.0.0.to_bits(), e.0.1.to_bits(), e.0.2.to_bits()), (loss[i].to_bits(), gn[i].to_bits(), lr[i].to_bits()), "step {}: every rank has the global loss, norm and lr", st[i]);
+            assert_eq!(
+                (e.0.0.to_bits(), e.0.1.to_bits(), e.0.2.to_bits()),
+                (loss[i].to_bits(), gn[i].to_bits(), lr[i].to_bits()),
+                "step {}: every rank has the global loss, norm and lr",
+                st[i]
+            );
             e.0.3 += tok[i];
             e.1 += 1;
         }
     }
-    out.into_iter().map(|(s, (v, n))| {
-        assert_eq!(n, world, "step {s}: a row from every rank");
-        (s, v)
-    }).collect()
+    out.into_iter()
+        .map(|(s, (v, n))| {
+            assert_eq!(n, world, "step {s}: a row from every rank");
+            (s, v)
+        })
+        .collect()
 }
 
 /// One cast's statistics, reduced over the ranks.
@@ -118,7 +125,13 @@ type Key = (i64, String, String, String); // step, "layer.module", gemm, role
 fn stats(run: &Path) -> BTreeMap<Key, Stat> {
     let mut out: BTreeMap<Key, Stat> = BTreeMap::new();
     for b in table(run, Table::Stats) {
-        let (st, layer, module, gemm, role) = (i64c(&b, "step"), b.column_by_name("layer").unwrap().as_primitive::<Int32Type>().values().to_vec(), strc(&b, "module"), strc(&b, "gemm"), strc(&b, "role"));
+        let (st, layer, module, gemm, role) = (
+            i64c(&b, "step"),
+            b.column_by_name("layer").unwrap().as_primitive::<Int32Type>().values().to_vec(),
+            strc(&b, "module"),
+            strc(&b, "gemm"),
+            strc(&b, "role"),
+        );
         let (amax, used, scale, mn, mx) = (f32c(&b, "amax"), f32c(&b, "amax_used"), f32c(&b, "scale"), f32c(&b, "min"), f32c(&b, "max"));
         let (numel, nan, inf) = (i64c(&b, "numel"), i64c(&b, "nan_count"), i64c(&b, "inf_count"));
         let format = strc(&b, "format");
@@ -197,7 +210,11 @@ fn stat_diffs(one: &BTreeMap<Key, Stat>, many: &BTreeMap<Key, Stat>, from: i64, 
             ("std", a.std(), b.std()),
             ("nan+inf (abs)", (a.nan + a.inf) as f64, (b.nan + b.inf) as f64),
         ] {
-            let v = if name.contains("(abs)") || name.contains("mean") { (x - y).abs() / if name.contains("mean") { a.std().max(1e-30) } else { 1.0 } } else { rel(x, y) };
+            let v = if name.contains("(abs)") || name.contains("mean") {
+                (x - y).abs() / if name.contains("mean") { a.std().max(1e-30) } else { 1.0 }
+            } else {
+                rel(x, y)
+            };
             let e = d.entry(name).or_insert(0.0);
             *e = e.max(v);
         }
@@ -254,7 +271,11 @@ fn equivalence(preset: &str, recipe: &str, loss_tol: f64) {
         let tail = |s: &BTreeMap<i64, StepVals>| s.values().rev().take(20).map(|v| v.0).sum::<f64>() / 20.0;
         let final_gap = rel(tail(&s1), tail(&sn));
         let d = stat_diffs(&st1, &stn, 2, STEPS as i64);
-        println!("{preset} {recipe} dp {dp}: step-1 grad_norm rel {:.2e}; steps 2-{STEPS}: loss max rel {dl:.2e}, grad_norm max rel {dg:.2e}, final loss (mean of last 20) rel {final_gap:.2e}; stats {}", rel(a.1, b.1), d.iter().map(|(k, v)| format!("{k} {v:.2e}")).collect::<Vec<_>>().join(", "));
+        println!(
+            "{preset} {recipe} dp {dp}: step-1 grad_norm rel {:.2e}; steps 2-{STEPS}: loss max rel {dl:.2e}, grad_norm max rel {dg:.2e}, final loss (mean of last 20) rel {final_gap:.2e}; stats {}",
+            rel(a.1, b.1),
+            d.iter().map(|(k, v)| format!("{k} {v:.2e}")).collect::<Vec<_>>().join(", ")
+        );
         assert!(dl < loss_tol, "{preset} {recipe} dp {dp}: loss drifts {dl:e} (bound {loss_tol})");
         assert!(final_gap < 0.01, "{preset} {recipe} dp {dp}: final loss {final_gap:e} apart");
     }
@@ -290,7 +311,13 @@ fn findings(run: &Path) -> Vec<(String, Option<String>, Option<String>, Vec<u64>
         .iter()
         .map(|f| {
             let s = |k: &str| f[k].as_str().map(str::to_string);
-            (s("check").unwrap_or_default(), s("module"), s("role"), f["ranks"].as_array().map(|r| r.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default(), f["step"].as_u64().unwrap_or(0))
+            (
+                s("check").unwrap_or_default(),
+                s("module"),
+                s("role"),
+                f["ranks"].as_array().map(|r| r.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default(),
+                f["step"].as_u64().unwrap_or(0),
+            )
         })
         .collect()
 }
@@ -332,7 +359,11 @@ fn planted_faults_of_the_ranks_are_named_by_fp8_analyze_ranks() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let f = findings(&corrupt);
     assert!(
-        f.iter().any(|(c, m, r, k, s)| c == "scale_disagrees" && m.as_deref() == Some("layers.0.fc1") && r.as_deref() == Some("weight") && k == &[1] && *s == 10),
+        f.iter().any(|(c, m, r, k, s)| c == "scale_disagrees"
+            && m.as_deref() == Some("layers.0.fc1")
+            && r.as_deref() == Some("weight")
+            && k == &[1]
+            && *s == 10),
         "{f:?}"
     );
     assert!(f.iter().all(|(_, m, _, k, _)| k == &[1] && m.as_deref() == Some("layers.0.fc1")), "nothing else named: {f:?}");
@@ -357,7 +388,14 @@ fn planted_faults_of_the_ranks_are_named_by_fp8_analyze_ranks() {
     let used = |run: &Path| {
         let mut per: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
         for b in table(run, Table::Casts) {
-            let (st, layer, module, role, u, rk) = (i64c(&b, "step"), b.column_by_name("layer").unwrap().as_primitive::<Int32Type>().values().to_vec(), strc(&b, "module"), strc(&b, "role"), f32c(&b, "amax_used"), rank_c(&b));
+            let (st, layer, module, role, u, rk) = (
+                i64c(&b, "step"),
+                b.column_by_name("layer").unwrap().as_primitive::<Int32Type>().values().to_vec(),
+                strc(&b, "module"),
+                strc(&b, "role"),
+                f32c(&b, "amax_used"),
+                rank_c(&b),
+            );
             for i in 0..b.num_rows() {
                 if layer[i] == 1 && module[i] == "fc2" && role[i] == "gradient" && st[i] >= 6 {
                     per.entry(st[i]).or_default().push(u[i]);
@@ -374,10 +412,19 @@ fn planted_faults_of_the_ranks_are_named_by_fp8_analyze_ranks() {
     // rank must hold the same amax_used and scale: the ranks that kept their own are named, from
     // the first step the history holds an unreduced amax.
     let f = findings(&local);
-    assert!(f.iter().any(|(c, m, r, _, s)| c == "scale_disagrees" && m.as_deref() == Some("layers.1.fc2") && matches!(r.as_deref(), Some("activation" | "gradient")) && *s == 6), "{f:?}");
+    assert!(
+        f.iter().any(|(c, m, r, _, s)| c == "scale_disagrees"
+            && m.as_deref() == Some("layers.1.fc2")
+            && matches!(r.as_deref(), Some("activation" | "gradient"))
+            && *s == 6),
+        "{f:?}"
+    );
     assert!(f.iter().all(|(c, m, _, _, _)| c == "scale_disagrees" && m.as_deref() == Some("layers.1.fc2")), "nothing else named: {f:?}");
     let v: serde_json::Value = serde_json::from_slice(&analyze(&["ranks", &local.display().to_string(), "--json"]).stdout).expect("json");
-    assert!(v["checked"]["not_checked"].as_array().expect("not_checked").iter().any(|s| s.as_str().unwrap_or("").contains("amax groups")), "the inferred-group check stays off under delayed scaling");
+    assert!(
+        v["checked"]["not_checked"].as_array().expect("not_checked").iter().any(|s| s.as_str().unwrap_or("").contains("amax groups")),
+        "the inferred-group check stays off under delayed scaling"
+    );
 }
 
 /// Bad `--dp` flags: one line each, exit 2.

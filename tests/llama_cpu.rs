@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const CORPUS: &str = "/usr/share/games/fortunes";
 
@@ -27,7 +27,7 @@ fn manifest(run: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap()
 }
 
-fn train(out: &PathBuf, args: &[&str]) -> std::process::Output {
+fn train(out: &Path, args: &[&str]) -> std::process::Output {
     let out_s = out.display().to_string();
     let mut all = vec!["train", "--device", "cpu", "--quiet", "--out", out_s.as_str()];
     all.extend_from_slice(args);
@@ -112,9 +112,7 @@ fn dump_layers_searches_site_names_and_refuses_a_selection_of_nothing() {
 
 /// One value of the stats table of `run`: fc2's fprop activation cast of `layer` at `step`.
 fn fc2_input(run: &Path, layer: u32, step: u32, column: &str) -> f64 {
-    let sql = format!(
-        "SELECT {column} AS v FROM stats WHERE module = 'fc2' AND role = 'activation' AND gemm = 'fprop' AND layer = {layer} AND step = {step}"
-    );
+    let sql = format!("SELECT {column} AS v FROM stats WHERE module = 'fc2' AND role = 'activation' AND gemm = 'fprop' AND layer = {layer} AND step = {step}");
     let q = analyze(&["query", &run.display().to_string(), "--sql", &sql, "--json"]);
     assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
     let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
@@ -166,12 +164,29 @@ fn triage_names_the_massive_activation_gemm_and_block_scaling_as_the_cure() {
     let _g = HEAVY.lock();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("triage");
-    let o = analyze(&["triage", "--preset", "llama-tiny", "--scenario", "massive-activations", "--device", "cpu", "--quiet", "--json", "--out", out.to_str().unwrap()]);
+    let o = analyze(&[
+        "triage",
+        "--preset",
+        "llama-tiny",
+        "--scenario",
+        "massive-activations",
+        "--device",
+        "cpu",
+        "--quiet",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "an anomaly: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_str(&text).expect("verdict JSON");
     assert_eq!(v["anomaly"], "drift", "{v}");
-    let culprits: Vec<String> = v["culprits"].as_array().unwrap().iter().map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap())).collect();
+    let culprits: Vec<String> = v["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap()))
+        .collect();
     assert_eq!(culprits, ["layers.0.fc2.fprop"], "{v}");
     assert_eq!(v["confirmation"]["held"], true, "{v}");
     assert_eq!(v["current_scaling_cures"], false);

@@ -109,7 +109,10 @@ fn torchrun_runs_of_2_and_4_ranks_record_the_planted_faults_and_only_them() {
     let m = Manifest::read(&dir.path().join("w4").join("fsdp_tp-clean-s0")).unwrap();
     let p = m.parallel.unwrap();
     let kinds: Vec<(String, GroupKind, Vec<Vec<u32>>)> = p.groups.iter().map(|g| (g.name.clone(), g.kind, g.members.clone())).collect();
-    assert_eq!(kinds, [("dp_shard".to_string(), GroupKind::Fsdp, vec![vec![0, 2], vec![1, 3]]), ("tp".to_string(), GroupKind::Tp, vec![vec![0, 1], vec![2, 3]])]);
+    assert_eq!(
+        kinds,
+        [("dp_shard".to_string(), GroupKind::Fsdp, vec![vec![0, 2], vec![1, 3]]), ("tp".to_string(), GroupKind::Tp, vec![vec![0, 1], vec![2, 3]])]
+    );
     assert_eq!(p.amax_set("weight", 3), [0, 1, 2, 3], "a weight's amax over the mesh slice its fsdp and tp instances span");
     assert_eq!(p.amax_set("activation", 3), [2, 3], "an activation's over its tp instance");
     let crashed = RankLiveness::read(&dir.path().join("w2").join("ddp-crash"), 1).unwrap().unwrap();

@@ -51,10 +51,7 @@ fn tables_json_committed_in_the_python_package_is_what_the_schemas_export() {
         std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").expect("write _tables.json");
         eprintln!("wrote {}", path.display());
     }
-    let committed: serde_json::Value = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
+    let committed: serde_json::Value = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(serde_json::Value::Null);
     assert!(
         committed == now,
         "{} differs from what schemas/ defines now (a table or column changed); regenerate it with\n  {REGENERATE}\nand commit it",
@@ -116,10 +113,7 @@ fn python_unit_tests_pass_with_the_numpy_cast_bit_identical_to_the_rust_cast() {
     // Only the torch recorder's tests may skip, where torch (or torchao, for its Float8Linear casts) is
     // not installed.
     for line in out.lines().filter(|l| l.contains("skipped '")) {
-        assert!(
-            line.contains("skipped 'torch is not installed'") || line.contains("skipped 'torchao is not installed'"),
-            "a Python test was skipped: {line}"
-        );
+        assert!(line.contains("skipped 'torch is not installed'") || line.contains("skipped 'torchao is not installed'"), "a Python test was skipped: {line}");
     }
 }
 
@@ -179,8 +173,12 @@ fn a_run_written_by_the_python_writer_reads_back_through_the_schemas_and_the_ana
     assert!(summary.status.success(), "fp8-analyze summary failed:\n{said}");
     assert!(said.contains("status     completed") && said.contains("12 completed of 12"), "{said}");
     let q = analyze(&[
-        "query", run.to_str().unwrap(), "--format", "csv",
-        "--sql", "SELECT module, COUNT(*) AS n, MAX(amax) AS amax FROM stats WHERE gemm = 'fprop' AND role = 'weight' GROUP BY module ORDER BY module",
+        "query",
+        run.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--sql",
+        "SELECT module, COUNT(*) AS n, MAX(amax) AS amax FROM stats WHERE gemm = 'fprop' AND role = 'weight' GROUP BY module ORDER BY module",
     ]);
     let said = text(&q);
     assert!(q.status.success(), "fp8-analyze query failed:\n{said}");

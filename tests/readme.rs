@@ -80,7 +80,10 @@ fn path_words(text: &str) -> Vec<String> {
     text.split(|c: char| c.is_whitespace() || "`();:\"'".contains(c))
         .map(|w| w.trim_end_matches(['.', ',']))
         .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "_.-/*{},".contains(c)))
-        .filter(|w| (w.contains('/') || EXT.iter().any(|e| w.ends_with(e))) && !w.starts_with('/') && !w.starts_with('-') && !w.starts_with('.') || w.starts_with(".ci/"))
+        .filter(|w| {
+            (w.contains('/') || EXT.iter().any(|e| w.ends_with(e))) && !w.starts_with('/') && !w.starts_with('-') && !w.starts_with('.')
+                || w.starts_with(".ci/")
+        })
         .map(String::from)
         .collect()
 }
@@ -100,7 +103,9 @@ fn exists(root: &Path, rel: &str) -> bool {
     match rel.rsplit_once('/').map_or(("", rel), |(d, f)| (d, f)) {
         (dir, file) if file.contains('*') => {
             let (pre, post) = file.split_once('*').unwrap_or((file, ""));
-            std::fs::read_dir(root.join(dir)).map(|rd| rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(pre) && n.ends_with(post.trim_end_matches('*'))))).unwrap_or(false)
+            std::fs::read_dir(root.join(dir))
+                .map(|rd| rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(pre) && n.ends_with(post.trim_end_matches('*')))))
+                .unwrap_or(false)
         }
         _ => root.join(rel).exists(),
     }
@@ -252,7 +257,9 @@ fn every_command_and_flag_in_the_readme_is_accepted() {
     let readme = read("README.md");
     // (tool, subcommand, flags, where)
     let mut uses: Vec<(String, String, Vec<String>, String)> = Vec::new();
-    let flags_of = |words: &[String]| -> Vec<String> { words.iter().filter(|w| w.starts_with("--") && w.len() > 2).map(|w| w.split('=').next().unwrap_or(w).to_string()).collect() };
+    let flags_of = |words: &[String]| -> Vec<String> {
+        words.iter().filter(|w| w.starts_with("--") && w.len() > 2).map(|w| w.split('=').next().unwrap_or(w).to_string()).collect()
+    };
     let mut demo_flags = Vec::new();
     let mut commands: Vec<(Vec<String>, String)> = Vec::new();
     let mut spans = inline_code(&readme);
@@ -264,7 +271,7 @@ fn every_command_and_flag_in_the_readme_is_accepted() {
         }
     }
     for span in &spans {
-        commands.push((shell_words(&span), format!("`{span}`")));
+        commands.push((shell_words(span), format!("`{span}`")));
     }
     for (words, at) in &commands {
         let prog = words[0].rsplit('/').next().unwrap_or("");
@@ -352,7 +359,14 @@ fn the_readme_test_command_is_what_ci_runs() {
     assert!(ci.contains("pip install -q -r tests/requirements.txt"), ".ci/run does not install tests/requirements.txt");
     assert!(ci.contains("apt-get") && ci.contains("chromium"), ".ci/run does not install Chromium");
     let req = read("tests/requirements.txt");
-    for (said, pkg) in [("pyarrow", "pyarrow"), ("numpy", "numpy"), ("ml_dtypes", "ml_dtypes"), ("NVRTC", "nvidia-cuda-nvrtc"), ("nvdisasm", "nvidia-cuda-nvdisasm"), ("Chromium", "")] {
+    for (said, pkg) in [
+        ("pyarrow", "pyarrow"),
+        ("numpy", "numpy"),
+        ("ml_dtypes", "ml_dtypes"),
+        ("NVRTC", "nvidia-cuda-nvrtc"),
+        ("nvdisasm", "nvidia-cuda-nvdisasm"),
+        ("Chromium", ""),
+    ] {
         assert!(block.contains(said), "the README no longer says the tests install {said}; update this test");
         assert!(pkg.is_empty() || req.lines().any(|l| l.starts_with(pkg)), "tests/requirements.txt lacks {pkg}");
     }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bin, capture, HEAVY};
+use common::{HEAVY, bin, capture};
 use serde_json::Value;
 
 fn manifest(dir: &std::path::Path) -> serde_json::Value {
@@ -84,7 +84,8 @@ fn a_scenario_sets_recipe_defaults_that_explicit_flags_override() {
 
 /// Rows of `fp8-analyze query RUN --json --sql SQL`.
 fn query(run: &std::path::Path, sql: &str) -> Vec<Value> {
-    let o = std::process::Command::new(bin("fp8-analyze")).args(["query", &run.display().to_string(), "--json", "--sql", sql]).output().expect("spawn fp8-analyze");
+    let o =
+        std::process::Command::new(bin("fp8-analyze")).args(["query", &run.display().to_string(), "--json", "--sql", sql]).output().expect("spawn fp8-analyze");
     assert!(o.status.success(), "query {sql}: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice::<Value>(&o.stdout).expect("JSON rows").as_array().cloned().expect("rows")
 }
@@ -94,10 +95,14 @@ fn the_spike_scenario_padding_batch_saturates_layer_0_qkv_and_the_loss_jumps_und
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tempdir");
     let sat = |run: &std::path::Path, step: u32| -> f64 {
-        let rows = query(run, &format!("SELECT saturated_frac FROM stats WHERE step = {step} AND layer = 0 AND module = 'qkv' AND gemm = 'fprop' AND role = 'activation'"));
+        let rows = query(
+            run,
+            &format!("SELECT saturated_frac FROM stats WHERE step = {step} AND layer = 0 AND module = 'qkv' AND gemm = 'fprop' AND role = 'activation'"),
+        );
         rows[0]["saturated_frac"].as_f64().expect("saturated_frac")
     };
-    let loss = |run: &std::path::Path, step: u32| -> f64 { query(run, &format!("SELECT loss FROM steps WHERE step = {step}"))[0]["loss"].as_f64().expect("loss") };
+    let loss =
+        |run: &std::path::Path, step: u32| -> f64 { query(run, &format!("SELECT loss FROM steps WHERE step = {step}"))[0]["loss"].as_f64().expect("loss") };
     // The padding batch is step 250; step 251 is the first ordinary batch after it.
     let mut at_251 = Vec::new();
     for recipe in ["delayed", "current", "bf16"] {
@@ -119,7 +124,11 @@ fn the_spike_scenario_padding_batch_saturates_layer_0_qkv_and_the_loss_jumps_und
         }
     }
     let [delayed, current, bf16] = [at_251[0], at_251[1], at_251[2]];
-    println!("loss at step 251: delayed {delayed:.4} ({:+.2}%), current {current:.4} ({:+.2}%), bf16 {bf16:.4}", 100.0 * (delayed / bf16 - 1.0), 100.0 * (current / bf16 - 1.0));
+    println!(
+        "loss at step 251: delayed {delayed:.4} ({:+.2}%), current {current:.4} ({:+.2}%), bf16 {bf16:.4}",
+        100.0 * (delayed / bf16 - 1.0),
+        100.0 * (current / bf16 - 1.0)
+    );
     assert!(delayed > 1.05 * bf16, "delayed scaling loses layer 0's attention for a step: the loss jumps (+14% measured)");
     assert!((current / bf16 - 1.0).abs() < 0.01, "current scaling does not jump");
 }

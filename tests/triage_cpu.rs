@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{bin, capture, HEAVY};
+use common::{HEAVY, bin, capture};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -59,7 +59,11 @@ fn check_shape(v: &Value) {
     let keys: Vec<&str> = v.as_object().expect("object").keys().map(|k| k.as_str()).collect();
     let mut sorted = keys.clone();
     sorted.sort();
-    assert_eq!(sorted, ["anomaly", "block_scaling_cures", "confirmation", "culprits", "current_scaling_cures", "healthy", "inconclusive", "noise", "runs"], "verdict keys");
+    assert_eq!(
+        sorted,
+        ["anomaly", "block_scaling_cures", "confirmation", "culprits", "current_scaling_cures", "healthy", "inconclusive", "noise", "runs"],
+        "verdict keys"
+    );
     for r in v["runs"].as_array().expect("runs") {
         let dir = r["dir"].as_str().expect("dir");
         assert!(Path::new(dir).join("run.json").is_file(), "run {} kept on disk at {dir}", r["name"]);
@@ -132,7 +136,8 @@ fn triage_names_exactly_the_planted_gemm_in_every_case_of_the_matrix() {
         let spec = format!("site={site},gemm={gemm},kind={kind},step=50");
         let t0 = Instant::now();
         let case = tmp.path().join(format!("case{i:02}"));
-        let (code, v, stderr) = triage(&case, &["--steps", "150", "--baseline-run", &base_s, "--noise-run", &reps[0], "--noise-run", &reps[1], "--inject", &spec]);
+        let (code, v, stderr) =
+            triage(&case, &["--steps", "150", "--baseline-run", &base_s, "--noise-run", &reps[0], "--noise-run", &reps[1], "--inject", &spec]);
         let secs = t0.elapsed().as_secs_f64();
         check_shape(&v);
         let planted = format!("{site}.{gemm}");
@@ -162,7 +167,12 @@ fn triage_names_exactly_the_planted_gemm_in_every_case_of_the_matrix() {
         report.push(line);
     }
     let top2 = ranks.iter().filter(|r| r.is_some_and(|r| r <= 2)).count();
-    println!("triage matrix: found {found} / planted {} in {:.0} s; the planted GEMM is #1 or #2 in locate in {top2} / {}", MATRIX.len(), t_all.elapsed().as_secs_f64(), MATRIX.len());
+    println!(
+        "triage matrix: found {found} / planted {} in {:.0} s; the planted GEMM is #1 or #2 in locate in {top2} / {}",
+        MATRIX.len(),
+        t_all.elapsed().as_secs_f64(),
+        MATRIX.len()
+    );
     assert_eq!(found, MATRIX.len(), "triage missed planted faults:\n{}", report.join("\n"));
 }
 
@@ -172,7 +182,11 @@ fn assert_clean(label: &str, code: Option<i32>, v: &Value, stderr: &str) {
     check_shape(v);
     println!(
         "{label}: healthy {} inconclusive {} (fp8 gap {}, {} × band; band {})",
-        v["healthy"], v["inconclusive"], run_entry(v, "fp8")["outcome"]["gap"], run_entry(v, "fp8")["outcome"]["gap_band_ratio"], v["noise"]["final_gap"]
+        v["healthy"],
+        v["inconclusive"],
+        run_entry(v, "fp8")["outcome"]["gap"],
+        run_entry(v, "fp8")["outcome"]["gap_band_ratio"],
+        v["noise"]["final_gap"]
     );
     assert_eq!(code, Some(0), "{label}: a clean run exits 0: {stderr}");
     assert!(v["healthy"] == true || v["inconclusive"] == true, "{label}: false alarm: {v}");
@@ -299,7 +313,11 @@ fn triage_on_tiny_finishes_in_under_ten_minutes() {
     // The preset's default 300 steps, its own baseline, the README's fault from step 100.
     let (code, v, stderr) = triage(&tmp.path().join("t"), &["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]);
     let secs = t0.elapsed().as_secs_f64();
-    println!("triage on tiny (300 steps, {} runs, {} cores): {secs:.1} s", v["runs"].as_array().map_or(0, |r| r.len()), std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "triage on tiny (300 steps, {} runs, {} cores): {secs:.1} s",
+        v["runs"].as_array().map_or(0, |r| r.len()),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(culprits(&v), ["layers.1.fc2.dgrad"]);
     assert!(secs < 600.0, "triage on tiny took {secs:.0} s, over the 10-minute target");
@@ -331,7 +349,8 @@ fn regress_passes_on_clean_tiny_and_fails_with_a_planted_fault() {
     assert_eq!(v["modes"].as_array().map(|m| m.len()), Some(4));
 
     let (code, v) = run("fault", &["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]);
-    let passed: Vec<(String, bool)> = v["modes"].as_array().expect("modes").iter().map(|m| (m["mode"].as_str().unwrap_or("?").to_string(), m["passed"] == true)).collect();
+    let passed: Vec<(String, bool)> =
+        v["modes"].as_array().expect("modes").iter().map(|m| (m["mode"].as_str().unwrap_or("?").to_string(), m["passed"] == true)).collect();
     println!("with overflow in layers.1.fc2 dgrad: {passed:?}");
     assert_eq!(code, Some(1), "a planted fault fails regress: {v}");
     assert!(!passed[1].1, "the fp8 mode fails");

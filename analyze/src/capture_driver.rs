@@ -19,8 +19,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Environment variable naming the `fp8-capture` executable to use.
@@ -138,36 +138,38 @@ impl Driver {
         let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; specs.len()]);
         std::thread::scope(|s| {
             for _ in 0..self.jobs.min(specs.len()) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(spec) = specs.get(i) else { break };
-                    {
-                        let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
-                        r.push(spec.name.clone());
-                        pb.set_message(r.join(" "));
-                    }
-                    let res = self.run_one(spec, threads);
-                    {
-                        let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
-                        r.retain(|n| n != &spec.name);
-                        pb.set_message(r.join(" "));
-                    }
-                    let line = format!(
-                        "{label}: {} {}{} ({:.1} s)",
-                        res.name,
-                        res.status,
-                        res.final_loss.map(|l| format!(", final loss {l:.4}")).unwrap_or_default(),
-                        res.wall_s
-                    );
-                    if !self.quiet {
-                        if pb.is_hidden() {
-                            eprintln!("{line}");
-                        } else {
-                            pb.println(line);
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(spec) = specs.get(i) else { break };
+                        {
+                            let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
+                            r.push(spec.name.clone());
+                            pb.set_message(r.join(" "));
                         }
+                        let res = self.run_one(spec, threads);
+                        {
+                            let mut r = running.lock().unwrap_or_else(|e| e.into_inner());
+                            r.retain(|n| n != &spec.name);
+                            pb.set_message(r.join(" "));
+                        }
+                        let line = format!(
+                            "{label}: {} {}{} ({:.1} s)",
+                            res.name,
+                            res.status,
+                            res.final_loss.map(|l| format!(", final loss {l:.4}")).unwrap_or_default(),
+                            res.wall_s
+                        );
+                        if !self.quiet {
+                            if pb.is_hidden() {
+                                eprintln!("{line}");
+                            } else {
+                                pb.println(line);
+                            }
+                        }
+                        pb.inc(1);
+                        results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(res);
                     }
-                    pb.inc(1);
-                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(res);
                 });
             }
         });
@@ -201,9 +203,8 @@ impl Driver {
             Some(m) => m.status.as_str().to_string(),
             None => "failed".to_string(),
         };
-        let error = (!matches!(exit_code, Some(0) | Some(3))).then(|| {
-            text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string()
-        });
+        let error =
+            (!matches!(exit_code, Some(0) | Some(3))).then(|| text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output").trim().to_string());
         RunResult {
             name: spec.name.clone(),
             dir,

@@ -82,12 +82,10 @@ impl Run {
                     "{}: --rank {r}: the run has no parts of rank {r} (its ranks: {})",
                     path.display(),
                     compact_ranks(&ranks)
-                )))
+                )));
             }
             Some(r) if !ranks.is_empty() => Some(r),
-            Some(r) if r > 0 => {
-                return Err(AnalyzeError::Usage(format!("{}: --rank {r}: the run has one rank (0)", path.display())))
-            }
+            Some(r) if r > 0 => return Err(AnalyzeError::Usage(format!("{}: --rank {r}: the run has one rank (0)", path.display()))),
             Some(_) => None,
             None if opts.one_rank && ranks.len() > 1 => ranks.first().copied(),
             None => None,
@@ -214,8 +212,7 @@ impl Run {
                 .collect::<PolarsResult<Vec<_>>>()
                 .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?;
             let args = ScanArgsParquet { glob: false, schema: Some(Arc::new(polars_schema(table))), allow_missing_columns: true, ..Default::default() };
-            LazyFrame::scan_parquet_files(paths.into_iter().collect(), args)
-                .map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?
+            LazyFrame::scan_parquet_files(paths.into_iter().collect(), args).map_err(|e| AnalyzeError::scan(&self.name, table.as_str(), e))?
         };
         self.conform(table, lf, columns)
     }
@@ -273,8 +270,7 @@ pub fn compact_ranks(ranks: &[u32]) -> String {
 /// One lazy frame holding `table` of every run, each row labelled with its run in `run`.
 pub fn scan_union(runs: &[Run], table: Table, columns: &[&str]) -> Result<LazyFrame, AnalyzeError> {
     let frames = runs.iter().map(|r| r.scan_labelled(table, columns)).collect::<Result<Vec<_>, _>>()?;
-    concat(frames, UnionArgs { rechunk: false, parallel: true, ..Default::default() })
-        .map_err(|e| AnalyzeError::scan("(all runs)", table.as_str(), e))
+    concat(frames, UnionArgs { rechunk: false, parallel: true, ..Default::default() }).map_err(|e| AnalyzeError::scan("(all runs)", table.as_str(), e))
 }
 
 /// The distinct values of the integer column `column` of `table` (e.g. the steps that hold

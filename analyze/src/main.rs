@@ -2,8 +2,8 @@
 //! output, and turns any error into one line on stderr. Exit status: 0 success, 1 findings
 //! (for the commands whose help says so), 2 bad input.
 
-use clap::error::ErrorKind;
 use clap::Parser;
+use clap::error::ErrorKind;
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -7,7 +7,7 @@
 //! rebuilds all of polars.
 
 use crate::error::AnalyzeError;
-use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
+use comfy_table::{CellAlignment, ContentArrangement, Table, presets};
 use polars::prelude::*;
 use serde_json::Value;
 use std::path::Path;
@@ -150,11 +150,29 @@ pub fn any_to_json(v: &AnyValue) -> Value {
 /// in full as JSON text in CSV.
 fn any_to_cell(v: &AnyValue, full: bool) -> String {
     match v {
-        AnyValue::Null => if full { String::new() } else { "null".into() },
+        AnyValue::Null => {
+            if full {
+                String::new()
+            } else {
+                "null".into()
+            }
+        }
         AnyValue::String(s) => (*s).to_string(),
         AnyValue::StringOwned(s) => s.to_string(),
-        AnyValue::Float32(x) => if full { x.to_string() } else { num(*x as f64) },
-        AnyValue::Float64(x) => if full { x.to_string() } else { num(*x) },
+        AnyValue::Float32(x) => {
+            if full {
+                x.to_string()
+            } else {
+                num(*x as f64)
+            }
+        }
+        AnyValue::Float64(x) => {
+            if full {
+                x.to_string()
+            } else {
+                num(*x)
+            }
+        }
         AnyValue::Binary(b) => hex(b),
         AnyValue::BinaryOwned(b) => hex(b),
         AnyValue::List(_) if full => any_to_json(v).to_string(),
@@ -245,7 +263,7 @@ mod tests {
 
     #[test]
     fn numbers_keep_six_significant_digits() {
-        assert_eq!(num(3.14159265), "3.14159");
+        assert_eq!(num(3.24159265), "3.24159");
         assert_eq!(num(0.000123456789), "0.000123457");
         assert_eq!(num(1234.5), "1234.5");
         assert_eq!(num(2.5e-9), "2.5000e-9");

@@ -13,13 +13,13 @@ use arrow::datatypes::{Float32Type, Int32Type, Int64Type};
 use arrow::record_batch::RecordBatch;
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::tables::col;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::statistics::Statistics;
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 /// Floats decoded per batch (4 MB of f32): large enough to amortize decoding, small enough that a
@@ -60,10 +60,7 @@ struct Batch {
 impl Batch {
     fn new(b: &RecordBatch, path: &Path) -> Result<Batch, AnalyzeError> {
         let get = |name: &str| {
-            b.column_by_name(name).cloned().ok_or_else(|| AnalyzeError::ReadPart {
-                path: path.to_path_buf(),
-                message: format!("no column '{name}'"),
-            })
+            b.column_by_name(name).cloned().ok_or_else(|| AnalyzeError::ReadPart { path: path.to_path_buf(), message: format!("no column '{name}'") })
         };
         let wrong = |name: &str| AnalyzeError::ReadPart { path: path.to_path_buf(), message: format!("column '{name}' has the wrong type") };
         let step = get(col::STEP)?.as_primitive_opt::<Int64Type>().ok_or_else(|| wrong(col::STEP))?.clone();
@@ -235,12 +232,7 @@ fn read_part(path: &Path, rows_per_batch: usize, steps: Option<&BTreeSet<i64>>, 
             _ => true,
         })
         .collect();
-    let reader = builder
-        .with_projection(mask)
-        .with_row_groups(groups)
-        .with_batch_size(rows_per_batch)
-        .build()
-        .map_err(|e| bad(&e))?;
+    let reader = builder.with_projection(mask).with_row_groups(groups).with_batch_size(rows_per_batch).build().map_err(|e| bad(&e))?;
     for batch in reader {
         let batch = batch.map_err(|e| bad(&e))?;
         if tx.send(Batch::new(&batch, path)).is_err() {

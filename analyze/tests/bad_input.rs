@@ -96,8 +96,7 @@ fn runs_with_different_dump_selections_cannot_be_compared() {
     let mut plan = Plan::new("fewer", RecipeKind::Bf16);
     plan.config.record.dump_layers = "layers\\.1\\..*".into();
     let other = write_run(tmp.path(), &plan);
-    analyze(&["compare", &p(&run), "--baseline", &p(&other)])
-        .assert_one_line_error(2, &["different dump selections", "dump_layers '.*' vs 'layers\\.1\\..*'"]);
+    analyze(&["compare", &p(&run), "--baseline", &p(&other)]).assert_one_line_error(2, &["different dump selections", "dump_layers '.*' vs 'layers\\.1\\..*'"]);
 }
 
 #[test]
@@ -137,8 +136,10 @@ fn tensors_in_another_order_are_named() {
     let other = write_run(tmp.path(), &plan);
     // Within step 1 (the first half of the rows), the last tensor comes first.
     reorder_tensors(&other, |n| (0..n as u32 / 2).rev().chain(n as u32 / 2..n as u32).collect());
-    analyze(&["compare", &p(&run), "--baseline", &p(&other)])
-        .assert_one_line_error(2, &["the dumped tensors differ at step 1", "run 'fp8' has layers.0.qkv.activation (offset 0)", "baseline 'reversed' has layers.1.fc2.wgrad"]);
+    analyze(&["compare", &p(&run), "--baseline", &p(&other)]).assert_one_line_error(
+        2,
+        &["the dumped tensors differ at step 1", "run 'fp8' has layers.0.qkv.activation (offset 0)", "baseline 'reversed' has layers.1.fc2.wgrad"],
+    );
 }
 
 #[test]
@@ -150,8 +151,7 @@ fn tensors_out_of_step_order_are_refused() {
     let other = write_run(tmp.path(), &plan);
     // Step 10's rows first, then step 1's.
     reorder_tensors(&other, |n| (n as u32 / 2..n as u32).chain(0..n as u32 / 2).collect());
-    analyze(&["compare", &p(&run), "--baseline", &p(&other)])
-        .assert_one_line_error(2, &["run 'swapped'", "not in step order (step 1 follows step 10)"]);
+    analyze(&["compare", &p(&run), "--baseline", &p(&other)]).assert_one_line_error(2, &["run 'swapped'", "not in step order (step 1 follows step 10)"]);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use fp8scope_schemas::layout::{RunDir, Table};
 use fp8scope_schemas::manifest::{DataInfo, DeviceInfo, Manifest, Origin, RunSource, RunStatus};
 use fp8scope_schemas::names::{Gemm, Role};
 use fp8scope_schemas::parts::write_part;
-use fp8scope_schemas::ranks::{host_name, GroupKind, Parallel, ProcessGroup, RankInfo, RankLiveness};
+use fp8scope_schemas::ranks::{GroupKind, Parallel, ProcessGroup, RankInfo, RankLiveness, host_name};
 use fp8scope_schemas::tables::{ExternalStatRow, Row, StepRow};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -49,7 +49,12 @@ fn write_job(parent: &Path, name: &str, ends: &[End]) -> PathBuf {
     let run = RunDir::new(&dir);
     let world = ends.len() as u32;
     let device = DeviceInfo { kind: "cpu".into(), name: "test".into(), compute_capability: None, parallelism: 1, block_gemm: None };
-    let mut m = Manifest::new_running(name.into(), common::config(fp8scope_schemas::config::RecipeKind::Current), device, DataInfo { entropy_floor: None, ln_vocab: 6.0 });
+    let mut m = Manifest::new_running(
+        name.into(),
+        common::config(fp8scope_schemas::config::RecipeKind::Current),
+        device,
+        DataInfo { entropy_floor: None, ln_vocab: 6.0 },
+    );
     m.source = RunSource::Pytorch;
     m.origin = Some(Origin { framework: "torch (test)".into(), modules: MODULES.map(String::from).to_vec(), ..Default::default() });
     m.world_size = Some(world);
@@ -72,7 +77,16 @@ fn write_job(parent: &Path, name: &str, ends: &[End]) -> PathBuf {
             End::Killed(s) | End::Crashed(s) => *s,
         };
         let steps: Vec<StepRow> = (1..=last)
-            .map(|s| StepRow { step: s, loss: loss_of(rank, s), grad_norm: 1.0, lr: 1e-3, tokens: 256, step_ms: 10.0 + rank as f64, nonfinite_tensors: 0, rank: Some(rank) })
+            .map(|s| StepRow {
+                step: s,
+                loss: loss_of(rank, s),
+                grad_norm: 1.0,
+                lr: 1e-3,
+                tokens: 256,
+                step_ms: 10.0 + rank as f64,
+                nonfinite_tensors: 0,
+                rank: Some(rank),
+            })
             .collect();
         write_part(&run.rank_part(Table::Steps, rank, 0), Table::Steps, &with_rank(StepRow::to_batch(&steps), rank)).unwrap();
         let mut stats = Vec::new();

@@ -193,7 +193,8 @@ fn locate_names_the_planted_gemm_from_the_dumped_tensors() {
     let act = ev.iter().find(|e| e["role"] == "activation").expect("activation evidence");
     assert_eq!((act["step"].as_i64(), f(&act["underflow_frac"])), (Some(DRIFT_STEP as i64), 0.3));
     // Every other GEMM adds less than the threshold: only the culprit crossed.
-    let crossed: Vec<&str> = j["ranked"].as_array().unwrap().iter().filter(|g| !g["first_crossed"].is_null()).map(|g| g["gemm_name"].as_str().unwrap()).collect();
+    let crossed: Vec<&str> =
+        j["ranked"].as_array().unwrap().iter().filter(|g| !g["first_crossed"].is_null()).map(|g| g["gemm_name"].as_str().unwrap()).collect();
     assert_eq!(crossed, vec!["layers.1.fc1.fprop"]);
     assert_eq!(j["ranked"].as_array().unwrap().len(), LAYERS as usize * 4 * 3);
 
@@ -397,7 +398,8 @@ fn query_writes_every_format() {
     let json = analyze(&["query", &p(&run), "--sql", sql, "--format", "json"]);
     assert_eq!(json.json()[1]["layer"], Value::Null);
     // Lists come out as arrays; the tensors table is queryable like any other.
-    let v = analyze(&["query", &p(&run), "--sql", "SELECT \"values\" FROM tensors WHERE step = 1 AND layer = 0 AND module = 'qkv' AND role = 'output'", "--json"]);
+    let v =
+        analyze(&["query", &p(&run), "--sql", "SELECT \"values\" FROM tensors WHERE step = 1 AND layer = 0 AND module = 'qkv' AND role = 'output'", "--json"]);
     assert_eq!(v.json()[0]["values"].as_array().map(|a| a.len()), Some(DUMP_ELEMS));
     let file = tmp.path().join("out.parquet");
     let pq = analyze(&["query", &p(&run), "--sql", sql, "--format", "parquet", "--output", &p(&file)]);

@@ -9,7 +9,7 @@ use common::{analyze, p};
 use fp8scope_schemas::config::RecipeKind;
 use fp8scope_schemas::manifest::Manifest;
 use fp8scope_schemas::ranks::GroupKind;
-use ranks_common::{write, Ending, Plant, Spec};
+use ranks_common::{Ending, Plant, Spec, write};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -136,7 +136,11 @@ fn a_rank_that_skips_the_tp_reduction_disagrees_on_its_scale_and_reduced_locally
     assert_eq!(out.code, 1);
     assert!(out.stdout.lines().next().unwrap().contains("2 finding(s)"), "{}", out.stdout);
     let cells = |l: &str| -> Vec<String> { l.split('|').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect() };
-    assert!(out.stdout.lines().any(|l| cells(l).starts_with(&["7", "scale_disagrees", "layers.1.fc1.activation", "3", "tp"].map(String::from))), "{}", out.stdout);
+    assert!(
+        out.stdout.lines().any(|l| cells(l).starts_with(&["7", "scale_disagrees", "layers.1.fc1.activation", "3", "tp"].map(String::from))),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

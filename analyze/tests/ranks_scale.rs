@@ -14,7 +14,7 @@ mod ranks_common;
 
 use fp8scope_schemas::config::RecipeKind;
 use fp8scope_schemas::ranks::GroupKind;
-use ranks_common::{write, Ending, Plant, Spec};
+use ranks_common::{Ending, Plant, Spec, write};
 use std::path::PathBuf;
 
 /// The 1,024-rank run with its planted faults.

@@ -98,11 +98,8 @@ fn report_ok(args: &[String], out: &Path) -> Value {
     let listed: BTreeSet<String> = charts.iter().map(|c| c["file"].as_str().unwrap().to_string()).collect();
     let shown: BTreeSet<String> = refs.iter().filter(|r| r.ends_with(".png")).cloned().collect();
     assert_eq!(listed, shown, "the page shows every chart listed in report.json, and only those");
-    let pngs: BTreeSet<String> = std::fs::read_dir(out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".png"))
-        .collect();
+    let pngs: BTreeSet<String> =
+        std::fs::read_dir(out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".png")).collect();
     assert_eq!(pngs, listed, "no PNG is written without being listed");
     j
 }
@@ -164,10 +161,7 @@ fn report_draws_the_outlier_channel_of_the_top_site_s_activation_or_says_there_i
     let j2 = report_ok(&[p(&shadow)], &out2);
     assert!(!kinds(&j2).contains("channels"));
     let nd = j2["runs"][0]["not_drawn"].as_array().unwrap();
-    assert!(
-        nd.iter().any(|s| s.as_str().unwrap().starts_with("per-channel max|x| of layers.0.fc2.activation: the run has no dump of it")),
-        "{nd:?}"
-    );
+    assert!(nd.iter().any(|s| s.as_str().unwrap().starts_with("per-channel max|x| of layers.0.fc2.activation: the run has no dump of it")), "{nd:?}");
     let html = std::fs::read_to_string(out2.join("index.html")).unwrap();
     assert!(html.contains("the run has no dump of it"), "the page says it");
 }
@@ -241,7 +235,17 @@ fn chromium() -> PathBuf {
 fn headless(url: &str, extra: &[String]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(extra)
         .arg(url)
@@ -271,8 +275,7 @@ fn report_page_shows_every_image_in_headless_chromium() {
     let url = format!("file://{}", out.join("probe.html").display());
     let dom = headless(&url, &["--virtual-time-budget=10000".into(), "--dump-dom".into()]);
     let block = dom.split("IMAGES\n").nth(1).and_then(|s| s.split("\nEND").next()).unwrap_or_else(|| panic!("the probe did not run: {dom:.2000}"));
-    let seen: Vec<(String, String)> =
-        block.lines().map(|l| l.rsplit_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).expect("src size")).collect();
+    let seen: Vec<(String, String)> = block.lines().map(|l| l.rsplit_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).expect("src size")).collect();
     assert_eq!(seen.len(), charts.len(), "one <img> per chart: {seen:?}");
     for c in charts {
         let file = c["file"].as_str().unwrap();

@@ -9,8 +9,8 @@ mod common;
 
 use fp8_analyze::commands::query::query;
 use fp8_analyze::error::AnalyzeError;
-use fp8_analyze::import::te_debug::{import, DeviceArg, TeDebugArgs, TeRecipe};
-use fp8_analyze::load::{f64s, i64s, strs, LoadOptions, Run};
+use fp8_analyze::import::te_debug::{DeviceArg, TeDebugArgs, TeRecipe, import};
+use fp8_analyze::load::{LoadOptions, Run, f64s, i64s, strs};
 use fp8scope_schemas::manifest::{Manifest, RunSource, RunStatus};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,7 +65,19 @@ fn expected(stat: &str, training: &str) -> Option<(&'static str, fn(f64) -> f64,
     let pct = |x| x / 100.0;
     let inv = |x: f64| 1.0 / x;
     Some(match base {
-        "min" | "max" | "mean" | "std" if !cw => (if base == "min" { "min" } else if base == "max" { "max" } else if base == "mean" { "mean" } else { "std" }, id, cw),
+        "min" | "max" | "mean" | "std" if !cw => (
+            if base == "min" {
+                "min"
+            } else if base == "max" {
+                "max"
+            } else if base == "mean" {
+                "mean"
+            } else {
+                "std"
+            },
+            id,
+            cw,
+        ),
         "cur_amax" => ("amax", id, cw),
         "dynamic_range" => ("dynamic_range_log2", id, cw),
         "underflows%" => ("underflow_frac", pct, cw),
@@ -100,7 +112,8 @@ fn tables(out: &Path) -> (BTreeMap<(StatKey, String), Option<f64>>, BTreeMap<(i6
     let runs = vec![Run::open(out, LoadOptions::default()).unwrap()];
     let cols = ["min", "max", "mean", "std", "amax", "dynamic_range_log2", "underflow_frac", "saturated_frac", "scale", "quant_mse"];
     let df = query(&runs, "SELECT * FROM stats").unwrap();
-    let (st, rk, mo, ge, ro) = (i64s(&df, "step").unwrap(), i64s(&df, "rank").unwrap(), strs(&df, "module").unwrap(), strs(&df, "gemm").unwrap(), strs(&df, "role").unwrap());
+    let (st, rk, mo, ge, ro) =
+        (i64s(&df, "step").unwrap(), i64s(&df, "rank").unwrap(), strs(&df, "module").unwrap(), strs(&df, "gemm").unwrap(), strs(&df, "role").unwrap());
     let mut stats = BTreeMap::new();
     for c in cols {
         let v = f64s(&df, c).unwrap();
@@ -110,8 +123,16 @@ fn tables(out: &Path) -> (BTreeMap<(StatKey, String), Option<f64>>, BTreeMap<(i6
         }
     }
     let df = query(&runs, "SELECT * FROM extra_stats").unwrap();
-    let (st, rk, mo, te, sn, va) = (i64s(&df, "step").unwrap(), i64s(&df, "rank").unwrap(), strs(&df, "module").unwrap(), strs(&df, "tensor").unwrap(), strs(&df, "stat").unwrap(), f64s(&df, "value").unwrap());
-    let extra = (0..df.height()).map(|i| ((st[i].unwrap(), rk[i], mo[i].clone().unwrap(), te[i].clone().unwrap(), sn[i].clone().unwrap()), va[i].unwrap())).collect();
+    let (st, rk, mo, te, sn, va) = (
+        i64s(&df, "step").unwrap(),
+        i64s(&df, "rank").unwrap(),
+        strs(&df, "module").unwrap(),
+        strs(&df, "tensor").unwrap(),
+        strs(&df, "stat").unwrap(),
+        f64s(&df, "value").unwrap(),
+    );
+    let extra =
+        (0..df.height()).map(|i| ((st[i].unwrap(), rk[i], mo[i].clone().unwrap(), te[i].clone().unwrap(), sn[i].clone().unwrap()), va[i].unwrap())).collect();
     (stats, extra)
 }
 
@@ -167,7 +188,8 @@ fn multi_rank_delayed_logs_map_or_keep_every_line() {
     assert_eq!(mapped + kept, refs.len());
     // The what-ifs, norms, scale_inv_min, the scale_inv_max rounded to 0 and the second statistic
     // for saturated_frac are kept by name.
-    for s in ["mxfp8_underflows%", "fp8_block_scaling_mse_columnwise", "l1_norm", "l2_norm", "scale_inv_min", "fp8_delayed_scaling_overflows%", "scale_inv_max"] {
+    for s in ["mxfp8_underflows%", "fp8_block_scaling_mse_columnwise", "l1_norm", "l2_norm", "scale_inv_min", "fp8_delayed_scaling_overflows%", "scale_inv_max"]
+    {
         assert!(rep.kept_stats.iter().any(|k| k == s), "{s} kept: {:?}", rep.kept_stats);
     }
 
@@ -176,7 +198,11 @@ fn multi_rank_delayed_logs_map_or_keep_every_line() {
     assert_eq!(m.status, RunStatus::Crashed, "a cut last line means training was stopped while logging");
     let o = m.origin.as_ref().unwrap();
     assert_eq!(o.stats_decimals, Some(4));
-    assert_eq!(o.modules, vec!["model.layers.0.self_attention.layernorm_qkv", "model.layers.1.mlp.fc_2", "model.output_layer"], "first-seen order, names with _ and . whole");
+    assert_eq!(
+        o.modules,
+        vec!["model.layers.0.self_attention.layernorm_qkv", "model.layers.1.mlp.fc_2", "model.output_layer"],
+        "first-seen order, names with _ and . whole"
+    );
     assert_eq!(o.lacks, vec!["loss", "dumps", "shadow", "events"]);
     assert!(o.notes.iter().any(|n| n.contains("24 scale_inv_max value(s) were rounded to 0")), "{:?}", o.notes);
     assert_eq!(m.rows.stats as usize + m.rows.extra_stats as usize, rep.stats_rows as usize + rep.extra_stats_rows as usize);
@@ -186,7 +212,11 @@ fn multi_rank_delayed_logs_map_or_keep_every_line() {
     let runs = vec![Run::open(&out, LoadOptions::default()).unwrap()];
     let df = query(&runs, "SELECT DISTINCT module, layer FROM stats ORDER BY module").unwrap();
     assert_eq!(i64s(&df, "layer").unwrap(), vec![Some(0), Some(1), Some(0)]);
-    let df = query(&runs, "SELECT gemm, underflow_frac, scale FROM stats WHERE module = 'model.layers.1.mlp.fc_2' AND role = 'weight' AND rank = 1 AND step = 3 ORDER BY gemm").unwrap();
+    let df = query(
+        &runs,
+        "SELECT gemm, underflow_frac, scale FROM stats WHERE module = 'model.layers.1.mlp.fc_2' AND role = 'weight' AND rank = 1 AND step = 3 ORDER BY gemm",
+    )
+    .unwrap();
     assert_eq!(strs(&df, "gemm").unwrap(), vec![Some("dgrad".into()), Some("fprop".into())]);
     // k = 1 + 1 + 0.5 + 0.2 = 2.7: underflows% 1.5k = 4.05 → 0.0405; scale_inv 0.0001k → 0.0003.
     for u in f64s(&df, "underflow_frac").unwrap() {
@@ -213,7 +243,11 @@ fn columnwise_mxfp8_stats_go_to_the_transposed_casts_gemm() {
     assert_eq!(rep.kept_stats, vec!["scale_inv_min_columnwise"]);
     let runs = vec![Run::open(&out, LoadOptions::default()).unwrap()];
     // blocks.0.mlp.fc_1 at iteration 1: k = 2.1; the activation's columnwise cast feeds wgrad.
-    let df = query(&runs, "SELECT gemm, underflow_frac, quant_mse, max, rank FROM stats WHERE module = 'blocks.0.mlp.fc_1' AND role = 'activation' AND step = 2 ORDER BY gemm").unwrap();
+    let df = query(
+        &runs,
+        "SELECT gemm, underflow_frac, quant_mse, max, rank FROM stats WHERE module = 'blocks.0.mlp.fc_1' AND role = 'activation' AND step = 2 ORDER BY gemm",
+    )
+    .unwrap();
     assert_eq!(strs(&df, "gemm").unwrap(), vec![Some("fprop".into()), Some("wgrad".into())]);
     let u = f64s(&df, "underflow_frac").unwrap();
     assert!((u[0].unwrap() - 0.042).abs() < 1e-12 && (u[1].unwrap() - 0.063).abs() < 1e-12, "{u:?}");

@@ -1,8 +1,8 @@
 //! The flags of `fp8-capture`, each defined once with its help, and their validation into a
 //! [`RunConfig`]. Nothing touches the disk until every flag has been checked.
 
-use crate::config::{preset, PRESETS};
-use anyhow::{bail, Context};
+use crate::config::{PRESETS, preset};
+use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use fp8scope_schemas::config::*;
 use fp8scope_schemas::names::{Gemm, Role, Site};
@@ -440,7 +440,9 @@ pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
             "gemm" => gemm = Some(v.trim().to_string()),
             "kind" => kind = Some(v.trim().to_string()),
             "step" => step = Some(positive(v.trim()).map_err(|e| anyhow::anyhow!("--inject '{spec}': step {e}"))?),
-            "magnitude" | "k" | "factor" => magnitude = Some(v.trim().parse::<f64>().with_context(|| format!("--inject '{spec}': magnitude '{v}' is not a number"))?),
+            "magnitude" | "k" | "factor" => {
+                magnitude = Some(v.trim().parse::<f64>().with_context(|| format!("--inject '{spec}': magnitude '{v}' is not a number"))?)
+            }
             other => bail!("--inject '{spec}': unknown key '{other}' (site, gemm, kind, step, magnitude)"),
         }
     }
@@ -472,9 +474,8 @@ pub struct TrainPlan {
 impl TrainArgs {
     /// Checks every flag and builds the run's configuration. Touches no file.
     pub fn validate(&self, device: &str) -> anyhow::Result<TrainPlan> {
-        let p = preset(&self.preset).with_context(|| {
-            format!("unknown preset '{}' (choose {})", self.preset, PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))
-        })?;
+        let p = preset(&self.preset)
+            .with_context(|| format!("unknown preset '{}' (choose {})", self.preset, PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")))?;
         let mut model = p.model();
         let (batch, seq) = (self.batch.unwrap_or(model.batch), self.seq.unwrap_or(model.seq));
         let mut notes = Vec::new();
@@ -557,11 +558,7 @@ impl TrainArgs {
                 bail!("--bf16-sites: '{s}' names no GEMM of this model (layers 0-{})", model.layers - 1);
             }
         }
-        let routing = RoutingConfig {
-            bf16_gemms,
-            bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
-            bf16_sites: self.bf16_sites.clone(),
-        };
+        let routing = RoutingConfig { bf16_gemms, bf16_layers: parse_layers(&self.bf16_layers, model.layers)?, bf16_sites: self.bf16_sites.clone() };
         crate::selection::dumped_sites(&self.dump_layers, model.layers).map_err(|e| anyhow::anyhow!("--dump-layers: {e}"))?;
         let mut scen = match &self.scenario {
             Some(n) => Some(crate::scenario::scenario(n).with_context(|| format!("unknown scenario '{n}' (choose {})", crate::scenario::NAMES.join(", ")))?),
@@ -576,7 +573,13 @@ impl TrainArgs {
             if let Some(arch) = s.arch
                 && arch != model.arch
             {
-                bail!("--scenario {} reproduces a mechanism of the {} architecture; use a {} preset (e.g. --preset {}-tiny)", s.name, arch.as_str(), arch.as_str(), arch.as_str());
+                bail!(
+                    "--scenario {} reproduces a mechanism of the {} architecture; use a {} preset (e.g. --preset {}-tiny)",
+                    s.name,
+                    arch.as_str(),
+                    arch.as_str(),
+                    arch.as_str()
+                );
             }
             if data_kind_is_synthetic(self.data) && s.reserved_tokens() + self.topics + self.branching >= model.vocab {
                 bail!("--scenario {} needs {} spare token ids; the vocabulary is too small", s.name, s.reserved_tokens());
@@ -585,9 +588,13 @@ impl TrainArgs {
                 bail!("--scenario {} plants its tokens in the synthetic language; use --data synthetic", s.name);
             }
             if let Some(&last) = s.steps.iter().max()
-                && self.steps <= last && !self.quiet
+                && self.steps <= last
+                && !self.quiet
             {
-                eprintln!("fp8-capture: note: --scenario {} plants its batch at step {last}; a run of {} steps ends before the step after it, so it shows nothing", s.name, self.steps);
+                eprintln!(
+                    "fp8-capture: note: --scenario {} plants its batch at step {last}; a run of {} steps ends before the step after it, so it shows nothing",
+                    s.name, self.steps
+                );
             }
         }
         let (dist_specs, gemm_specs): (Vec<&String>, Vec<&String>) = self.inject.iter().partition(|s| crate::dist::DistFault::is_dist_spec(s));
@@ -694,7 +701,16 @@ impl TrainArgs {
                 },
             },
             routing,
-            data: DataConfig { kind: data_kind, path: self.text.first().cloned(), paths: self.text.clone(), tokenizer, language_seed: self.language_seed, branching: self.branching, topics: self.topics, zipf_exponent: self.zipf_exponent.or(scen.as_ref().and_then(|s| s.zipf_exponent)).unwrap_or(1.0) },
+            data: DataConfig {
+                kind: data_kind,
+                path: self.text.first().cloned(),
+                paths: self.text.clone(),
+                tokenizer,
+                language_seed: self.language_seed,
+                branching: self.branching,
+                topics: self.topics,
+                zipf_exponent: self.zipf_exponent.or(scen.as_ref().and_then(|s| s.zipf_exponent)).unwrap_or(1.0),
+            },
             train: TrainConfig {
                 steps: self.steps,
                 lr: self.lr.unwrap_or(p.lr),

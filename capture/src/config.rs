@@ -1,9 +1,9 @@
 //! Presets, and the questions the model asks of a run's configuration: which GEMMs run in FP8,
 //! in which format each role is cast, which faults are active at a step.
 
+use crate::fp8::Fp8Format;
 use fp8scope_schemas::config::{Arch, AttnMask, FormatPolicy, ModelDims, RecipeKind, RunConfig};
 use fp8scope_schemas::names::{Gemm, Role, Site};
-use crate::fp8::Fp8Format;
 
 /// A named model size (DESIGN.md). Every dimension can still be changed by its own flag.
 #[derive(Clone, Copy, Debug)]

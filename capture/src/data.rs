@@ -95,7 +95,12 @@ impl Language {
         let cumulative = (0..z)
             .map(|topic| {
                 let shift = topic * k / z;
-                (0..k).scan(0.0, |acc, j| { *acc += probs[(j + shift) % k]; Some(*acc) }).collect()
+                (0..k)
+                    .scan(0.0, |acc, j| {
+                        *acc += probs[(j + shift) % k];
+                        Some(*acc)
+                    })
+                    .collect()
             })
             .collect();
         let row_entropy = -probs.iter().map(|p| p * p.ln()).sum::<f64>();
@@ -223,7 +228,15 @@ mod tests {
         let probs: Vec<Vec<f64>> = lang
             .cumulative
             .iter()
-            .map(|cum| cum.iter().scan(0.0, |prev, &c| { let p = c - *prev; *prev = c; Some(p) }).collect())
+            .map(|cum| {
+                cum.iter()
+                    .scan(0.0, |prev, &c| {
+                        let p = c - *prev;
+                        *prev = c;
+                        Some(p)
+                    })
+                    .collect()
+            })
             .collect();
         let (mut sum, mut n) = (0.0, 0usize);
         for step in 1..=100 {
@@ -256,7 +269,16 @@ mod tests {
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             assert!(matches!(Data::new(&zipf(4, 8, bad), 64, 1, 8, 1), Err(DataError::Zipf(_))));
         }
-        let text = DataConfig { kind: DataKind::Text, path: Some("/nonexistent/x".into()), paths: vec![], tokenizer: None, language_seed: 0, branching: 1, topics: 1, zipf_exponent: 1.0 };
+        let text = DataConfig {
+            kind: DataKind::Text,
+            path: Some("/nonexistent/x".into()),
+            paths: vec![],
+            tokenizer: None,
+            language_seed: 0,
+            branching: 1,
+            topics: 1,
+            zipf_exponent: 1.0,
+        };
         assert!(matches!(Data::new(&text, 512, 1, 8, 1), Err(DataError::Text(crate::text::TextError::Read { .. }))));
     }
 }

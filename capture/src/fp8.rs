@@ -183,24 +183,12 @@ pub fn encode(fmt: Fp8Format, x: f32) -> u8 {
     // The input is clamped so that the (then unused) sum stays finite for large inputs.
     let small = f32::from_bits(abs.min(p.min_normal_bits));
     let sub = (small + p.magic).to_bits().wrapping_sub(p.magic.to_bits());
-    let mut code = if abs >= p.min_normal_bits {
-        normal
-    } else {
-        sub
-    };
+    let mut code = if abs >= p.min_normal_bits { normal } else { sub };
     // Finite overflow or infinity: saturate.
-    code = if abs > p.max_bits {
-        u32::from(p.max_code)
-    } else {
-        code
-    };
+    code = if abs > p.max_bits { u32::from(p.max_code) } else { code };
     code |= sign;
     // Every NaN: the canonical NaN, sign dropped.
-    code = if abs > 0x7F80_0000 {
-        u32::from(CANONICAL_NAN)
-    } else {
-        code
-    };
+    code = if abs > 0x7F80_0000 { u32::from(CANONICAL_NAN) } else { code };
     code as u8
 }
 
@@ -293,11 +281,7 @@ impl CastStats {
     /// Combines the statistics of two disjoint parts of a tensor. Exact and order-independent.
     pub fn merge(self, o: CastStats) -> CastStats {
         CastStats {
-            amax: if o.amax > self.amax {
-                o.amax
-            } else {
-                self.amax
-            },
+            amax: if o.amax > self.amax { o.amax } else { self.amax },
             underflow: self.underflow + o.underflow,
             saturated: self.saturated + o.saturated,
             nan: self.nan + o.nan,
@@ -340,18 +324,11 @@ fn quantize_serial(fmt: Fp8Format, x: &[f32], scale: f32, out: &mut [u8]) -> Cas
 /// # Panics
 /// If `out.len() != x.len()`.
 pub fn quantize(fmt: Fp8Format, x: &[f32], scale: f32, out: &mut [u8]) -> CastStats {
-    assert_eq!(
-        x.len(),
-        out.len(),
-        "fp8::quantize: input and output lengths differ"
-    );
+    assert_eq!(x.len(), out.len(), "fp8::quantize: input and output lengths differ");
     if x.len() <= PAR_CHUNK {
         return quantize_serial(fmt, x, scale, out);
     }
-    x.par_chunks(PAR_CHUNK)
-        .zip(out.par_chunks_mut(PAR_CHUNK))
-        .map(|(xc, oc)| quantize_serial(fmt, xc, scale, oc))
-        .reduce(CastStats::default, CastStats::merge)
+    x.par_chunks(PAR_CHUNK).zip(out.par_chunks_mut(PAR_CHUNK)).map(|(xc, oc)| quantize_serial(fmt, xc, scale, oc)).reduce(CastStats::default, CastStats::merge)
 }
 
 /// The values the codes stand for: `out[i] = decode(fmt, q[i]) / scale`. This is a division
@@ -360,11 +337,7 @@ pub fn quantize(fmt: Fp8Format, x: &[f32], scale: f32, out: &mut [u8]) -> CastSt
 /// # Panics
 /// If `out.len() != q.len()`.
 pub fn dequantize(fmt: Fp8Format, q: &[u8], scale: f32, out: &mut [f32]) {
-    assert_eq!(
-        q.len(),
-        out.len(),
-        "fp8::dequantize: input and output lengths differ"
-    );
+    assert_eq!(q.len(), out.len(), "fp8::dequantize: input and output lengths differ");
     let table = decode_table(fmt);
     let run = |qc: &[u8], oc: &mut [f32]| {
         for (&b, o) in qc.iter().zip(oc.iter_mut()) {
@@ -374,9 +347,7 @@ pub fn dequantize(fmt: Fp8Format, q: &[u8], scale: f32, out: &mut [f32]) {
     if q.len() <= PAR_CHUNK {
         run(q, out);
     } else {
-        q.par_chunks(PAR_CHUNK)
-            .zip(out.par_chunks_mut(PAR_CHUNK))
-            .for_each(|(qc, oc)| run(qc, oc));
+        q.par_chunks(PAR_CHUNK).zip(out.par_chunks_mut(PAR_CHUNK)).for_each(|(qc, oc)| run(qc, oc));
     }
 }
 
@@ -399,9 +370,7 @@ pub fn amax(x: &[f32]) -> f32 {
     if x.len() <= PAR_CHUNK {
         return amax_serial(x);
     }
-    x.par_chunks(PAR_CHUNK)
-        .map(amax_serial)
-        .reduce(|| 0.0, |a, b| if b > a { b } else { a })
+    x.par_chunks(PAR_CHUNK).map(amax_serial).reduce(|| 0.0, |a, b| if b > a { b } else { a })
 }
 
 /// 2^e as an f32, exact for e in -149..=127, 0 below and +Inf above.
@@ -433,40 +402,20 @@ pub fn scale_for_amax(fmt: Fp8Format, amax: f32, margin: i32) -> f32 {
     s.clamp(f32::MIN_POSITIVE, f32::MAX)
 }
 
-fn check_block_shapes(
-    len: usize,
-    rows: usize,
-    cols: usize,
-    tile_rows: usize,
-    tile_cols: usize,
-    q_len: usize,
-    scales_len: usize,
-) -> (usize, usize) {
-    assert!(
-        tile_rows > 0 && tile_cols > 0,
-        "fp8: tile sizes must be positive"
-    );
-    let n = rows
-        .checked_mul(cols)
-        .expect("fp8: rows * cols overflows usize");
+fn check_block_shapes(len: usize, rows: usize, cols: usize, tile_rows: usize, tile_cols: usize, q_len: usize, scales_len: usize) -> (usize, usize) {
+    assert!(tile_rows > 0 && tile_cols > 0, "fp8: tile sizes must be positive");
+    let n = rows.checked_mul(cols).expect("fp8: rows * cols overflows usize");
     assert_eq!(len, n, "fp8: data length is not rows * cols");
     assert_eq!(q_len, n, "fp8: code buffer length is not rows * cols");
     let (tr, tc) = block_grid(rows, cols, tile_rows, tile_cols);
-    assert_eq!(
-        scales_len,
-        tr * tc,
-        "fp8: scale buffer length is not the number of tiles"
-    );
+    assert_eq!(scales_len, tr * tc, "fp8: scale buffer length is not the number of tiles");
     (tr, tc)
 }
 
 /// Number of tiles down and across for a `rows x cols` matrix cut into `tile_rows x tile_cols`
 /// tiles (edge tiles partial). Multiply them for the length of the scale buffer.
 pub fn block_grid(rows: usize, cols: usize, tile_rows: usize, tile_cols: usize) -> (usize, usize) {
-    (
-        rows.div_ceil(tile_rows.max(1)),
-        cols.div_ceil(tile_cols.max(1)),
-    )
+    (rows.div_ceil(tile_rows.max(1)), cols.div_ceil(tile_cols.max(1)))
 }
 
 /// Block-scaled cast (DeepSeek-V3 style): the row-major `rows x cols` matrix `x` is cut into
@@ -493,15 +442,7 @@ pub fn quantize_block(
     out_q: &mut [u8],
     out_scales: &mut [f32],
 ) -> CastStats {
-    let (_, tiles_across) = check_block_shapes(
-        x.len(),
-        rows,
-        cols,
-        tile_rows,
-        tile_cols,
-        out_q.len(),
-        out_scales.len(),
-    );
+    let (_, tiles_across) = check_block_shapes(x.len(), rows, cols, tile_rows, tile_cols, out_q.len(), out_scales.len());
     if x.is_empty() {
         return CastStats::default();
     }
@@ -522,25 +463,13 @@ pub fn quantize_block(
             let scale = scale_for_amax(fmt, a, margin);
             *scale_slot = scale;
             for r in 0..band_rows {
-                let s = quantize_serial(
-                    fmt,
-                    &xb[r * cols + c0..r * cols + c1],
-                    scale,
-                    &mut qb[r * cols + c0..r * cols + c1],
-                );
+                let s = quantize_serial(fmt, &xb[r * cols + c0..r * cols + c1], scale, &mut qb[r * cols + c0..r * cols + c1]);
                 stats = stats.merge(s);
             }
         }
         stats
     };
-    x.par_chunks(band)
-        .zip(
-            out_q
-                .par_chunks_mut(band)
-                .zip(out_scales.par_chunks_mut(tiles_across)),
-        )
-        .map(do_band)
-        .reduce(CastStats::default, CastStats::merge)
+    x.par_chunks(band).zip(out_q.par_chunks_mut(band).zip(out_scales.par_chunks_mut(tiles_across))).map(do_band).reduce(CastStats::default, CastStats::merge)
 }
 
 /// Inverse of [`quantize_block`]: `out[i] = decode(q[i]) / scale_of_its_tile`.
@@ -548,25 +477,8 @@ pub fn quantize_block(
 /// # Panics
 /// If a tile size is 0 or a buffer length does not match the shape (see [`block_grid`]).
 #[allow(clippy::too_many_arguments)]
-pub fn dequantize_block(
-    fmt: Fp8Format,
-    q: &[u8],
-    rows: usize,
-    cols: usize,
-    tile_rows: usize,
-    tile_cols: usize,
-    scales: &[f32],
-    out: &mut [f32],
-) {
-    let (_, tiles_across) = check_block_shapes(
-        out.len(),
-        rows,
-        cols,
-        tile_rows,
-        tile_cols,
-        q.len(),
-        scales.len(),
-    );
+pub fn dequantize_block(fmt: Fp8Format, q: &[u8], rows: usize, cols: usize, tile_rows: usize, tile_cols: usize, scales: &[f32], out: &mut [f32]) {
+    let (_, tiles_across) = check_block_shapes(out.len(), rows, cols, tile_rows, tile_cols, q.len(), scales.len());
     let table = decode_table(fmt);
     for r in 0..rows {
         let srow = &scales[(r / tile_rows) * tiles_across..][..tiles_across];
@@ -604,11 +516,7 @@ mod tests {
                     continue;
                 }
                 let frac = m as f64 / (1u32 << mbits) as f64;
-                let val = if e == 0 {
-                    frac * 2f64.powi(1 - bias)
-                } else {
-                    (1.0 + frac) * 2f64.powi(e as i32 - bias)
-                };
+                let val = if e == 0 { frac * 2f64.powi(1 - bias) } else { (1.0 + frac) * 2f64.powi(e as i32 - bias) };
                 v.push((val, code));
             }
         }
@@ -692,23 +600,10 @@ mod tests {
         // and beyond; half of the smallest subnormal (rounds to 0 on the tie).
         let max = fmt.max() as f64;
         let ulp_max = max - vals[vals.len() - 2].0;
-        for v in [
-            max,
-            max + ulp_max / 2.0,
-            max + ulp_max,
-            2.0 * max,
-            fmt.min_subnormal() as f64 / 2.0,
-        ] {
+        for v in [max, max + ulp_max / 2.0, max + ulp_max, 2.0 * max, fmt.min_subnormal() as f64 / 2.0] {
             push_neighbourhood(&mut xs, v as f32);
         }
-        for v in [
-            0.0f32,
-            f32::MIN_POSITIVE,
-            f32::MAX,
-            f32::INFINITY,
-            f32::NAN,
-            f32::from_bits(1),
-        ] {
+        for v in [0.0f32, f32::MIN_POSITIVE, f32::MAX, f32::INFINITY, f32::NAN, f32::from_bits(1)] {
             push_neighbourhood(&mut xs, v);
         }
         // Random bit patterns: every class of f32 (NaN payloads, subnormals, huge values).
@@ -790,16 +685,8 @@ mod tests {
                 let mag = code & 0x7F;
                 let expect = vals.iter().find(|&&(_, c)| c == mag).unwrap().0;
                 assert_eq!(v.abs() as f64, expect, "{fmt} {code:#04x}");
-                assert_eq!(
-                    v.is_sign_negative(),
-                    code & 0x80 != 0,
-                    "{fmt} {code:#04x} sign"
-                );
-                assert_eq!(
-                    encode(fmt, v),
-                    code,
-                    "{fmt} {code:#04x} does not round-trip"
-                );
+                assert_eq!(v.is_sign_negative(), code & 0x80 != 0, "{fmt} {code:#04x} sign");
+                assert_eq!(encode(fmt, v), code, "{fmt} {code:#04x} does not round-trip");
             }
             match fmt {
                 Fp8Format::E4M3 => assert_eq!((nan_codes, inf_codes), (2, 0)),
@@ -824,10 +711,7 @@ mod tests {
                 let x = f32::from_bits(u32::from(h) << 16);
                 let got = encode(fmt, x);
                 let want = reference_encode(&vals, x);
-                assert_eq!(
-                    got, want,
-                    "{fmt}: bf16 {h:#06x} ({x:e}): got {got:#04x}, want {want:#04x}"
-                );
+                assert_eq!(got, want, "{fmt}: bf16 {h:#06x} ({x:e}): got {got:#04x}, want {want:#04x}");
                 matched += 1;
             }
             assert_eq!(matched, 65536);
@@ -846,29 +730,16 @@ mod tests {
             for &x in &xs {
                 let got = encode(fmt, x);
                 let want = reference_encode(&vals, x);
-                assert_eq!(
-                    got,
-                    want,
-                    "{fmt}: {x:e} ({:#010x}): got {got:#04x}, want {want:#04x}",
-                    x.to_bits()
-                );
+                assert_eq!(got, want, "{fmt}: {x:e} ({:#010x}): got {got:#04x}, want {want:#04x}", x.to_bits());
                 // Count exact ties that were decided by the even rule.
                 let a = x.abs() as f64;
                 let hi = vals.partition_point(|&(v, _)| v < a);
-                if hi > 0
-                    && hi < vals.len()
-                    && vals[hi].0 != a
-                    && a - vals[hi - 1].0 == vals[hi].0 - a
-                {
+                if hi > 0 && hi < vals.len() && vals[hi].0 != a && a - vals[hi - 1].0 == vals[hi].0 - a {
                     ties += 1;
                 }
             }
             assert!(ties > 200, "{fmt}: only {ties} exact ties were exercised");
-            eprintln!(
-                "{fmt}: {} of {} random/boundary f32 match the f64 reference ({ties} ties)",
-                xs.len(),
-                xs.len()
-            );
+            eprintln!("{fmt}: {} of {} random/boundary f32 match the f64 reference ({ties} ties)", xs.len(), xs.len());
         }
     }
 
@@ -927,27 +798,12 @@ mod tests {
                 f32::from_bits((s >> 32) as u32)
             })
             .collect();
-        let expected = [
-            (
-                Fp8Format::E4M3,
-                0xd8b2_feb6_74a3_1125u64,
-                0x5b83_6a83_523b_82f4u64,
-            ),
-            (
-                Fp8Format::E5M2,
-                0x22c1_0a2b_6f34_bb85,
-                0xd2ec_6766_b3bf_38b0,
-            ),
-        ];
+        let expected = [(Fp8Format::E4M3, 0xd8b2_feb6_74a3_1125u64, 0x5b83_6a83_523b_82f4u64), (Fp8Format::E5M2, 0x22c1_0a2b_6f34_bb85, 0xd2ec_6766_b3bf_38b0)];
         for (fmt, h_bf16, h_random) in expected {
-            let bf16 =
-                fnv1a((0..=u16::MAX).map(|h| encode(fmt, f32::from_bits(u32::from(h) << 16))));
+            let bf16 = fnv1a((0..=u16::MAX).map(|h| encode(fmt, f32::from_bits(u32::from(h) << 16))));
             let rnd = fnv1a(random.iter().map(|&x| encode(fmt, x)));
             assert_eq!(bf16, h_bf16, "{fmt}: bf16 sweep differs from the H200");
-            assert_eq!(
-                rnd, h_random,
-                "{fmt}: random f32 sweep differs from the H200"
-            );
+            assert_eq!(rnd, h_random, "{fmt}: random f32 sweep differs from the H200");
         }
     }
 
@@ -971,10 +827,7 @@ mod tests {
             for (o, &v) in serial.iter_mut().zip(&x) {
                 *o = cast(fmt, v, scale);
             }
-            assert_eq!(
-                q, serial,
-                "{fmt}: parallel quantize differs from the serial loop"
-            );
+            assert_eq!(q, serial, "{fmt}: parallel quantize differs from the serial loop");
             let serial_stats = quantize_serial(fmt, &x, scale, &mut serial);
             assert_eq!(stats, serial_stats);
             assert_eq!(stats.len(), n as u64);
@@ -1022,12 +875,7 @@ mod tests {
         assert_eq!(s.nonzero, 8);
         assert_eq!(s.len(), 14);
         assert_eq!(s.amax, f32::MAX);
-        assert_eq!(
-            q,
-            [
-                0x00, 0x80, 0x40, 0x00, 0x80, 0x01, 0x7E, 0x7E, 0xFE, 0x7E, 0x7E, 0xFE, 0x7F, 0x7F
-            ]
-        );
+        assert_eq!(q, [0x00, 0x80, 0x40, 0x00, 0x80, 0x01, 0x7E, 0x7E, 0xFE, 0x7E, 0x7E, 0xFE, 0x7F, 0x7F]);
         // amax ignores NaN and Inf.
         assert_eq!(amax(&[1.0, f32::NAN, -3.0, f32::INFINITY]), 3.0);
         assert_eq!(amax(&[]), 0.0);
@@ -1092,11 +940,7 @@ mod tests {
                             tile.extend_from_slice(&x[r * cols + c0..r * cols + c1]);
                         }
                         let scale = scale_for_amax(fmt, amax(&tile), 0);
-                        assert_eq!(
-                            scales[ti * nc + tj].to_bits(),
-                            scale.to_bits(),
-                            "tile {ti},{tj}"
-                        );
+                        assert_eq!(scales[ti * nc + tj].to_bits(), scale.to_bits(), "tile {ti},{tj}");
                         distinct.insert(scale.to_bits());
                         let mut tq = vec![0u8; tile.len()];
                         total = total.merge(quantize(fmt, &tile, scale, &mut tq));
@@ -1120,10 +964,7 @@ mod tests {
                 let mut back = vec![0f32; rows * cols];
                 dequantize_block(fmt, &q, rows, cols, tr, tc, &scales, &mut back);
                 let i = 200 * cols + 250;
-                assert_eq!(
-                    back[i],
-                    decode(fmt, q[i]) / scales[(200 / tr) * nc + 250 / tc]
-                );
+                assert_eq!(back[i], decode(fmt, q[i]) / scales[(200 / tr) * nc + 250 / tc]);
             }
         }
     }

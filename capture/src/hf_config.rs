@@ -39,10 +39,9 @@ fn positive(v: &Value, path: &Path, name: &str) -> anyhow::Result<u32> {
 fn number(v: &Value, path: &Path, name: &str, default: f64) -> anyhow::Result<f64> {
     match v.get(name) {
         None | Some(Value::Null) => Ok(default),
-        Some(x) => x
-            .as_f64()
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .ok_or_else(|| anyhow::anyhow!("{}: \"{name}\" must be a positive number, is {x}", path.display())),
+        Some(x) => {
+            x.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| anyhow::anyhow!("{}: \"{name}\" must be a positive number, is {x}", path.display()))
+        }
     }
 }
 

@@ -26,10 +26,10 @@ pub mod tensor_stats;
 pub mod text;
 pub mod train;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use cli::{Cli, Command, DeviceArg, TrainArgs};
 use fp8scope_schemas::layout::RunDir;
-use fp8scope_schemas::manifest::{prepare_new_run_dir, Manifest, RunStatus};
+use fp8scope_schemas::manifest::{Manifest, RunStatus, prepare_new_run_dir};
 
 /// An error in what the user asked for (a flag, an output directory): exit status 2.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +98,8 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let run = RunDir::new(&plan.out);
     interrupt::install();
     let outcome = if plan.dist.dp > 1 {
-        dist::driver::train_dp(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet).map(|manifest| train::Outcome { manifest, died_before: None })
+        dist::driver::train_dp(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet)
+            .map(|manifest| train::Outcome { manifest, died_before: None })
     } else if let Some(be) = cuda.as_mut() {
         train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     } else {

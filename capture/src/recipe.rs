@@ -132,7 +132,13 @@ mod tests {
 
     fn report(amax: f32) -> GemmReport {
         let cast = |role| CastReport { role: Some(role), format: "e4m3", amax, ..Default::default() };
-        GemmReport { id: GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop }, a: cast(Role::Activation), b: cast(Role::Weight), shadow: None, output_nonfinite: 0 }
+        GemmReport {
+            id: GemmId { layer: 0, module: Module::Qkv, gemm: Gemm::Fprop },
+            a: cast(Role::Activation),
+            b: cast(Role::Weight),
+            shadow: None,
+            output_nonfinite: 0,
+        }
     }
 
     #[test]

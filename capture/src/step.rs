@@ -87,7 +87,13 @@ pub fn reduce_gradients<B: Backend, C: Collective + ?Sized>(be: &mut B, grads: &
 
 /// Phase 4: this step's amaxes (sorted by tensor, the same list on every rank) ← their maximum
 /// over the group when `reduce`, except the tensors of `local_sites`, which keep this rank's own.
-pub fn reduce_amaxes<C: Collective + ?Sized>(amaxes: &mut [((Site, Role), f32)], coll: &mut C, reduce: bool, local_sites: &HashSet<Site>, step: u32) -> Result<(), PhaseError> {
+pub fn reduce_amaxes<C: Collective + ?Sized>(
+    amaxes: &mut [((Site, Role), f32)],
+    coll: &mut C,
+    reduce: bool,
+    local_sites: &HashSet<Site>,
+    step: u32,
+) -> Result<(), PhaseError> {
     if coll.world_size() == 1 || !reduce || amaxes.is_empty() {
         return Ok(());
     }

@@ -74,11 +74,7 @@ pub fn moments(x: &[f32]) -> Moments {
     let n = p.count as f64;
     let mean = p.sum / n;
     let var = (p.sumsq / n - mean * mean).max(0.0);
-    let dynamic_range_log2 = if p.amax > 0.0 && p.min_abs_nonzero.is_finite() {
-        (p.amax as f64 / p.min_abs_nonzero as f64).log2()
-    } else {
-        0.0
-    };
+    let dynamic_range_log2 = if p.amax > 0.0 && p.min_abs_nonzero.is_finite() { (p.amax as f64 / p.min_abs_nonzero as f64).log2() } else { 0.0 };
     Moments { min: p.min, max: p.max, mean, std: var.sqrt(), dynamic_range_log2 }
 }
 

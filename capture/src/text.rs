@@ -93,7 +93,7 @@ mod tests {
         let a = write(d.path(), "a.txt", "ab");
         let b = write(d.path(), "b.txt", "c");
         assert_eq!(tokens(&[a.clone(), b], None, 256, 2).unwrap(), vec![97, 98, 10, 99]);
-        assert!(matches!(tokens(&[a.clone()], None, 256, 2), Err(TextError::TooShort { len: 2, need: 3 })));
+        assert!(matches!(tokens(std::slice::from_ref(&a), None, 256, 2), Err(TextError::TooShort { len: 2, need: 3 })));
         assert!(matches!(tokens(&[a], None, 98, 1), Err(TextError::OutOfVocab { id: 98, vocab: 98 })));
     }
 

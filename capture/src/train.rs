@@ -15,18 +15,18 @@
 
 use crate::backend::{Backend, GemmId, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use crate::collective::{Collective, OneRank};
-use crate::dist::{DistFault, DistPlan};
 use crate::config::is_fp8;
 use crate::data::Data;
+use crate::dist::{DistFault, DistPlan};
 use crate::model::{Dims, Model, StepPlan};
+use crate::recipe::Scaling;
 use crate::record::rows;
 use crate::record::writer::{RankWriting, StepRows, Writer};
-use crate::recipe::Scaling;
 use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
-use fp8scope_schemas::ranks::{Parallel, RankInfo};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
+use fp8scope_schemas::ranks::{Parallel, RankInfo};
 use fp8scope_schemas::tables::{EventRow, StepRow};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{HashMap, HashSet};
@@ -101,7 +101,9 @@ fn on_cadence(step: u32, stats_every: u32, every: u32) -> bool {
 /// `cast` with its given scale × `factor` (a planted corrupt scale; the amax it came from kept).
 fn corrupted(cast: OperandCast, factor: f32) -> OperandCast {
     match cast {
-        OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used } } => OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: scale * factor, amax_used } },
+        OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used } } => {
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: scale * factor, amax_used } }
+        }
         other => other,
     }
 }
@@ -312,7 +314,16 @@ pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String,
 /// Trains one rank: alone (`role` None, [`OneRank`]), or as rank `coll.rank()` of a data-parallel
 /// job of `coll.world_size()` ranks, on its shard of every global batch of `cfg.model.batch` rows.
 #[allow(clippy::too_many_arguments)]
-pub fn train_rank<B: Backend, C: Collective + ?Sized>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool, coll: &mut C, dist: &DistPlan, role: Option<RankRole>) -> anyhow::Result<Outcome> {
+pub fn train_rank<B: Backend, C: Collective + ?Sized>(
+    be: &mut B,
+    cfg: &RunConfig,
+    run: RunDir,
+    name: String,
+    quiet: bool,
+    coll: &mut C,
+    dist: &DistPlan,
+    role: Option<RankRole>,
+) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
     let (rank, world) = (coll.rank(), coll.world_size());
     // This rank's replica sees B/N rows of each global batch of B.
@@ -349,10 +360,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(be: &mut B, cfg: &RunConfi
     let mut scaling = Scaling::new(cfg);
 
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(cfg.train.steps as u64) };
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    pb.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let mut losses: Vec<f64> = Vec::new();
     let mut status = RunStatus::Completed;
     let mut error = None;
@@ -430,10 +438,13 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(be: &mut B, cfg: &RunConfi
         let planted = dist
             .faults
             .iter()
-            .filter(|d| d.step() == step && match d {
-                DistFault::AmaxLocal { .. } => true,
-                DistFault::ScaleCorrupt { rank: r, .. } => *r == rank,
-                DistFault::RankDies { .. } => false,
+            .filter(|d| {
+                d.step() == step
+                    && match d {
+                        DistFault::AmaxLocal { .. } => true,
+                        DistFault::ScaleCorrupt { rank: r, .. } => *r == rank,
+                        DistFault::RankDies { .. } => false,
+                    }
             })
             .map(DistFault::describe)
             .collect();
@@ -600,7 +611,8 @@ mod tests {
     /// ran, and step 5 itself are in the table, and nothing after.
     #[test]
     fn a_diverged_step_is_recorded_with_every_step_before_it() {
-        let (_dir, out, r) = run_tiny(&mut CpuBackend::new(), &["--steps", "9", "--flush-every", "100", "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=5"]);
+        let (_dir, out, r) =
+            run_tiny(&mut CpuBackend::new(), &["--steps", "9", "--flush-every", "100", "--inject", "site=layers.1.fc1,gemm=fprop,kind=nan,step=5"]);
         r.expect("a diverged run is not an error");
         assert_eq!(steps_by_part(&out).concat(), vec![1, 2, 3, 4, 5]);
         let m = Manifest::read(&out).expect("manifest");

@@ -79,8 +79,18 @@ fn both_ways(test: &str, preset: &str, flags: &[&str]) -> Option<GraphCounts> {
 #[test]
 fn a_gpt_run_in_graphs_is_the_run_launch_by_launch() {
     let flags = [
-        "--recipe", "delayed", "--steps", "16", "--channel-stats-every", "2", "--quant-error-every", "5", "--dump-every", "6",
-        "--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=9",
+        "--recipe",
+        "delayed",
+        "--steps",
+        "16",
+        "--channel-stats-every",
+        "2",
+        "--quant-error-every",
+        "5",
+        "--dump-every",
+        "6",
+        "--inject",
+        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=9",
     ];
     let Some(c) = both_ways("step graphs, small", "small", &flags) else { return };
     assert_eq!((c.graphed_steps, c.ungraphed_steps), (7, 9), "{c:?}");

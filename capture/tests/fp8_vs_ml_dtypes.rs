@@ -20,31 +20,21 @@ fn read(dir: &Path, name: &str) -> Vec<u8> {
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 fn run_script(out: &Path) {
     // Where `cargo test` says the package is at run time, else where it was built from.
     let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    let script = dir
-        .join("tests")
-        .join("fp8_vectors.py");
+    let script = dir.join("tests").join("fp8_vectors.py");
     let python = std::env::var("FP8SCOPE_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let result = Command::new(&python).arg(&script).arg(out).output();
     match result {
-        Err(e) => panic!(
-            "cannot run {python} ({e}): this test needs python3 with ml_dtypes and numpy: pip install ml_dtypes numpy"
-        ),
+        Err(e) => panic!("cannot run {python} ({e}): this test needs python3 with ml_dtypes and numpy: pip install ml_dtypes numpy"),
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
             let last = err.lines().last().unwrap_or("").trim();
-            panic!(
-                "fp8_vectors.py failed ({}): {last} -- this test needs python3 with ml_dtypes and numpy: pip install ml_dtypes numpy",
-                o.status
-            );
+            panic!("fp8_vectors.py failed ({}): {last} -- this test needs python3 with ml_dtypes and numpy: pip install ml_dtypes numpy", o.status);
         }
         Ok(o) => eprintln!("{}", String::from_utf8_lossy(&o.stdout).trim()),
     }
@@ -74,18 +64,12 @@ fn fp8_matches_ml_dtypes() {
         for (i, (&x, &want)) in inputs.iter().zip(&codes).enumerate() {
             let got = fp8::encode(fmt, x);
             if x.is_nan() {
-                assert!(
-                    fmt.is_nan_code(want),
-                    "{name}: ml_dtypes gave non-NaN {want:#04x} for NaN input {i:#06x}"
-                );
+                assert!(fmt.is_nan_code(want), "{name}: ml_dtypes gave non-NaN {want:#04x} for NaN input {i:#06x}");
                 assert_eq!(got, CANONICAL_NAN, "{name}: NaN input {i:#06x}");
                 ml_nan_codes.insert(want);
                 nan_inputs += 1;
             } else {
-                assert_eq!(
-                    got, want,
-                    "{name}: bf16 {i:#06x} ({x:e}): ours {got:#04x}, ml_dtypes {want:#04x}"
-                );
+                assert_eq!(got, want, "{name}: bf16 {i:#06x} ({x:e}): ours {got:#04x}, ml_dtypes {want:#04x}");
                 identical += 1;
             }
         }
@@ -97,16 +81,9 @@ fn fp8_matches_ml_dtypes() {
             let ours = fp8::decode(fmt, code);
             let theirs = decoded[code as usize];
             if theirs.is_nan() {
-                assert!(
-                    ours.is_nan(),
-                    "{name}: code {code:#04x} should be NaN, ours is {ours}"
-                );
+                assert!(ours.is_nan(), "{name}: code {code:#04x} should be NaN, ours is {ours}");
             } else {
-                assert_eq!(
-                    ours.to_bits(),
-                    theirs.to_bits(),
-                    "{name}: code {code:#04x}: ours {ours}, ml_dtypes {theirs}"
-                );
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{name}: code {code:#04x}: ours {ours}, ml_dtypes {theirs}");
             }
             decode_same += 1;
         }

@@ -108,8 +108,7 @@ pub enum RecipeKind {
 }
 
 impl RecipeKind {
-    pub const ALL: [RecipeKind; 4] =
-        [RecipeKind::Bf16, RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block];
+    pub const ALL: [RecipeKind; 4] = [RecipeKind::Bf16, RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block];
     pub fn as_str(self) -> &'static str {
         match self {
             RecipeKind::Bf16 => "bf16",
@@ -528,7 +527,10 @@ mod tests {
         let old = r#"{"vocab":512,"channels":64,"ffn":256,"heads":4,"layers":2,"batch":8,"seq":64,"attn_mask":"causal"}"#;
         let m: ModelDims = serde_json::from_str(old).unwrap();
         assert_eq!((m.arch, m.kv_heads(), m.tie_embeddings), (Arch::Gpt, 4, false));
-        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"arch":"gpt","vocab":512,"channels":64,"ffn":256,"heads":4,"layers":2,"batch":8,"seq":64,"attn_mask":"causal"}"#);
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"arch":"gpt","vocab":512,"channels":64,"ffn":256,"heads":4,"layers":2,"batch":8,"seq":64,"attn_mask":"causal"}"#
+        );
         let llama = ModelDims { arch: Arch::Llama, kv_heads: Some(2), ..m };
         use crate::names::Module;
         assert_eq!(llama.site_features(Module::Qkv), (64, 64 + 2 * 2 * 16));

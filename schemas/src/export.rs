@@ -6,13 +6,13 @@
 //! committed file differs from what this build produces, and says how to regenerate it. Tables and
 //! columns added here reach the Python writer through that file alone.
 
-use crate::layout::{rank_partition, RunDir, Table, MANIFEST_FILE, PART_TMP_SUFFIX, RANKS_DIR, RANK_DIGITS, RANK_PARTITION_PREFIX};
+use crate::layout::{MANIFEST_FILE, PART_TMP_SUFFIX, RANK_DIGITS, RANK_PARTITION_PREFIX, RANKS_DIR, RunDir, Table, rank_partition};
 use crate::parts::properties;
 use crate::tables::schema;
 use crate::{META_SCHEMA_VERSION, META_TABLE, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
 use arrow::datatypes::{DataType, Field};
 use parquet::schema::types::ColumnPath;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// The name an Arrow type has in the JSON (pyarrow's constructor of the same name builds it):
 /// a string for primitive types, `{"list": <field>}` for lists. Errors name the column, so that a

@@ -65,8 +65,7 @@ pub enum Table {
 }
 
 impl Table {
-    pub const ALL: [Table; 7] =
-        [Table::Steps, Table::Stats, Table::Tensors, Table::Events, Table::Shadow, Table::ExtraStats, Table::Casts];
+    pub const ALL: [Table; 7] = [Table::Steps, Table::Stats, Table::Tensors, Table::Events, Table::Shadow, Table::ExtraStats, Table::Casts];
     pub fn as_str(self) -> &'static str {
         match self {
             Table::Steps => "steps",
@@ -146,10 +145,10 @@ impl RunDir {
         for entry in std::fs::read_dir(&dir).map_err(|e| SchemaError::io(&dir, e))? {
             let path = entry.map_err(|e| SchemaError::io(&dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if let Some(rank) = rank_of_partition(name) {
-                if path.is_dir() {
-                    found.push((rank, path));
-                }
+            if let Some(rank) = rank_of_partition(name)
+                && path.is_dir()
+            {
+                found.push((rank, path));
             }
         }
         found.sort();
@@ -165,10 +164,10 @@ impl RunDir {
         for entry in std::fs::read_dir(&dir).map_err(|e| SchemaError::io(&dir, e))? {
             let path = entry.map_err(|e| SchemaError::io(&dir, e))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name.ends_with(".json") {
-                if let Some(rank) = rank_of_partition(name) {
-                    ranks.push(rank);
-                }
+            if name.ends_with(".json")
+                && let Some(rank) = rank_of_partition(name)
+            {
+                ranks.push(rank);
             }
         }
         ranks.sort_unstable();
@@ -221,12 +220,8 @@ mod tests {
             std::fs::write(&p, b"").unwrap();
         }
         std::fs::write(run.rank_table_dir(Table::Stats, 1).join("part-00001.parquet.tmp"), b"").unwrap();
-        let names: Vec<String> = run
-            .parts(Table::Stats)
-            .unwrap()
-            .iter()
-            .map(|p| p.strip_prefix(run.table_dir(Table::Stats)).unwrap().display().to_string())
-            .collect();
+        let names: Vec<String> =
+            run.parts(Table::Stats).unwrap().iter().map(|p| p.strip_prefix(run.table_dir(Table::Stats)).unwrap().display().to_string()).collect();
         assert_eq!(names, ["rank=00000/part-00000.parquet", "rank=00000/part-00001.parquet", "rank=00001/part-00000.parquet", "rank=00010/part-00000.parquet"]);
         assert_eq!(run.partitions(Table::Stats).unwrap().iter().map(|(r, _)| *r).collect::<Vec<_>>(), [0, 1, 10]);
         assert!(run.parts(Table::Steps).unwrap().is_empty());

@@ -13,7 +13,7 @@ use crate::config::RunConfig;
 use crate::layout::RunDir;
 use crate::names::SiteNaming;
 pub use crate::ranks::{Parallel, ProcessGroup, RankInfo};
-use crate::{SchemaError, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
+use crate::{SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, SchemaError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -208,28 +208,22 @@ impl Manifest {
             return Err(SchemaError::NotARun { path: dir.to_path_buf() });
         }
         let text = std::fs::read_to_string(&path).map_err(|e| SchemaError::io(&path, e))?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| SchemaError::BadManifest { path: path.clone(), message: e.to_string() })?;
-        let version = value.get("schema_version").and_then(|v| v.as_u64()).ok_or_else(|| {
-            SchemaError::BadManifest { path: path.clone(), message: "no schema_version".into() }
-        })? as u32;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| SchemaError::BadManifest { path: path.clone(), message: e.to_string() })?;
+        let version = value
+            .get("schema_version")
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| SchemaError::BadManifest { path: path.clone(), message: "no schema_version".into() })? as u32;
         if !SUPPORTED_SCHEMA_VERSIONS.contains(&version) {
-            return Err(SchemaError::UnsupportedVersion {
-                path,
-                found: version,
-                supported: SUPPORTED_SCHEMA_VERSIONS.to_vec(),
-            });
+            return Err(SchemaError::UnsupportedVersion { path, found: version, supported: SUPPORTED_SCHEMA_VERSIONS.to_vec() });
         }
-        serde_json::from_value(value)
-            .map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
+        serde_json::from_value(value).map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
     }
 
     /// Writes `run.json` atomically: a reader sees the old or the new manifest, never half of one.
     pub fn write(&self, dir: &Path) -> Result<(), SchemaError> {
         let path = RunDir::new(dir).manifest();
         let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
         std::fs::write(&tmp, text + "\n").map_err(|e| SchemaError::io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| SchemaError::io(&path, e))
     }

@@ -96,8 +96,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 6] =
-        [Role::Activation, Role::Weight, Role::Gradient, Role::Output, Role::Dgrad, Role::Wgrad];
+    pub const ALL: [Role; 6] = [Role::Activation, Role::Weight, Role::Gradient, Role::Output, Role::Dgrad, Role::Wgrad];
     pub const QUANTIZED: [Role; 3] = [Role::Activation, Role::Weight, Role::Gradient];
     pub fn as_str(self) -> &'static str {
         match self {

@@ -2,12 +2,12 @@
 //! before opening the next, so a run killed at any moment keeps every closed part readable; the
 //! reader checks a part's table name and schema version before anyone trusts it.
 
-use crate::layout::{RunDir, Table, PART_TMP_SUFFIX};
-use crate::tables::{schema, Row};
-use crate::{SchemaError, META_SCHEMA_VERSION, META_TABLE, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS};
+use crate::layout::{PART_TMP_SUFFIX, RunDir, Table};
+use crate::tables::{Row, schema};
+use crate::{META_SCHEMA_VERSION, META_TABLE, SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS, SchemaError};
 use arrow::record_batch::RecordBatch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
@@ -119,22 +119,12 @@ pub fn check_part(path: &Path, table: Table) -> Result<PartInfo, SchemaError> {
     let kv = meta.key_value_metadata().cloned().unwrap_or_default();
     let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
     let found_table = get(META_TABLE).ok_or_else(|| bad("no fp8scope table name in its metadata".into()))?;
-    let version: u32 = get(META_SCHEMA_VERSION)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| bad("no fp8scope schema version in its metadata".into()))?;
+    let version: u32 = get(META_SCHEMA_VERSION).and_then(|v| v.parse().ok()).ok_or_else(|| bad("no fp8scope schema version in its metadata".into()))?;
     if found_table != table.as_str() {
-        return Err(SchemaError::WrongTable {
-            path: path.to_path_buf(),
-            expected: table.as_str().into(),
-            found: found_table,
-        });
+        return Err(SchemaError::WrongTable { path: path.to_path_buf(), expected: table.as_str().into(), found: found_table });
     }
     if !SUPPORTED_SCHEMA_VERSIONS.contains(&version) {
-        return Err(SchemaError::UnsupportedVersion {
-            path: path.to_path_buf(),
-            found: version,
-            supported: SUPPORTED_SCHEMA_VERSIONS.to_vec(),
-        });
+        return Err(SchemaError::UnsupportedVersion { path: path.to_path_buf(), found: version, supported: SUPPORTED_SCHEMA_VERSIONS.to_vec() });
     }
     Ok(PartInfo { path: path.to_path_buf(), table: found_table, schema_version: version, rows: meta.num_rows() as u64 })
 }
@@ -193,9 +183,22 @@ mod tests {
         let run = RunDir::new(dir.path());
         let mut w = PartWriter::<TensorRow>::new(&run).unwrap();
         w.push(TensorRow {
-            step: 1, layer: 0, module: Module::Fc1, role: Role::Activation, gemm: Some(Gemm::Fprop),
-            format: Some("e4m3"), shape: vec![2, 3], offset: 0, stride: 1, values: vec![1.0; 6],
-            fp8: Some(vec![0x38; 6]), scale: Some(1.0), block_scales: None, block_rows: None, block_cols: None, rank: None,
+            step: 1,
+            layer: 0,
+            module: Module::Fc1,
+            role: Role::Activation,
+            gemm: Some(Gemm::Fprop),
+            format: Some("e4m3"),
+            shape: vec![2, 3],
+            offset: 0,
+            stride: 1,
+            values: vec![1.0; 6],
+            fp8: Some(vec![0x38; 6]),
+            scale: Some(1.0),
+            block_scales: None,
+            block_rows: None,
+            block_cols: None,
+            rank: None,
         });
         w.flush().unwrap();
         let part = &run.parts(Table::Tensors).unwrap()[0];

@@ -7,9 +7,9 @@
 //! file still says `running`. [`judge`] then looks at what is left: on the host that wrote it, a
 //! process id that no longer runs; anywhere, a heartbeat older than the rank's flush cadence allows.
 
+use crate::SchemaError;
 use crate::layout::RunDir;
 use crate::manifest::{RowCounts, RunStatus};
-use crate::SchemaError;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -183,9 +183,7 @@ impl RankLiveness {
             return Ok(None);
         }
         let text = std::fs::read_to_string(&path).map_err(|e| SchemaError::io(&path, e))?;
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
+        serde_json::from_str(&text).map(Some).map_err(|e| SchemaError::BadManifest { path, message: e.to_string() })
     }
 
     /// Every liveness file of the run at `dir`, by rank.
@@ -203,10 +201,9 @@ impl RankLiveness {
     pub fn write(&self, dir: &Path) -> Result<(), SchemaError> {
         let run = RunDir::new(dir);
         let path = run.rank_file(self.rank);
-        std::fs::create_dir_all(run.ranks_dir()).map_err(|e| SchemaError::io(&run.ranks_dir(), e))?;
+        std::fs::create_dir_all(run.ranks_dir()).map_err(|e| SchemaError::io(run.ranks_dir(), e))?;
         let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| SchemaError::Write { path: path.clone(), message: e.to_string() })?;
         std::fs::write(&tmp, text + "\n").map_err(|e| SchemaError::io(&tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| SchemaError::io(&path, e))
     }
@@ -239,12 +236,11 @@ pub fn judge(status: RunStatus, host: Option<&str>, pid: Option<u32>, heartbeat_
         return Liveness::Ended(status);
     }
     let here = host_name();
-    if let (Some(h), Some(p), Some(here)) = (host, pid, here.as_deref()) {
-        if h == here {
-            if let Some(false) = process_alive(p) {
-                return Liveness::Stopped { reason: format!("its process {p} on {h} is gone") };
-            }
-        }
+    if let (Some(h), Some(p), Some(here)) = (host, pid, here.as_deref())
+        && h == here
+        && let Some(false) = process_alive(p)
+    {
+        return Liveness::Stopped { reason: format!("its process {p} on {h} is gone") };
     }
     if let Some(at) = heartbeat_at.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
         let age = (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1e3;
@@ -258,11 +254,7 @@ pub fn judge(status: RunStatus, host: Option<&str>, pid: Option<u32>, heartbeat_
 
 /// This machine's host name (Linux: /proc/sys/kernel/hostname; else $HOSTNAME), when known.
 pub fn host_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .filter(|s| !s.is_empty())
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()).or_else(|| std::env::var("HOSTNAME").ok()).filter(|s| !s.is_empty())
 }
 
 /// Whether process `pid` runs on this machine: Some(true/false) where /proc tells, None elsewhere.
@@ -311,7 +303,10 @@ mod tests {
         let p: Parallel = serde_json::from_str(r#"{"launcher": "torchrun", "groups": [{"name": "dp", "kind": "dp", "members": [[0, 1]]}]}"#).unwrap();
         assert_eq!((p.groups[0].kind, p.mesh.is_none()), (GroupKind::Dp, true));
         assert_eq!(p.amax_set("activation", 1), [1], "data parallelism reduces no activation amax");
-        let both = Parallel { groups: vec![tp, ProcessGroup { name: "dp_shard".into(), kind: GroupKind::Fsdp, members: vec![vec![0, 2], vec![1, 3]] }], ..Default::default() };
+        let both = Parallel {
+            groups: vec![tp, ProcessGroup { name: "dp_shard".into(), kind: GroupKind::Fsdp, members: vec![vec![0, 2], vec![1, 3]] }],
+            ..Default::default()
+        };
         assert_eq!(both.amax_set("weight", 0), [0, 1, 2, 3], "crossing groups span their slice of the mesh");
         assert_eq!(both.amax_set("gradient", 3), [2, 3]);
     }

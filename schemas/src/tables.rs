@@ -6,10 +6,10 @@
 //! Field-by-field documentation lives in `schemas/README.md`.
 
 use crate::layout::Table;
-use crate::names::{layer_of_module, Gemm, Module, Role};
+use crate::names::{Gemm, Module, Role, layer_of_module};
 use arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanArray, Float32Array, Float32Builder, Float64Array, Int32Array,
-    Int64Array, Int64Builder, ListBuilder, StringArray, UInt32Builder,
+    ArrayRef, BinaryBuilder, BooleanArray, Float32Array, Float32Builder, Float64Array, Int32Array, Int64Array, Int64Builder, ListBuilder, StringArray,
+    UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -451,9 +451,7 @@ impl Row for ExternalStatRow {
         type R = ExternalStatRow;
         let f32s = |g: fn(&R) -> Option<f32>| -> ArrayRef { Arc::new(Float32Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
         let f64s = |g: fn(&R) -> Option<f64>| -> ArrayRef { Arc::new(Float64Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
-        let i64s = |g: fn(&R) -> Option<u64>| -> ArrayRef {
-            Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>()))
-        };
+        let i64s = |g: fn(&R) -> Option<u64>| -> ArrayRef { Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>())) };
         batch(
             Table::Stats,
             vec![
@@ -707,9 +705,7 @@ impl Row for CastRow {
     fn to_batch(rows: &[Self]) -> RecordBatch {
         type R = CastRow;
         let f32s = |g: fn(&R) -> Option<f32>| -> ArrayRef { Arc::new(Float32Array::from(rows.iter().map(g).collect::<Vec<_>>())) };
-        let u64s = |g: fn(&R) -> Option<u64>| -> ArrayRef {
-            Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>()))
-        };
+        let u64s = |g: fn(&R) -> Option<u64>| -> ArrayRef { Arc::new(Int64Array::from(rows.iter().map(|r| g(r).map(|v| v as i64)).collect::<Vec<_>>())) };
         let bools = |g: fn(&R) -> Option<bool>| -> ArrayRef { Arc::new(BooleanArray::from(rows.iter().map(g).collect::<Vec<_>>())) };
         batch(
             Table::Casts,

@@ -6,14 +6,14 @@
 
 use crate::analysis::compat;
 use crate::analysis::detect::{self, Drift, DriftParams, GapSpike, NonFiniteTensor, Spike, SpikeParams};
-use crate::analysis::dynamics::{final_loss, horizontal_gap, relative_gap, HorizontalGap, MAX_SHIFT_FRAC};
+use crate::analysis::dynamics::{HorizontalGap, MAX_SHIFT_FRAC, final_loss, horizontal_gap, relative_gap};
 use crate::analysis::noise::NoiseBand;
 use crate::analysis::params::*;
 use crate::analysis::provenance::{lacking, rounding_caveat};
-use fp8scope_schemas::manifest::lacks;
 use crate::error::AnalyzeError;
-use crate::load::{f64s, i64s, strs, Run};
+use crate::load::{Run, f64s, i64s, strs};
 use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::manifest::lacks;
 use fp8scope_schemas::tables::col;
 use polars::prelude::*;
 use serde::Serialize;
@@ -175,8 +175,7 @@ pub fn loss_curve(run: &Run) -> Result<(Vec<i64>, Vec<f64>), AnalyzeError> {
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "steps", e);
     let steps = i64s(&df, col::STEP).map_err(e)?;
     let loss = f64s(&df, col::LOSS).map_err(e)?;
-    let mut pts: Vec<(i64, f64)> =
-        steps.into_iter().zip(loss).filter_map(|(s, l)| Some((s?, l.unwrap_or(f64::NAN)))).collect();
+    let mut pts: Vec<(i64, f64)> = steps.into_iter().zip(loss).filter_map(|(s, l)| Some((s?, l.unwrap_or(f64::NAN)))).collect();
     pts.sort_by_key(|p| p.0);
     Ok(pts.into_iter().unzip())
 }
@@ -267,7 +266,13 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, noise: Option<&NoiseBand>, 
             Some(d) if d.persists && time_shift.is_none() => drift = Some(d),
             Some(d) => {
                 within_noise.push(if !d.persists {
-                    format!("the gap passed the bound from step {} but closed before the end (smoothed gap {:+.2}% at step {}, bound {:.2}%)", d.first_step, 100.0 * d.final_gap, d.final_step, 100.0 * d.final_bound)
+                    format!(
+                        "the gap passed the bound from step {} but closed before the end (smoothed gap {:+.2}% at step {}, bound {:.2}%)",
+                        d.first_step,
+                        100.0 * d.final_gap,
+                        d.final_step,
+                        100.0 * d.final_bound
+                    )
                 } else {
                     let h = horizontal.as_ref().and_then(|h| h.steps).unwrap_or(0.0);
                     format!(
@@ -330,12 +335,21 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
         .fold(lit(false), |a, b| a.or(b));
     let bad = counted.or(logged);
     let lf = run
-        .scan(Table::Stats, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::NAN_COUNT, col::INF_COUNT, col::MIN, col::MAX, col::MEAN, col::STD, col::AMAX])?
+        .scan(
+            Table::Stats,
+            &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::NAN_COUNT, col::INF_COUNT, col::MIN, col::MAX, col::MEAN, col::STD, col::AMAX],
+        )?
         .filter(bad)
         .filter(col(col::STEP).eq(col(col::STEP).min()));
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, la, mo, ge, ro) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
+    let (st, la, mo, ge, ro) = (
+        i64s(&df, col::STEP).map_err(e)?,
+        i64s(&df, col::LAYER).map_err(e)?,
+        strs(&df, col::MODULE).map_err(e)?,
+        strs(&df, col::GEMM).map_err(e)?,
+        strs(&df, col::ROLE).map_err(e)?,
+    );
     let (nan, inf) = (i64s(&df, col::NAN_COUNT).map_err(e)?, i64s(&df, col::INF_COUNT).map_err(e)?);
     for i in 0..df.height() {
         if let (Some(step), Some(layer), Some(module), Some(role)) = (st[i], la[i], mo[i].clone(), ro[i].clone()) {
@@ -344,9 +358,9 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
     }
 
     // Events: what the capture itself saw.
-    let lf = run.scan(Table::Events, &[col::STEP, col::KIND, col::LAYER, col::MODULE, col::GEMM, col::ROLE])?.filter(
-        col(col::KIND).eq(lit("nonfinite_tensor")).or(col(col::KIND).eq(lit("nonfinite_loss"))),
-    );
+    let lf = run
+        .scan(Table::Events, &[col::STEP, col::KIND, col::LAYER, col::MODULE, col::GEMM, col::ROLE])?
+        .filter(col(col::KIND).eq(lit("nonfinite_tensor")).or(col(col::KIND).eq(lit("nonfinite_loss"))));
     let df = run.collect(Table::Events, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "events", e);
     let (st, ki, la, mo, ge, ro) = (
@@ -369,4 +383,3 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
     }
     Ok(NonFinite { first_loss_step, first_tensor: detect::first_nonfinite_tensor(&run.naming, &candidates) })
 }
-

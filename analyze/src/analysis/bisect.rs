@@ -50,7 +50,13 @@ pub fn order_candidates<T: Clone>(all: &[T], name: impl Fn(&T) -> String, leads:
 /// that all `n` together cure. `probe` records the given sets (each ascending) in parallel and
 /// says whether each cured; it is never asked the same set twice, nor a set in `known` (sets
 /// already recorded, with whether each cured; they count in no run total).
-pub fn bisect<E>(n: usize, jobs: usize, max_runs: usize, known: &[(Vec<usize>, bool)], probe: &mut dyn FnMut(&[Vec<usize>]) -> Result<Vec<bool>, E>) -> Result<BisectOutcome, E> {
+pub fn bisect<E>(
+    n: usize,
+    jobs: usize,
+    max_runs: usize,
+    known: &[(Vec<usize>, bool)],
+    probe: &mut dyn FnMut(&[Vec<usize>]) -> Result<Vec<bool>, E>,
+) -> Result<BisectOutcome, E> {
     let jobs = jobs.max(1);
     let mut memo: BTreeMap<Vec<usize>, bool> = known.iter().cloned().collect();
     let mut runs = 0usize;

@@ -9,13 +9,13 @@
 //! ([`crate::tensors`]); memory stays a few batches whatever the dump's size.
 
 use crate::analysis::compat;
-use crate::analysis::provenance::lacking;
-use fp8scope_schemas::manifest::lacks;
-use crate::error::AnalyzeError;
-use crate::load::{distinct_i64, Run};
 use crate::analysis::metrics::{Accum, Metrics};
+use crate::analysis::provenance::lacking;
+use crate::error::AnalyzeError;
+use crate::load::{Run, distinct_i64};
 use crate::tensors::TensorCursor;
 use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::manifest::lacks;
 use fp8scope_schemas::tables::col;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,8 +94,7 @@ pub fn compare_runs(run: &Run, base: &Run, threshold: f64) -> Result<CompareRepo
         })
         .collect();
     tensors.sort_by(|a, b| {
-        (a.step, naming.rank(a.layer, &a.module, &a.role), &a.module, &a.role)
-            .cmp(&(b.step, naming.rank(b.layer, &b.module, &b.role), &b.module, &b.role))
+        (a.step, naming.rank(a.layer, &a.module, &a.role), &a.module, &a.role).cmp(&(b.step, naming.rank(b.layer, &b.module, &b.role), &b.module, &b.role))
     });
     Ok(CompareReport {
         run: run.name.clone(),
@@ -117,8 +116,7 @@ fn align_and_accumulate(run: &Run, base: &Run, common: &BTreeSet<i64>) -> Result
     let mut b = TensorCursor::open(base, Some(common.clone()))?;
     let mut sums: BTreeMap<TensorId, Accum> = BTreeMap::new();
     let mut current: Option<(TensorId, Accum)> = None;
-    loop {
-        let (Some(sa), Some(sb)) = (a.peek_step()?, b.peek_step()?) else { break };
+    while let (Some(sa), Some(sb)) = (a.peek_step()?, b.peek_step()?) {
         // Steps that only one run dumped (or that are not common) are skipped row by row.
         if sa < sb || !common.contains(&sa) {
             a.advance();
@@ -183,4 +181,3 @@ fn merge(sums: &mut BTreeMap<TensorId, Accum>, id: TensorId, acc: Accum) {
     e.max_abs = e.max_abs.max(acc.max_abs);
     e.nonfinite += acc.nonfinite;
 }
-

@@ -14,12 +14,7 @@ pub fn check_model(run: &Run, base: &Run) -> Result<(), AnalyzeError> {
     if diffs.is_empty() {
         return Ok(());
     }
-    Err(AnalyzeError::incompatible(format!(
-        "different model shapes ({}; run '{}' vs baseline '{}')",
-        diffs.join(", "),
-        run.name,
-        base.name
-    )))
+    Err(AnalyzeError::incompatible(format!("different model shapes ({}; run '{}' vs baseline '{}')", diffs.join(", "), run.name, base.name)))
 }
 
 /// Fails when the two runs dumped different tensors (sites, roles, size or sampling), naming each
@@ -29,12 +24,7 @@ pub fn check_dump_selection(run: &Run, base: &Run) -> Result<(), AnalyzeError> {
     if diffs.is_empty() {
         return Ok(());
     }
-    Err(AnalyzeError::incompatible(format!(
-        "different dump selections ({}; run '{}' vs baseline '{}')",
-        diffs.join(", "),
-        run.name,
-        base.name
-    )))
+    Err(AnalyzeError::incompatible(format!("different dump selections ({}; run '{}' vs baseline '{}')", diffs.join(", "), run.name, base.name)))
 }
 
 /// The steps present in both; fails when there are none, saying what was looked at.
@@ -129,7 +119,21 @@ mod tests {
     use fp8scope_schemas::config::AttnMask;
 
     fn dims(layers: u32) -> ModelDims {
-        ModelDims { arch: Default::default(), vocab: 512, channels: 64, ffn: 256, heads: 4, layers, batch: 8, seq: 64, attn_mask: AttnMask::Causal, kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false }
+        ModelDims {
+            arch: Default::default(),
+            vocab: 512,
+            channels: 64,
+            ffn: 256,
+            heads: 4,
+            layers,
+            batch: 8,
+            seq: 64,
+            attn_mask: AttnMask::Causal,
+            kv_heads: None,
+            rope_theta: None,
+            norm_eps: None,
+            tie_embeddings: false,
+        }
     }
 
     #[test]

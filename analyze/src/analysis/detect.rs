@@ -336,18 +336,17 @@ impl NonFiniteTensor {
     /// A candidate seen in `source` (`stats` or `events`); the tensor is named as the run names
     /// its sites.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(naming: &SiteNaming, step: i64, layer: i64, module: String, gemm: Option<String>, role: String, source: &'static str, counts: (Option<i64>, Option<i64>)) -> NonFiniteTensor {
-        NonFiniteTensor {
-            step,
-            layer,
-            tensor: naming.tensor(layer, &module, &role),
-            module,
-            gemm,
-            role,
-            source,
-            nan_count: counts.0,
-            inf_count: counts.1,
-        }
+    pub fn new(
+        naming: &SiteNaming,
+        step: i64,
+        layer: i64,
+        module: String,
+        gemm: Option<String>,
+        role: String,
+        source: &'static str,
+        counts: (Option<i64>, Option<i64>),
+    ) -> NonFiniteTensor {
+        NonFiniteTensor { step, layer, tensor: naming.tensor(layer, &module, &role), module, gemm, role, source, nan_count: counts.0, inf_count: counts.1 }
     }
 }
 
@@ -362,14 +361,7 @@ pub fn first_nonfinite_tensor(naming: &SiteNaming, candidates: &[NonFiniteTensor
         .iter()
         .min_by(|a, b| {
             let key = |t: &NonFiniteTensor| {
-                (
-                    t.step,
-                    naming.rank(t.layer, &t.module, &t.role),
-                    gemm_rank(t.gemm.as_deref()),
-                    t.source != "stats",
-                    t.module.clone(),
-                    t.role.clone(),
-                )
+                (t.step, naming.rank(t.layer, &t.module, &t.role), gemm_rank(t.gemm.as_deref()), t.source != "stats", t.module.clone(), t.role.clone())
             };
             key(a).cmp(&key(b))
         })

@@ -4,7 +4,7 @@
 //! ends into the job's status (`stopped without closing (rank 1 first, after step 40; …)`,
 //! `crashed on rank 1 after step 12`) for `summary` and `report`.
 
-use crate::analysis::ranks::liveness::{check, RankLive};
+use crate::analysis::ranks::liveness::{RankLive, check};
 use crate::error::AnalyzeError;
 use crate::load::Run;
 use fp8scope_schemas::manifest::RunStatus;

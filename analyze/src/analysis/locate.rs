@@ -47,7 +47,7 @@ use crate::analysis::compare::compare_runs;
 use crate::analysis::metrics::error_of_cosine;
 use crate::analysis::provenance::{lacking, rounding_caveat};
 use crate::error::AnalyzeError;
-use crate::load::{f64s, i64s, strs, Run};
+use crate::load::{Run, f64s, i64s, strs};
 use fp8scope_schemas::config::RecipeKind;
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
@@ -198,7 +198,13 @@ fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f6
     let lf = run.scan(Table::Shadow, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::COSINE, col::MSE, col::NUMEL])?;
     let df = run.collect(Table::Shadow, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "shadow", e);
-    let (st, la, mo, ge, co) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::COSINE).map_err(e)?);
+    let (st, la, mo, ge, co) = (
+        i64s(&df, col::STEP).map_err(e)?,
+        i64s(&df, col::LAYER).map_err(e)?,
+        strs(&df, col::MODULE).map_err(e)?,
+        strs(&df, col::GEMM).map_err(e)?,
+        f64s(&df, col::COSINE).map_err(e)?,
+    );
     let (ms, nu) = (f64s(&df, col::MSE).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?);
     let mut out: BTreeMap<GemmId, Vec<(StepError, Option<f64>)>> = BTreeMap::new();
     for i in 0..df.height() {
@@ -209,7 +215,9 @@ fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f6
             (Some(_), Some(_)) => Some(f64::INFINITY),
             _ => None,
         };
-        out.entry((layer, module, gemm)).or_default().push((StepError { step, output_error: err, input_error: 0.0, added: err, harm: None, warmup: false }, delta));
+        out.entry((layer, module, gemm))
+            .or_default()
+            .push((StepError { step, output_error: err, input_error: 0.0, added: err, harm: None, warmup: false }, delta));
     }
     Ok(out)
 }
@@ -228,7 +236,8 @@ fn operand_norms(run: &Run, steps: &[i64]) -> Result<BTreeMap<(i64, i64, String,
         .agg([col(col::NUMEL).first(), col(col::MEAN).first(), col(col::STD).first()]);
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, la, mo, ro) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
+    let (st, la, mo, ro) =
+        (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
     let (nu, me, sd) = (i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::MEAN).map_err(e)?, f64s(&df, col::STD).map_err(e)?);
     let mut out = BTreeMap::new();
     for i in 0..df.height() {
@@ -251,10 +260,7 @@ pub fn warmup_until(run: &Run) -> Result<BTreeMap<GemmId, i64>, AnalyzeError> {
         .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM), col(col::STEP)])
         .agg([col(col::AMAX_USED).min().alias("least")])
         .group_by([col(col::LAYER), col(col::MODULE), col(col::GEMM)])
-        .agg([
-            col(col::STEP).filter(col("least").gt(lit(0.0))).min().alias("ready"),
-            col(col::STEP).min().alias("first"),
-        ]);
+        .agg([col(col::STEP).filter(col("least").gt(lit(0.0))).min().alias("ready"), col(col::STEP).min().alias("first")]);
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (la, mo, ge) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?);
@@ -270,7 +276,11 @@ pub fn warmup_until(run: &Run) -> Result<BTreeMap<GemmId, i64>, AnalyzeError> {
 }
 
 /// Per GEMM, per step added errors from comparing the dumped tensors with the baseline's.
-fn tensor_errors(run: &Run, base: &Run, threshold: f64) -> Result<(BTreeMap<GemmId, Vec<StepError>>, BTreeMap<GemmId, Vec<String>>, Vec<String>), AnalyzeError> {
+fn tensor_errors(
+    run: &Run,
+    base: &Run,
+    threshold: f64,
+) -> Result<(BTreeMap<GemmId, Vec<StepError>>, BTreeMap<GemmId, Vec<String>>, Vec<String>), AnalyzeError> {
     let report = compare_runs(run, base, threshold)?;
     // error of each (step, layer, module, role)
     let mut err: BTreeMap<(i64, i64, String, String), f64> = BTreeMap::new();
@@ -307,7 +317,13 @@ fn stats_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<StepError>>, AnalyzeEr
         .agg([(u.fill_null(lit(0.0)) + s.fill_null(lit(0.0))).max().alias("lost")]);
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, la, mo, ge, lo) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, "lost").map_err(e)?);
+    let (st, la, mo, ge, lo) = (
+        i64s(&df, col::STEP).map_err(e)?,
+        i64s(&df, col::LAYER).map_err(e)?,
+        strs(&df, col::MODULE).map_err(e)?,
+        strs(&df, col::GEMM).map_err(e)?,
+        f64s(&df, "lost").map_err(e)?,
+    );
     let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm), Some(lost)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), lo[i]) else { continue };
@@ -326,10 +342,9 @@ pub fn saturated_at(run: &Run, step: i64) -> Result<Vec<(String, f64)>, AnalyzeE
         .agg([col(col::SATURATED_FRAC).max()]);
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (la, mo, ge, sa) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?);
-    let mut out: Vec<(String, f64)> = (0..df.height())
-        .filter_map(|i| Some((run.naming.gemm(la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?)))
-        .collect();
+    let (la, mo, ge, sa) =
+        (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?);
+    let mut out: Vec<(String, f64)> = (0..df.height()).filter_map(|i| Some((run.naming.gemm(la[i]?, mo[i].as_deref()?, ge[i].as_deref()?), sa[i]?))).collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(out)
 }
@@ -372,7 +387,8 @@ pub fn evidence(run: &Run, id: &GemmId, step: i64) -> Result<Vec<OperandEvidence
         .collect();
     if rows.iter().any(|r| r.amax_channel.is_none()) {
         let df = run.collect(Table::Stats, operand_rows(run, id, step, true)?)?;
-        let (st, ro, rk, am) = (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, i64s(&df, col::RANK).map_err(e)?, f64s(&df, col::AMAX).map_err(e)?);
+        let (st, ro, rk, am) =
+            (i64s(&df, col::STEP).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, i64s(&df, col::RANK).map_err(e)?, f64s(&df, col::AMAX).map_err(e)?);
         let (ch, tf) = (i64s(&df, col::AMAX_CHANNEL).map_err(e)?, f64s(&df, col::TOP_CHANNEL_SQ_FRAC).map_err(e)?);
         for r in rows.iter_mut().filter(|r| r.amax_channel.is_none()) {
             // Rows come latest first: the first of the operand's is its latest with channels.
@@ -467,7 +483,11 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         }
         ("shadow", out, BTreeMap::new())
     } else if run.manifest.source.is_external() && !comparable {
-        let what = if base.is_some() { "shadow GEMM records, and dumped tensors in both runs to compare" } else { "shadow GEMM records and a baseline with dumped tensors" };
+        let what = if base.is_some() {
+            "shadow GEMM records, and dumped tensors in both runs to compare"
+        } else {
+            "shadow GEMM records and a baseline with dumped tensors"
+        };
         note = Some(lacking(run, what, "GEMMs are ranked by the share of their operands' values the FP8 casts lost (underflow + saturation, from the stats)"));
         if let Some(b) = base {
             warnings.push(format!("baseline '{}' is not used: the tensors of both runs are needed to compare them", b.name));
@@ -553,11 +573,7 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
             g.evidence_at_peak = evidence(run, &id, g.peak_step)?;
         }
     }
-    let first = ranked
-        .iter()
-        .filter_map(|g| g.first_crossed.map(|s| (s, g.execution_rank, &g.gemm_name)))
-        .min()
-        .map(|(_, _, n)| n.clone());
+    let first = ranked.iter().filter_map(|g| g.first_crossed.map(|s| (s, g.execution_rank, &g.gemm_name))).min().map(|(_, _, n)| n.clone());
     let ranked_by = if by_harm {
         "harm"
     } else if method == "stats" {
@@ -566,5 +582,16 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         "added error"
     };
     let stats_caveat = run.manifest.stats_decimals().map(rounding_caveat);
-    Ok(LocateReport { run: run.name.clone(), baseline: base.map(|b| b.name.clone()), method, ranked_by, note, stats_caveat, threshold, first, ranked, warnings })
+    Ok(LocateReport {
+        run: run.name.clone(),
+        baseline: base.map(|b| b.name.clone()),
+        method,
+        ranked_by,
+        note,
+        stats_caveat,
+        threshold,
+        first,
+        ranked,
+        warnings,
+    })
 }

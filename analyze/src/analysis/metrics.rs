@@ -87,15 +87,7 @@ impl Accum {
         let n = self.n;
         let nan = f64::NAN;
         if self.nonfinite > 0 {
-            return Metrics {
-                numel: n,
-                cosine: nan,
-                mse: nan,
-                rel_l2: nan,
-                sqnr_db: nan,
-                max_abs_diff: nan,
-                nonfinite: self.nonfinite,
-            };
+            return Metrics { numel: n, cosine: nan, mse: nan, rel_l2: nan, sqnr_db: nan, max_abs_diff: nan, nonfinite: self.nonfinite };
         }
         let cosine = if self.dd == 0.0 {
             1.0

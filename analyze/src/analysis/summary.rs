@@ -4,16 +4,16 @@
 //! where the run came from and what it lacks.
 
 use crate::analysis::anomalies::loss_curve;
-use crate::analysis::liveness::{job_liveness, JobLiveness};
-use crate::analysis::provenance::{provenance, Provenance};
-use fp8scope_schemas::names::Gemm;
+use crate::analysis::liveness::{JobLiveness, job_liveness};
+use crate::analysis::provenance::{Provenance, provenance};
 use crate::error::AnalyzeError;
-use crate::load::{f64s, i64s, strs, Run};
+use crate::load::{Run, f64s, i64s, strs};
 use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::manifest::Manifest;
+use fp8scope_schemas::names::Gemm;
 use fp8scope_schemas::tables::col;
 use polars::prelude::*;
 use serde::Serialize;
-use fp8scope_schemas::manifest::Manifest;
 
 /// The loss at one checkpoint.
 #[derive(Clone, Debug, Serialize)]
@@ -95,19 +95,17 @@ pub fn checkpoints(steps: &[i64], loss: &[f64]) -> Vec<Checkpoint> {
 /// Per quantized operand (layer, module, gemm, role): underflow and saturation over the steps.
 pub fn tensor_health(run: &Run) -> Result<Vec<TensorHealth>, AnalyzeError> {
     let keys = [col::LAYER, col::MODULE, col::GEMM, col::ROLE];
-    let lf = run
-        .scan(Table::Stats, &[col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::UNDERFLOW_FRAC, col::SATURATED_FRAC])?
-        .group_by(keys.map(col))
-        .agg([
-            col(col::UNDERFLOW_FRAC).mean().alias("mean_underflow"),
-            col(col::UNDERFLOW_FRAC).max().alias("max_underflow"),
-            col(col::SATURATED_FRAC).mean().alias("mean_saturated"),
-            col(col::SATURATED_FRAC).max().alias("max_saturated"),
-            len().alias("steps"),
-        ]);
+    let lf = run.scan(Table::Stats, &[col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::UNDERFLOW_FRAC, col::SATURATED_FRAC])?.group_by(keys.map(col)).agg([
+        col(col::UNDERFLOW_FRAC).mean().alias("mean_underflow"),
+        col(col::UNDERFLOW_FRAC).max().alias("max_underflow"),
+        col(col::SATURATED_FRAC).mean().alias("mean_saturated"),
+        col(col::SATURATED_FRAC).max().alias("max_saturated"),
+        len().alias("steps"),
+    ]);
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (la, mo, ge, ro) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
+    let (la, mo, ge, ro) =
+        (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, strs(&df, col::ROLE).map_err(e)?);
     let (mu, xu, ms, xs, n) = (
         f64s(&df, "mean_underflow").map_err(e)?,
         f64s(&df, "max_underflow").map_err(e)?,
@@ -117,7 +115,8 @@ pub fn tensor_health(run: &Run) -> Result<Vec<TensorHealth>, AnalyzeError> {
     );
     let mut out = Vec::with_capacity(df.height());
     for i in 0..df.height() {
-        let (layer, module, gemm, role) = (la[i].unwrap_or(-1), mo[i].clone().unwrap_or_default(), ge[i].clone().unwrap_or_default(), ro[i].clone().unwrap_or_default());
+        let (layer, module, gemm, role) =
+            (la[i].unwrap_or(-1), mo[i].clone().unwrap_or_default(), ge[i].clone().unwrap_or_default(), ro[i].clone().unwrap_or_default());
         out.push(TensorHealth {
             tensor: run.naming.tensor(layer, &module, &role),
             gemm,
@@ -176,4 +175,3 @@ pub fn summarize(run: &Run, top: usize) -> Result<Summary, AnalyzeError> {
         manifest: m.clone(),
     })
 }
-

@@ -3,7 +3,7 @@
 //! replicas (runs that should be equivalent to it) whose spread is the noise band every gap is
 //! judged against.
 
-use crate::analysis::anomalies::{find_anomalies, noise_band, AnomalyParams, AnomalyReport};
+use crate::analysis::anomalies::{AnomalyParams, AnomalyReport, find_anomalies, noise_band};
 use crate::analysis::params::*;
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
@@ -104,7 +104,9 @@ fn render(r: &AnomalyReport) -> String {
                 n.replicas.iter().map(|x| x.horizontal_steps.map(|h| format!("{h:+.1} steps")).unwrap_or("-".into())).collect::<Vec<_>>().join(", "),
             )
         }
-        None if r.baseline.is_some() => s += "noise band: not measured (one baseline; give replicas as more --baseline runs to judge gaps against the run-to-run spread)\n\n",
+        None if r.baseline.is_some() => {
+            s += "noise band: not measured (one baseline; give replicas as more --baseline runs to judge gaps against the run-to-run spread)\n\n"
+        }
         None => {}
     }
     if let Some(e) = &r.end_gap {

@@ -1,14 +1,14 @@
 //! `compare RUN --baseline B`: its arguments and its rendering; the comparison is
 //! [`crate::analysis::compare`].
 
-use clap::Args;
-use std::path::PathBuf;
-use crate::analysis::compare::{compare_runs, CompareReport, TensorComparison};
+use crate::analysis::compare::{CompareReport, TensorComparison, compare_runs};
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output::{self, cos, num};
+use clap::Args;
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -66,7 +66,13 @@ fn render(r: &CompareReport, only_flagged: bool) -> String {
                 num(m.rel_l2),
                 num(m.sqnr_db),
                 num(m.max_abs_diff),
-                if m.nonfinite > 0 { format!("{} non-finite", m.nonfinite) } else if t.flagged { "FLAG".into() } else { String::new() },
+                if m.nonfinite > 0 {
+                    format!("{} non-finite", m.nonfinite)
+                } else if t.flagged {
+                    "FLAG".into()
+                } else {
+                    String::new()
+                },
             ]
         })
         .collect();

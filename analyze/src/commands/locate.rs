@@ -1,7 +1,7 @@
 //! `locate RUN [--baseline B]`: its arguments and its rendering; the ranking (by harm, after
 //! delayed scaling's warm-up) is [`crate::analysis::locate`].
 
-use crate::analysis::locate::{locate, LocateReport, OperandEvidence};
+use crate::analysis::locate::{LocateReport, OperandEvidence, locate};
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
@@ -41,7 +41,10 @@ fn render(r: &LocateReport, top: usize) -> String {
     let how = match r.method {
         "shadow" => "its shadow GEMM records (error = 1 − cosine against BF16 on the same inputs)".to_string(),
         "stats" => "its statistics (error = underflow + saturated share of the worst operand's cast)".to_string(),
-        _ => format!("tensors compared with baseline '{}' (added = error(result) − max error(operands), error = 1 − cosine)", r.baseline.as_deref().unwrap_or("?")),
+        _ => format!(
+            "tensors compared with baseline '{}' (added = error(result) − max error(operands), error = 1 − cosine)",
+            r.baseline.as_deref().unwrap_or("?")
+        ),
     };
     let mut s = format!("locate: run '{}', from {how}; ranked by {}", r.run, r.ranked_by);
     if r.ranked_by == "harm" {
@@ -88,7 +91,11 @@ fn render(r: &LocateReport, top: usize) -> String {
         })
         .collect();
     if rows.is_empty() {
-        s += if r.method == "stats" { "no GEMM could be scored (the stats hold no underflow or saturation)\n" } else { "no GEMM could be scored (no result tensors dumped)\n" };
+        s += if r.method == "stats" {
+            "no GEMM could be scored (the stats hold no underflow or saturation)\n"
+        } else {
+            "no GEMM could be scored (no result tensors dumped)\n"
+        };
         return s;
     }
     let (score, peak) = match r.ranked_by {

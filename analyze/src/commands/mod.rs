@@ -7,8 +7,8 @@ pub mod compare;
 pub mod locate;
 pub mod query;
 pub mod ranks;
-pub mod report;
 pub mod regress;
+pub mod report;
 pub mod summary;
 pub mod triage;
 

@@ -3,15 +3,15 @@
 //! `run` (the run's name) so that one query compares runs. Out as an aligned table, CSV, JSON or
 //! Parquet, on stdout or in `--output FILE`.
 
-use clap::{Args, ValueEnum};
-use std::path::PathBuf;
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
-use crate::load::{scan_union, LoadOptions, Run};
+use crate::load::{LoadOptions, Run, scan_union};
 use crate::output;
+use clap::{Args, ValueEnum};
 use fp8scope_schemas::layout::Table;
 use polars::prelude::*;
 use polars::sql::SQLContext;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {

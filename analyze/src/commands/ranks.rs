@@ -6,10 +6,10 @@
 
 use crate::analysis::ranks::finding::Finding;
 use crate::analysis::ranks::rules::{TEXT_FINDINGS, TEXT_RANKS};
-use crate::analysis::ranks::{check_ranks, RanksReport};
+use crate::analysis::ranks::{RanksReport, check_ranks};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
-use crate::load::{compact_ranks, LoadOptions, Run};
+use crate::load::{LoadOptions, Run, compact_ranks};
 use crate::output::{self, num};
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,9 +32,11 @@ pub fn run(args: &RanksArgs, opts: LoadOptions, json: bool) -> Result<Outcome, A
     Ok(Outcome { stdout, findings: !report.findings.is_empty() })
 }
 
+/// `layers.0.fc1.weight (fprop)`: the operand, and the GEMM whose cast it is (a weight is cast for
+/// fprop and for dgrad, each a row of its own).
 fn tensor(f: &Finding) -> String {
     match (&f.module, &f.role) {
-        (Some(m), Some(r)) => format!("{m}.{r}"),
+        (Some(m), Some(r)) => format!("{m}.{r}{}", f.gemm.as_deref().map(|g| format!(" ({g})")).unwrap_or_default()),
         (Some(m), None) => m.clone(),
         _ => "-".into(),
     }
@@ -101,7 +103,8 @@ pub fn render(r: &RanksReport) -> String {
     let mut all: BTreeSet<u32> = r.liveness.iter().map(|l| l.rank).collect();
     all.extend(r.step_ms.iter().map(|s| s.rank));
     let usual = |k: u32| -> bool {
-        !checks_of.contains_key(&k) && r.liveness.iter().find(|l| l.rank == k).is_none_or(|l| !l.stopped && matches!(l.status.as_str(), "completed" | "running"))
+        !checks_of.contains_key(&k)
+            && r.liveness.iter().find(|l| l.rank == k).is_none_or(|l| !l.stopped && matches!(l.status.as_str(), "completed" | "running"))
     };
     let listed: Vec<u32> = if all.len() <= TEXT_RANKS { all.iter().copied().collect() } else { all.iter().copied().filter(|&k| !usual(k)).collect() };
     let rows: Vec<Vec<String>> = listed

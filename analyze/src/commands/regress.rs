@@ -11,7 +11,7 @@
 //! A run that diverges or crashes fails. Exit status 1 when any mode fails, 2 on bad input.
 
 use crate::analysis::dynamics::relative_gap;
-use crate::capture_driver::{require_usable, CaptureFlags, RunSpec};
+use crate::capture_driver::{CaptureFlags, RunSpec, require_usable};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::output::{self, num, pct};

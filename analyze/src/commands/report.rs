@@ -11,10 +11,10 @@
 
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
 use crate::commands::Outcome;
-use crate::report::build::{build_report, Report};
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output;
+use crate::report::build::{Report, build_report};
 use clap::Args;
 use std::path::{Path, PathBuf};
 

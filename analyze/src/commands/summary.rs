@@ -1,12 +1,12 @@
 //! `summary RUN`: its arguments and its rendering; the summary is [`crate::analysis::summary`].
 
-use clap::Args;
-use std::path::PathBuf;
-use crate::analysis::summary::{summarize, Summary, TensorHealth};
+use crate::analysis::summary::{Summary, TensorHealth, summarize};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output::{self, num, pct};
+use clap::Args;
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
@@ -59,7 +59,10 @@ fn render(run: &Run, s: &Summary) -> String {
             "  ranks      {} on {} host(s){}; the loss below is rank {}'s, the tensors' health every rank's (--rank N reads another; `fp8-analyze ranks` compares them)\n",
             lv.world_size,
             hosts.len(),
-            m.parallel.as_ref().map(|p| format!(", {}", p.groups.iter().map(|g| format!("{} {}×{}", g.name, g.members.len(), g.size())).collect::<Vec<_>>().join(", "))).unwrap_or_default(),
+            m.parallel
+                .as_ref()
+                .map(|p| format!(", {}", p.groups.iter().map(|g| format!("{} {}×{}", g.name, g.members.len(), g.size())).collect::<Vec<_>>().join(", ")))
+                .unwrap_or_default(),
             output::opt(s.rank_view.map(|r| r.to_string()))
         );
         for r in lv.ranks.iter().filter(|r| lv.per_rank && r.status != "missing") {
@@ -80,12 +83,7 @@ fn render(run: &Run, s: &Summary) -> String {
     if external {
         let modules = m.origin.as_ref().map(|o| o.modules.clone()).unwrap_or_default();
         let shown: Vec<&str> = modules.iter().take(4).map(String::as_str).collect();
-        o += &format!(
-            "  modules    {} ({}{})\n",
-            modules.len(),
-            shown.join(", "),
-            if modules.len() > shown.len() { ", …" } else { "" }
-        );
+        o += &format!("  modules    {} ({}{})\n", modules.len(), shown.join(", "), if modules.len() > shown.len() { ", …" } else { "" });
     } else {
         let llama = match d.arch {
             fp8scope_schemas::config::Arch::Llama => format!(
@@ -97,10 +95,8 @@ fn render(run: &Run, s: &Summary) -> String {
             ),
             fp8scope_schemas::config::Arch::Gpt => String::new(),
         };
-        o += &format!(
-            "  model      {} (V={} C={} F={} NH={} L={} B={} T={}{llama})\n",
-            c.preset, d.vocab, d.channels, d.ffn, d.heads, d.layers, d.batch, d.seq
-        );
+        o +=
+            &format!("  model      {} (V={} C={} F={} NH={} L={} B={} T={}{llama})\n", c.preset, d.vocab, d.channels, d.ffn, d.heads, d.layers, d.batch, d.seq);
         if let Some(mc) = &c.model_config {
             o += &format!("  shape of   {mc}\n");
         }
@@ -129,16 +125,20 @@ fn render(run: &Run, s: &Summary) -> String {
         o += "  data       external (not known to fp8scope)\n";
     } else {
         o += &format!(
-        "  data       {}, seed {}, lr {}, entropy floor {}, ln V {}\n",
-        format!("{:?}", c.data.kind).to_lowercase(),
-        c.train.seed,
-        c.train.lr,
-        output::opt(m.data.entropy_floor.map(num)),
-        num(m.data.ln_vocab)
+            "  data       {}, seed {}, lr {}, entropy floor {}, ln V {}\n",
+            format!("{:?}", c.data.kind).to_lowercase(),
+            c.train.seed,
+            c.train.lr,
+            output::opt(m.data.entropy_floor.map(num)),
+            num(m.data.ln_vocab)
         );
         if c.data.kind == fp8scope_schemas::config::DataKind::Text {
             let files = if c.data.paths.is_empty() { c.data.path.iter().cloned().collect() } else { c.data.paths.clone() };
-            o += &format!("  text       {} ({})\n", files.join(", "), c.data.tokenizer.as_deref().map_or("bytes as tokens".to_string(), |t| format!("tokenizer {t}")));
+            o += &format!(
+                "  text       {} ({})\n",
+                files.join(", "),
+                c.data.tokenizer.as_deref().map_or("bytes as tokens".to_string(), |t| format!("tokenizer {t}"))
+            );
         }
     }
     o += &format!("  device     {} ({}), started {}, ended {}\n", m.device.kind, m.device.name, m.started_at, output::opt(m.ended_at.as_deref()));

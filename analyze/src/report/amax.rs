@@ -4,9 +4,9 @@
 //! scale (log axes both). A vertical dotted line marks the step the GEMM first crossed the
 //! threshold.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
-use plotters::coord::types::RangedCoordf64;
+use super::{DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
@@ -35,9 +35,7 @@ pub struct GemmSeries {
 }
 
 fn log_range(vals: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = vals
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = vals.filter(|v| v.is_finite() && *v > 0.0).fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if !(lo.is_finite() && hi > 0.0) {
         return (0.1, 10.0);
     }
@@ -140,9 +138,7 @@ fn draw_scale(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Resul
     let (lo, hi) = log_range(g.operands.iter().flat_map(|o| o.scale.iter().copied()));
     let mut chart = log_chart(area, "scale (multiplier before the cast)", 16, step_range(g), (lo, hi), "scale (log)")?;
     if let Some(s) = g.first_crossed {
-        chart
-            .draw_series(DashedLineSeries::new(vec![(s as f64, lo), (s as f64, hi)], 2, 4, palette::BLACK.stroke_width(1)))
-            .map_err(draw_err)?;
+        chart.draw_series(DashedLineSeries::new(vec![(s as f64, lo), (s as f64, hi)], 2, 4, palette::BLACK.stroke_width(1))).map_err(draw_err)?;
     }
     for o in &g.operands {
         let col = palette::role(&o.role);
@@ -167,13 +163,25 @@ fn draw_legend(area: &DrawingArea<BitMapBackend, Shift>, g: &GemmSeries) -> Resu
     };
     for o in &g.operands {
         let col = palette::role(&o.role);
-        entry(y, &|y| area.draw(&PathElement::new(vec![(6, y), (32, y)], col.stroke_width(2))).map_err(draw_err), format!("{} ({}): amax, scale", o.role, o.format))?;
+        entry(
+            y,
+            &|y| area.draw(&PathElement::new(vec![(6, y), (32, y)], col.stroke_width(2))).map_err(draw_err),
+            format!("{} ({}): amax, scale", o.role, o.format),
+        )?;
         y += 24;
-        entry(y, &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 5, 3, col.stroke_width(2))).map_err(draw_err), format!("{}: amax used by scale", o.role))?;
+        entry(
+            y,
+            &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 5, 3, col.stroke_width(2))).map_err(draw_err),
+            format!("{}: amax used by scale", o.role),
+        )?;
         y += 30;
     }
     if let Some(s) = g.first_crossed {
-        entry(y, &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 2, 3, palette::BLACK.stroke_width(1))).map_err(draw_err), format!("first crossed: step {s}"))?;
+        entry(
+            y,
+            &|y| area.draw(&DashedPathElement::new(vec![(6, y), (32, y)], 2, 3, palette::BLACK.stroke_width(1))).map_err(draw_err),
+            format!("first crossed: step {s}"),
+        )?;
     }
     Ok(())
 }

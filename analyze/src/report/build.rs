@@ -4,15 +4,15 @@
 //! records) is said in the findings instead of an empty chart. `commands/report.rs` owns the flags
 //! and the text output; [`crate::report::html`] the page.
 
-use crate::analysis::anomalies::{find_anomalies, loss_curve, AnomalyParams, AnomalyReport};
-use crate::analysis::compare::{compare_runs, CompareReport};
-use crate::analysis::locate::{locate, LocateReport, LocatedGemm};
-use crate::analysis::summary::{summarize, Summary};
+use crate::analysis::anomalies::{AnomalyParams, AnomalyReport, find_anomalies, loss_curve};
+use crate::analysis::compare::{CompareReport, compare_runs};
 use crate::analysis::detect;
+use crate::analysis::locate::{LocateReport, LocatedGemm, locate};
+use crate::analysis::summary::{Summary, summarize};
 use crate::error::AnalyzeError;
-use crate::load::{distinct_i64, f64s, i64s, strs, Run};
+use crate::load::{Run, distinct_i64, f64s, i64s, strs};
 use crate::output;
-use crate::report::{self, amax, channels, heatmap, histogram, loss, ranks, sites, slug, Chart, DrawError};
+use crate::report::{self, Chart, DrawError, amax, channels, heatmap, histogram, loss, ranks, sites, slug};
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::names::{Gemm, Role, SiteNaming};
 use fp8scope_schemas::tables::col;
@@ -73,12 +73,25 @@ struct StatRow {
 }
 
 fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
-    let cols = [col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FORMAT, col::UNDERFLOW_FRAC, col::SATURATED_FRAC, col::AMAX, col::AMAX_USED, col::SCALE];
+    let cols = [
+        col::STEP,
+        col::LAYER,
+        col::MODULE,
+        col::GEMM,
+        col::ROLE,
+        col::FORMAT,
+        col::UNDERFLOW_FRAC,
+        col::SATURATED_FRAC,
+        col::AMAX,
+        col::AMAX_USED,
+        col::SCALE,
+    ];
     let lf = run.scan(Table::Stats, &cols)?;
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (st, la) = (i64s(&df, col::STEP).map_err(e)?, i64s(&df, col::LAYER).map_err(e)?);
-    let (mo, ge, ro, fo) = (strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
+    let (mo, ge, ro, fo) =
+        (strs(&df, col::MODULE).map_err(e)?, strs(&df, col::GEMM).map_err(e)?, strs(&df, col::ROLE).map_err(e)?, strs(&df, col::FORMAT).map_err(e)?);
     let (un, sa, am, au, sc) = (
         f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?,
         f64s(&df, col::SATURATED_FRAC).map_err(e)?,
@@ -167,15 +180,13 @@ fn cosine_panels(naming: &SiteNaming, c: &CompareReport) -> Vec<heatmap::Grid> {
 /// The dumped values of one tensor at one step (its rows concatenated), with the cast's format,
 /// scale and the tensor's element count; None when it was not dumped or not cast to FP8.
 fn tensor_sample(run: &Run, step: i64, layer: i64, module: &str, role: &str) -> Result<Option<histogram::TensorSample>, AnalyzeError> {
-    let lf = run
-        .scan(Table::Tensors, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::FORMAT, col::SCALE, col::NUMEL, col::VALUES])?
-        .filter(
-            col(col::STEP)
-                .eq(lit(step))
-                .and(col(col::LAYER).cast(DataType::Int64).eq(lit(layer)))
-                .and(col(col::MODULE).eq(lit(module.to_string())))
-                .and(col(col::ROLE).eq(lit(role.to_string()))),
-        );
+    let lf = run.scan(Table::Tensors, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::FORMAT, col::SCALE, col::NUMEL, col::VALUES])?.filter(
+        col(col::STEP)
+            .eq(lit(step))
+            .and(col(col::LAYER).cast(DataType::Int64).eq(lit(layer)))
+            .and(col(col::MODULE).eq(lit(module.to_string())))
+            .and(col(col::ROLE).eq(lit(role.to_string()))),
+    );
     let df = run.collect(Table::Tensors, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "tensors", e);
     if df.height() == 0 {
@@ -203,15 +214,13 @@ fn tensor_sample(run: &Run, step: i64, layer: i64, module: &str, role: &str) -> 
 /// The dump rows of the activation of `layers.{layer}.{module}` at `step`, as per-channel maxima;
 /// None when the run did not dump it there.
 fn channel_sample(run: &Run, step: i64, layer: i64, module: &str) -> Result<Option<channels::ChannelAmax>, AnalyzeError> {
-    let lf = run
-        .scan(Table::Tensors, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::SHAPE, col::OFFSET, col::STRIDE, col::VALUES])?
-        .filter(
-            col(col::STEP)
-                .eq(lit(step))
-                .and(col(col::LAYER).cast(DataType::Int64).eq(lit(layer)))
-                .and(col(col::MODULE).eq(lit(module.to_string())))
-                .and(col(col::ROLE).eq(lit(Role::Activation.as_str()))),
-        );
+    let lf = run.scan(Table::Tensors, &[col::STEP, col::LAYER, col::MODULE, col::ROLE, col::SHAPE, col::OFFSET, col::STRIDE, col::VALUES])?.filter(
+        col(col::STEP)
+            .eq(lit(step))
+            .and(col(col::LAYER).cast(DataType::Int64).eq(lit(layer)))
+            .and(col(col::MODULE).eq(lit(module.to_string())))
+            .and(col(col::ROLE).eq(lit(Role::Activation.as_str()))),
+    );
     let df = run.collect(Table::Tensors, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "tensors", e);
     let (off, stride) = (i64s(&df, col::OFFSET).map_err(e)?, i64s(&df, col::STRIDE).map_err(e)?);
@@ -238,7 +247,8 @@ fn rank_series(run: &Run) -> Result<Vec<ranks::RankSeries>, AnalyzeError> {
     let lf = all.scan(Table::Steps, &[col::RANK, col::STEP, col::LOSS, col::STEP_MS])?.sort([col::RANK, col::STEP], Default::default());
     let df = all.collect(Table::Steps, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "steps", e);
-    let (rk, st, lo, ms) = (i64s(&df, col::RANK).map_err(e)?, i64s(&df, col::STEP).map_err(e)?, f64s(&df, col::LOSS).map_err(e)?, f64s(&df, col::STEP_MS).map_err(e)?);
+    let (rk, st, lo, ms) =
+        (i64s(&df, col::RANK).map_err(e)?, i64s(&df, col::STEP).map_err(e)?, f64s(&df, col::LOSS).map_err(e)?, f64s(&df, col::STEP_MS).map_err(e)?);
     let mut by: BTreeMap<u32, ranks::RankSeries> = BTreeMap::new();
     for i in 0..df.height() {
         let r = rk[i].unwrap_or(0) as u32;
@@ -267,7 +277,9 @@ fn ranks_job(run: &Run, file_stem: &str) -> Result<Option<Job>, AnalyzeError> {
         _ => String::new(),
     };
     let how = if series.len() > ranks::MAX_LINES { "the minimum, median and maximum over the ranks at each step" } else { "one line per rank" };
-    let caption = format!("Each rank's loss (its own shard of the batch) and step time, {how}; a rank that leaves the bundle, stops early or runs slow stands out. `fp8-analyze ranks` checks what must agree across ranks.{spread}");
+    let caption = format!(
+        "Each rank's loss (its own shard of the batch) and step time, {how}; a rank that leaves the bundle, stops early or runs slow stands out. `fp8-analyze ranks` checks what must agree across ranks.{spread}"
+    );
     let title = format!("{}: loss and step time per rank", run.name);
     Ok(Some(Job::Ranks { chart: chart(format!("{file_stem}_ranks.png"), "ranks", &run.name, report::RANKS_SIZE, title, caption), series }))
 }
@@ -292,7 +304,12 @@ enum Job {
 impl Job {
     fn chart(&self) -> &Chart {
         match self {
-            Job::Heatmap { chart, .. } | Job::Sites { chart, .. } | Job::Amax { chart, .. } | Job::Histogram { chart, .. } | Job::Channels { chart, .. } | Job::Ranks { chart, .. } => chart,
+            Job::Heatmap { chart, .. }
+            | Job::Sites { chart, .. }
+            | Job::Amax { chart, .. }
+            | Job::Histogram { chart, .. }
+            | Job::Channels { chart, .. }
+            | Job::Ranks { chart, .. } => chart,
         }
     }
     fn draw(&self, dir: &Path) -> Result<(), DrawError> {
@@ -340,8 +357,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         (Some(b), Some(a)) if a.baseline.is_some() => {
             let (bs, bl) = loss_curve(b)?;
             let at: BTreeMap<i64, f64> = bs.into_iter().zip(bl).collect();
-            let (cs, (r, bv)): (Vec<i64>, (Vec<f64>, Vec<f64>)) =
-                steps.iter().zip(&loss_v).filter_map(|(s, l)| at.get(s).map(|b| (*s, (*l, *b)))).unzip();
+            let (cs, (r, bv)): (Vec<i64>, (Vec<f64>, Vec<f64>)) = steps.iter().zip(&loss_v).filter_map(|(s, l)| at.get(s).map(|b| (*s, (*l, *b)))).unzip();
             detect::smoothed_gap_outside_spikes(&cs, &r, &bv, &a.gap_spikes, p.drift_alpha)
         }
         _ => Vec::new(),
@@ -401,7 +417,14 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                 caption += &format!(" Lowest: {} at step {} (cosine {}).", w.tensor, w.step, output::cos(w.metrics.cosine));
             }
             jobs.push(Job::Heatmap {
-                chart: chart(format!("{file_stem}-cosine.png"), "heatmap-cosine", &run.name, report::HEATMAP_SIZE, format!("{}: cosine to baseline '{}'", run.name, c.baseline), caption),
+                chart: chart(
+                    format!("{file_stem}-cosine.png"),
+                    "heatmap-cosine",
+                    &run.name,
+                    report::HEATMAP_SIZE,
+                    format!("{}: cosine to baseline '{}'", run.name, c.baseline),
+                    caption,
+                ),
                 bar: "cosine to baseline",
                 scale: heatmap::Scale::Cosine,
                 panels,
@@ -417,7 +440,8 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
     } else if rows.iter().all(|r| r.underflow.is_nan() && r.saturated.is_nan()) {
         not_drawn.push("underflow and saturation heatmaps: the run's statistics hold no underflow or saturation (its logs recorded none)".into());
     } else if rows.iter().all(|r| r.format == "bf16") {
-        not_drawn.push(format!("underflow and saturation heatmaps: every GEMM ran in BF16 (recipe {}), nothing was cast to FP8", m.config.recipe.kind.as_str()));
+        not_drawn
+            .push(format!("underflow and saturation heatmaps: every GEMM ran in BF16 (recipe {}), nothing was cast to FP8", m.config.recipe.kind.as_str()));
     } else {
         for (kind, what, pick, worst) in [
             ("heatmap-underflow", "underflow", (|r: &StatRow| r.underflow) as fn(&StatRow) -> f64, &summary.worst_underflow),
@@ -425,16 +449,34 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         ] {
             let panels = fraction_panels(&run.naming, &rows, pick);
             let explain = if what == "underflow" { "non-zero values that cast to ±0" } else { "values beyond the format's max, clipped" };
-            let mut caption = format!("Share of {explain}, per site (rows) and step (columns), one panel per quantized role (the worst GEMM that cast it{}).", if multi_rank { " and the worst rank" } else { "" });
+            let mut caption = format!(
+                "Share of {explain}, per site (rows) and step (columns), one panel per quantized role (the worst GEMM that cast it{}).",
+                if multi_rank { " and the worst rank" } else { "" }
+            );
             if let Some(c) = &summary.provenance.stats_caveat {
                 caption += &format!(" From {c}.");
             }
             match worst.first() {
-                Some(t) => caption += &format!(" Worst on average: {} ({}), mean {}, max {}.", t.tensor, t.gemm, report::percent(if what == "underflow" { t.mean_underflow_frac } else { t.mean_saturated_frac }), report::percent(if what == "underflow" { t.max_underflow_frac } else { t.max_saturated_frac })),
+                Some(t) => {
+                    caption += &format!(
+                        " Worst on average: {} ({}), mean {}, max {}.",
+                        t.tensor,
+                        t.gemm,
+                        report::percent(if what == "underflow" { t.mean_underflow_frac } else { t.mean_saturated_frac }),
+                        report::percent(if what == "underflow" { t.max_underflow_frac } else { t.max_saturated_frac })
+                    )
+                }
                 None => caption += &format!(" No operand {what} at any step."),
             }
             jobs.push(Job::Heatmap {
-                chart: chart(format!("{file_stem}-{what}.png"), kind, &run.name, report::HEATMAP_SIZE, format!("{}: {what} fraction of FP8 casts", run.name), caption),
+                chart: chart(
+                    format!("{file_stem}-{what}.png"),
+                    kind,
+                    &run.name,
+                    report::HEATMAP_SIZE,
+                    format!("{}: {what} fraction of FP8 casts", run.name),
+                    caption,
+                ),
                 bar: if what == "underflow" { "underflow fraction" } else { "saturated fraction" },
                 scale: heatmap::Scale::Fraction,
                 panels,
@@ -469,7 +511,12 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                 "stats" => "the share of values each GEMM's casts lost, from the statistics: the run lacks shadow records and dumps".to_string(),
                 _ => format!("tensors against baseline '{}'", l.baseline.as_deref().unwrap_or("?")),
             };
-            let bars: Vec<sites::Bar> = l.ranked.iter().take(10).map(|g| sites::Bar { name: g.gemm_name.clone(), score: g.peak_error, peak_step: g.peak_error_step, first_crossed: g.first_crossed }).collect();
+            let bars: Vec<sites::Bar> = l
+                .ranked
+                .iter()
+                .take(10)
+                .map(|g| sites::Bar { name: g.gemm_name.clone(), score: g.peak_error, peak_step: g.peak_error_step, first_crossed: g.first_crossed })
+                .collect();
             jobs.push(Job::Sites {
                 chart: chart(
                     format!("{file_stem}-sites.png"),
@@ -493,7 +540,8 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                     let operands = ops
                         .into_iter()
                         .map(|role| {
-                            let mut mine: Vec<&StatRow> = rows.iter().filter(|r| r.layer == g.layer && r.module == g.module && r.gemm == g.gemm && r.role == role).collect();
+                            let mut mine: Vec<&StatRow> =
+                                rows.iter().filter(|r| r.layer == g.layer && r.module == g.module && r.gemm == g.gemm && r.role == role).collect();
                             mine.sort_by_key(|r| r.step);
                             amax::Operand {
                                 format: mine.first().map(|r| r.format.to_uppercase()).unwrap_or_default(),
@@ -653,7 +701,14 @@ fn channel_job(run: &Run, g: &LocatedGemm, has_tensors: bool, file_stem: &str, n
         t.headline()
     );
     Ok(Some(Job::Channels {
-        chart: chart(format!("{file_stem}-channels.png"), "channels", &run.name, report::CHANNELS_SIZE, format!("{}: per-channel max|x| of {}", run.name, t.label), caption),
+        chart: chart(
+            format!("{file_stem}-channels.png"),
+            "channels",
+            &run.name,
+            report::CHANNELS_SIZE,
+            format!("{}: per-channel max|x| of {}", run.name, t.label),
+            caption,
+        ),
         tensor: t,
     }))
 }
@@ -771,7 +826,11 @@ fn locate_sentences(l: &LocateReport) -> Vec<String> {
 /// The peaks of the spikes that count: against the baseline when there is one, else in the run's
 /// own curve.
 fn spike_peaks(a: &AnomalyReport) -> Vec<(i64, f64)> {
-    if a.baseline.is_some() { a.counted_gap_spikes().into_iter().map(|s| (s.peak, s.peak_loss)).collect() } else { a.spikes.iter().map(|s| (s.peak, s.peak_loss)).collect() }
+    if a.baseline.is_some() {
+        a.counted_gap_spikes().into_iter().map(|s| (s.peak, s.peak_loss)).collect()
+    } else {
+        a.spikes.iter().map(|s| (s.peak, s.peak_loss)).collect()
+    }
 }
 
 /// Builds the whole report into `out`.
@@ -863,4 +922,3 @@ pub fn build_report(runs: &[Run], base: Option<&Run>, out: &Path, threshold: f64
     output::write_file(&out.join("report.json"), &output::json_text(&report))?;
     Ok(report)
 }
-

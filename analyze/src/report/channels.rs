@@ -8,7 +8,7 @@
 //! of the tensor, so its channel is that index modulo the tensor's column count; the maxima cover
 //! only the dumped rows, which the chart and its caption state.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX};
+use super::{DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeSet;
@@ -92,7 +92,12 @@ impl ChannelAmax {
     pub fn headline(&self) -> String {
         match (self.top(), self.median()) {
             (Some((c, a)), Some(m)) if m > 0.0 => {
-                format!("channel {c} holds the largest, {}, {}× the median channel's ({})", super::short(a as f64), super::short(a as f64 / m as f64), super::short(m as f64))
+                format!(
+                    "channel {c} holds the largest, {}, {}× the median channel's ({})",
+                    super::short(a as f64),
+                    super::short(a as f64 / m as f64),
+                    super::short(m as f64)
+                )
             }
             (Some((c, a)), _) => format!("channel {c} holds the largest, {}", super::short(a as f64)),
             _ => "no finite value was dumped".into(),

@@ -3,7 +3,7 @@
 //! most [`MAX_COLUMNS`], each bin showing its worst value), and a labelled colour bar on the right.
 //! Cells with NaN/Inf are grey; cells without data stay white.
 
-use super::{draw_err, palette, png, ColorMap, DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX};
+use super::{ColorMap, DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -55,13 +55,7 @@ impl Scale {
     fn ticks(self) -> Vec<(f64, String)> {
         match self {
             Scale::Fraction => (0..=5).map(|i| (i as f64 / 5.0, format!("{}%", i * 20))).collect(),
-            Scale::Cosine => vec![
-                (0.0, "≥ 0.9999".into()),
-                (0.25, "0.999".into()),
-                (0.5, "0.99".into()),
-                (0.75, "0.9".into()),
-                (1.0, "≤ 0".into()),
-            ],
+            Scale::Cosine => vec![(0.0, "≥ 0.9999".into()), (0.25, "0.999".into()), (0.5, "0.99".into()), (0.75, "0.9".into()), (1.0, "≤ 0".into())],
         }
     }
 }
@@ -87,15 +81,7 @@ impl Grid {
         }
         let per = n.div_ceil(MAX_COLUMNS);
         let steps: Vec<i64> = self.steps.chunks(per).map(|c| c[0]).collect();
-        let cells = self
-            .cells
-            .iter()
-            .map(|row| {
-                row.chunks(per)
-                    .map(|c| c.iter().flatten().copied().reduce(|a, b| scale.worse(a, b)))
-                    .collect()
-            })
-            .collect();
+        let cells = self.cells.iter().map(|row| row.chunks(per).map(|c| c.iter().flatten().copied().reduce(|a, b| scale.worse(a, b))).collect()).collect();
         Grid { title: self.title.clone(), rows: self.rows.clone(), steps, cells }
     }
 }
@@ -131,8 +117,8 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, g: &Grid, scale: Scale) 
         match (i, st.len()) {
             (_, 0) => i as f64,
             (0, 1) => st[0] - 0.5,
-            (0, _) => st[0] - 0.5 * (st[1] - st[0]).min(1.0).max(0.5),
-            (i, n) if i >= n => st[n - 1] + 0.5 * if n > 1 { (st[n - 1] - st[n - 2]).min(1.0).max(0.5) } else { 1.0 },
+            (0, _) => st[0] - 0.5 * (st[1] - st[0]).clamp(0.5, 1.0),
+            (i, n) if i >= n => st[n - 1] + 0.5 * if n > 1 { (st[n - 1] - st[n - 2]).clamp(0.5, 1.0) } else { 1.0 },
             (i, _) => 0.5 * (st[i - 1] + st[i]),
         }
     };
@@ -193,10 +179,8 @@ fn draw_bar(area: &DrawingArea<BitMapBackend, Shift>, label: &str, scale: Scale)
         area.draw(&Rectangle::new([(x0, top + i), (x1, top + i + 1)], map.at(t).filled())).map_err(draw_err)?;
     }
     area.draw(&Rectangle::new([(x0, top), (x1, bottom)], palette::BLACK.stroke_width(1))).map_err(draw_err)?;
-    let style = TextStyle::from((FONT, TICK_PX).into_font()).pos(plotters::style::text_anchor::Pos::new(
-        plotters::style::text_anchor::HPos::Left,
-        plotters::style::text_anchor::VPos::Center,
-    ));
+    let style = TextStyle::from((FONT, TICK_PX).into_font())
+        .pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Center));
     for (t, text) in scale.ticks() {
         let y = bottom - (t * (bottom - top) as f64).round() as i32;
         area.draw(&PathElement::new(vec![(x1, y), (x1 + 5, y)], palette::BLACK.stroke_width(1))).map_err(draw_err)?;

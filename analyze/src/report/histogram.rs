@@ -5,7 +5,7 @@
 //! round to zero (|x·scale| ≤ min subnormal / 2) and those that saturate (|x·scale| > max) are
 //! shaded, and each panel states their shares of the sample.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
+use super::{DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -190,9 +190,7 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, Shift>, t: &TensorSample) -> Res
         }))
         .map_err(draw_err)?;
     for x in [l_sub, l_norm, l_max] {
-        chart
-            .draw_series(DashedLineSeries::new(vec![(x, 0.0), (x, ymax)], 6, 4, palette::BLACK.stroke_width(2)))
-            .map_err(draw_err)?;
+        chart.draw_series(DashedLineSeries::new(vec![(x, 0.0), (x, ymax)], 6, 4, palette::BLACK.stroke_width(2))).map_err(draw_err)?;
     }
     // Names of the bounds along the top: the lower pair right of the min-normal line, the max
     // left of its line, so neither runs off the panel.

@@ -3,7 +3,7 @@
 //! be drawn and why. Images are referenced by relative file name, so the directory can be moved.
 
 use crate::report::build::{Report, RunFindings};
-use crate::report::{percent, short, Chart};
+use crate::report::{Chart, percent, short};
 
 /// Escapes text for HTML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -124,7 +124,8 @@ fn not_drawn(items: &[String]) -> String {
 
 /// The page.
 pub fn page(r: &Report) -> String {
-    let mut o = String::from("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>\n<meta name=viewport content=\"width=device-width, initial-scale=1\">\n");
+    let mut o =
+        String::from("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>\n<meta name=viewport content=\"width=device-width, initial-scale=1\">\n");
     o += "<title>fp8scope report</title>\n<style>";
     o += STYLE;
     o += "</style></head><body>\n<h1>Why did the FP8 run go wrong?</h1>\n";

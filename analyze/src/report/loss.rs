@@ -4,7 +4,7 @@
 //! in percent (raw, thin; EMA-smoothed as the drift detector sees it, thick) with the ± drift
 //! threshold. Without a baseline the loss panel takes the whole chart.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
+use super::{DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
@@ -116,9 +116,7 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
         for (i, r) in c.runs.iter().enumerate() {
             let col = palette::run(i);
             for &(peak, peak_loss) in &r.spike_peaks {
-                let s = chart
-                    .draw_series(std::iter::once(TriangleMarker::new((peak as f64, peak_loss.min(hi)), 9, col.filled())))
-                    .map_err(draw_err)?;
+                let s = chart.draw_series(std::iter::once(TriangleMarker::new((peak as f64, peak_loss.min(hi)), 9, col.filled()))).map_err(draw_err)?;
                 if !legend_spike {
                     s.label("loss spike (peak)").legend(|(x, y)| TriangleMarker::new((x + 12, y), 7, palette::BLACK.filled()));
                     legend_spike = true;
@@ -132,9 +130,7 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
                         (FONT, LEGEND_PX).into_font().color(&col),
                     )))
                     .map_err(draw_err)?;
-                let s = chart
-                    .draw_series(DashedLineSeries::new(vec![(d as f64, lo), (d as f64, hi)], 8, 5, col.stroke_width(2)))
-                    .map_err(draw_err)?;
+                let s = chart.draw_series(DashedLineSeries::new(vec![(d as f64, lo), (d as f64, hi)], 8, 5, col.stroke_width(2))).map_err(draw_err)?;
                 if !legend_drift {
                     s.label("drift onset").legend(|(x, y)| DashedPathElement::new(vec![(x, y), (x + 24, y)], 5, 3, palette::BLACK.stroke_width(2)));
                     legend_drift = true;
@@ -142,9 +138,7 @@ pub fn draw(path: &Path, c: &LossChart) -> Result<(), DrawError> {
             }
             if let Some(n) = r.first_nonfinite {
                 let x = n as f64;
-                chart
-                    .draw_series(DashedLineSeries::new(vec![(x, lo), (x, hi)], 2, 4, col.stroke_width(2)))
-                    .map_err(draw_err)?;
+                chart.draw_series(DashedLineSeries::new(vec![(x, lo), (x, hi)], 2, 4, col.stroke_width(2))).map_err(draw_err)?;
                 let y_mark = hi - 0.04 * (hi - lo);
                 let s = chart.draw_series(std::iter::once(Cross::new((x, y_mark), 8, col.stroke_width(3)))).map_err(draw_err)?;
                 if !legend_nan {
@@ -200,9 +194,7 @@ fn draw_gap(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, c: &LossC
         .y_labels(6)
         .draw()
         .map_err(draw_err)?;
-    chart
-        .draw_series(LineSeries::new(vec![(x_range.start, 0.0), (x_range.end, 0.0)], palette::BLACK.stroke_width(1)))
-        .map_err(draw_err)?;
+    chart.draw_series(LineSeries::new(vec![(x_range.start, 0.0), (x_range.end, 0.0)], palette::BLACK.stroke_width(1))).map_err(draw_err)?;
     for sign in [-1.0, 1.0] {
         let s = chart
             .draw_series(DashedLineSeries::new(vec![(x_range.start, sign * thr), (x_range.end, sign * thr)], 6, 6, palette::GREY.stroke_width(1)))
@@ -213,9 +205,7 @@ fn draw_gap(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, c: &LossC
     }
     for (i, r) in c.runs.iter().enumerate() {
         let col = palette::run(i);
-        chart
-            .draw_series(LineSeries::new(r.gap.iter().map(|g| (g.0 as f64, 100.0 * g.1)), col.mix(0.35).stroke_width(1)))
-            .map_err(draw_err)?;
+        chart.draw_series(LineSeries::new(r.gap.iter().map(|g| (g.0 as f64, 100.0 * g.1)), col.mix(0.35).stroke_width(1))).map_err(draw_err)?;
         chart
             .draw_series(LineSeries::new(r.gap.iter().map(|g| (g.0 as f64, 100.0 * g.2)), col.stroke_width(3)))
             .map_err(draw_err)?
@@ -242,7 +232,9 @@ fn segments(c: &Curve) -> Vec<Vec<(f64, f64)>> {
     let mut out = vec![Vec::new()];
     for (&s, &l) in c.steps.iter().zip(&c.loss) {
         if l.is_finite() {
-            if let Some(v) = out.last_mut() { v.push((s as f64, l)) }
+            if let Some(v) = out.last_mut() {
+                v.push((s as f64, l))
+            }
         } else if out.last().is_some_and(|v| !v.is_empty()) {
             out.push(Vec::new());
         }

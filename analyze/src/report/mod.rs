@@ -13,8 +13,8 @@
 //! palette for lines (safe for the common colour-vision deficiencies), and viridis / cividis for
 //! colour scales.
 
-pub mod build;
 pub mod amax;
+pub mod build;
 pub mod channels;
 pub mod heatmap;
 pub mod histogram;
@@ -95,28 +95,10 @@ pub enum ColorMap {
     Cividis,
 }
 
-const VIRIDIS: [(u8, u8, u8); 9] = [
-    (68, 1, 84),
-    (72, 40, 120),
-    (62, 74, 137),
-    (49, 104, 142),
-    (38, 130, 142),
-    (31, 158, 137),
-    (53, 183, 121),
-    (109, 205, 89),
-    (253, 231, 37),
-];
-const CIVIDIS: [(u8, u8, u8); 9] = [
-    (0, 34, 78),
-    (18, 53, 112),
-    (59, 73, 108),
-    (87, 93, 109),
-    (112, 113, 115),
-    (138, 134, 120),
-    (165, 156, 116),
-    (195, 179, 105),
-    (254, 232, 56),
-];
+const VIRIDIS: [(u8, u8, u8); 9] =
+    [(68, 1, 84), (72, 40, 120), (62, 74, 137), (49, 104, 142), (38, 130, 142), (31, 158, 137), (53, 183, 121), (109, 205, 89), (253, 231, 37)];
+const CIVIDIS: [(u8, u8, u8); 9] =
+    [(0, 34, 78), (18, 53, 112), (59, 73, 108), (87, 93, 109), (112, 113, 115), (138, 134, 120), (165, 156, 116), (195, 179, 105), (254, 232, 56)];
 
 impl ColorMap {
     /// The colour at t ∈ [0, 1] (clamped).
@@ -248,4 +230,3 @@ mod tests {
         assert_eq!(slug("///"), "run");
     }
 }
-

@@ -4,7 +4,7 @@
 //! the rest. Up to [`MAX_LINES`] ranks get a line each; past that the chart draws the minimum,
 //! median and maximum over the ranks at each step, and the ranks of the extremes are in the caption.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX};
+use super::{DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -106,7 +106,9 @@ pub fn draw(path: &Path, run: &str, series: &[RankSeries]) -> Result<(), DrawErr
                 }
             } else {
                 let b = band(series, value);
-                for (name, pick, colour) in [("min over ranks", 0usize, palette::BLUE), ("median", 1, palette::BLACK), ("max over ranks", 2, palette::VERMILLION)] {
+                for (name, pick, colour) in
+                    [("min over ranks", 0usize, palette::BLUE), ("median", 1, palette::BLACK), ("max over ranks", 2, palette::VERMILLION)]
+                {
                     let points = b.iter().map(move |(st, a, m, z)| (*st as f64, [*a, *m, *z][pick]));
                     chart
                         .draw_series(LineSeries::new(points, colour.stroke_width(2)))

@@ -2,7 +2,7 @@
 //! `locate`'s top GEMMs of one run in its order (by harm) from the top down, with the threshold 1 − cosine threshold as a dashed line.
 //! GEMMs past the threshold are vermillion, the others blue.
 
-use super::{draw_err, palette, png, DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX};
+use super::{DrawError, FONT, LABEL_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
@@ -56,9 +56,7 @@ pub fn draw(path: &Path, run: &str, threshold: f64, bars: &[Bar]) -> Result<(), 
             let (y0, y1) = (SegmentValue::Exact(y), SegmentValue::Exact(y + 1));
             let col = if b.score > limit { palette::VERMILLION } else { palette::BLUE };
             let s = if b.score.is_finite() { b.score } else { xmax };
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(0.0, y0), (s, y1)], col.filled())))
-                .map_err(draw_err)?;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, y0), (s, y1)], col.filled()))).map_err(draw_err)?;
             let note = match b.first_crossed {
                 Some(c) => format!("{} at step {}, crossed at {c}", super::short(b.score), b.peak_step),
                 None => format!("{} at step {}", super::short(b.score), b.peak_step),
@@ -67,15 +65,18 @@ pub fn draw(path: &Path, run: &str, threshold: f64, bars: &[Bar]) -> Result<(), 
                 .draw_series(std::iter::once(Text::new(
                     note,
                     (s.max(0.0) + 0.01 * (xmax - xmin), SegmentValue::CenterOf(y)),
-                    TextStyle::from((FONT, TICK_PX).into_font()).pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Center,
-                    )),
+                    TextStyle::from((FONT, TICK_PX).into_font())
+                        .pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Center)),
                 )))
                 .map_err(draw_err)?;
         }
         chart
-            .draw_series(DashedLineSeries::new(vec![(limit, SegmentValue::Exact(0)), (limit, SegmentValue::Exact(n as i32))], 6, 4, palette::BLACK.stroke_width(2)))
+            .draw_series(DashedLineSeries::new(
+                vec![(limit, SegmentValue::Exact(0)), (limit, SegmentValue::Exact(n as i32))],
+                6,
+                4,
+                palette::BLACK.stroke_width(2),
+            ))
             .map_err(draw_err)?
             .label(format!("threshold: adds more than {} (cosine < {threshold})", super::short(limit)))
             .legend(|(x, y)| DashedPathElement::new(vec![(x, y), (x + 24, y)], 5, 3, palette::BLACK.stroke_width(2)));

@@ -72,11 +72,53 @@ pub fn spiky_loss(step: u32) -> f64 {
 pub fn config(kind: RecipeKind) -> RunConfig {
     RunConfig {
         preset: "tiny".into(),
-        model: ModelDims { vocab: 512, channels: 64, ffn: 256, heads: 4, layers: LAYERS, batch: 8, seq: 64, attn_mask: AttnMask::Causal, arch: Default::default(), kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false },
-        recipe: RecipeConfig { kind, format: FormatPolicy::Hybrid, amax_history: 16, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Default::default(), accumulation: Default::default() },
+        model: ModelDims {
+            vocab: 512,
+            channels: 64,
+            ffn: 256,
+            heads: 4,
+            layers: LAYERS,
+            batch: 8,
+            seq: 64,
+            attn_mask: AttnMask::Causal,
+            arch: Default::default(),
+            kv_heads: None,
+            rope_theta: None,
+            norm_eps: None,
+            tie_embeddings: false,
+        },
+        recipe: RecipeConfig {
+            kind,
+            format: FormatPolicy::Hybrid,
+            amax_history: 16,
+            amax_algo: AmaxAlgo::Max,
+            margin: 0,
+            overflow: Default::default(),
+            accumulation: Default::default(),
+        },
         routing: RoutingConfig::default(),
-        data: DataConfig { kind: DataKind::Synthetic, path: None, paths: vec![], tokenizer: None, language_seed: 7, branching: 4, topics: 1, zipf_exponent: 1.0 },
-        train: TrainConfig { steps: STEPS, lr: 1e-3, warmup_steps: 10, weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0, seed: 1234, init_jitter: None },
+        data: DataConfig {
+            kind: DataKind::Synthetic,
+            path: None,
+            paths: vec![],
+            tokenizer: None,
+            language_seed: 7,
+            branching: 4,
+            topics: 1,
+            zipf_exponent: 1.0,
+        },
+        train: TrainConfig {
+            steps: STEPS,
+            lr: 1e-3,
+            warmup_steps: 10,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            grad_clip: 1.0,
+            seed: 1234,
+            init_jitter: None,
+        },
         record: RecordConfig {
             stats_every: 1,
             quant_error_every: 10,
@@ -374,8 +416,8 @@ pub fn nan(parent: &Path) -> PathBuf {
     p.dump_steps = dump_steps(NAN_STEP + 1);
     p.loss = Box::new(|s| if s > NAN_STEP { f64::NAN } else { base_loss(s) });
     p.stat = Box::new(|r| {
-        let after_culprit_in_backward = r.role == Role::Gradient
-            && ((r.layer == 1 && matches!(r.module, Module::Fc1 | Module::Proj | Module::Qkv)) || r.layer == 0);
+        let after_culprit_in_backward =
+            r.role == Role::Gradient && ((r.layer == 1 && matches!(r.module, Module::Fc1 | Module::Proj | Module::Qkv)) || r.layer == 0);
         if (r.step == NAN_STEP && after_culprit_in_backward) || r.step > NAN_STEP {
             r.nan_count = 17;
         }
@@ -489,9 +531,13 @@ pub fn downgrade_to_v1(dir: &Path) {
         for part in run.parts(table).unwrap() {
             let batches = fp8scope_schemas::parts::read_part(&part, table).unwrap();
             let schema = batches[0].schema();
-            let keep: Vec<usize> = (0..schema.fields().len()).filter(|&i| !(table == Table::Stats && STATS_COLUMNS_SINCE_V2.contains(&schema.field(i).name().as_str()))).collect();
+            let keep: Vec<usize> =
+                (0..schema.fields().len()).filter(|&i| !(table == Table::Stats && STATS_COLUMNS_SINCE_V2.contains(&schema.field(i).name().as_str()))).collect();
             let props = WriterProperties::builder()
-                .set_key_value_metadata(Some(vec![KeyValue::new(META_SCHEMA_VERSION.into(), "1".to_string()), KeyValue::new(META_TABLE.into(), table.as_str().to_string())]))
+                .set_key_value_metadata(Some(vec![
+                    KeyValue::new(META_SCHEMA_VERSION.into(), "1".to_string()),
+                    KeyValue::new(META_TABLE.into(), table.as_str().to_string()),
+                ]))
                 .build();
             let projected: Vec<_> = batches.iter().map(|b| b.project(&keep).unwrap()).collect();
             let mut w = ArrowWriter::try_new(std::fs::File::create(&part).unwrap(), projected[0].schema(), Some(props)).unwrap();

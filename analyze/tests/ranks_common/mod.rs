@@ -20,11 +20,11 @@
 //! - steps: step_ms ≈ 100 ms ± 5%.
 #![allow(dead_code)]
 
-use arrow::array::{new_null_array, ArrayRef, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array, StringArray};
+use arrow::array::{ArrayRef, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array, StringArray, new_null_array};
 use arrow::record_batch::RecordBatch;
 use fp8scope_schemas::config::{DataKind, RecipeKind, RunConfig};
 use fp8scope_schemas::layout::{RunDir, Table};
-use fp8scope_schemas::manifest::{lacks, DataInfo, DeviceInfo, Manifest, Origin, RowCounts, RunSource, RunStatus};
+use fp8scope_schemas::manifest::{DataInfo, DeviceInfo, Manifest, Origin, RowCounts, RunSource, RunStatus, lacks};
 use fp8scope_schemas::parts::write_part;
 use fp8scope_schemas::ranks::{DeviceMesh, GroupKind, Parallel, ProcessGroup, RankInfo, RankLiveness};
 use fp8scope_schemas::tables::schema;
@@ -239,7 +239,8 @@ fn compute_chunk(spec: &Spec, s0: u32, s1: u32) -> Chunk {
     let world = spec.world();
     let keys = spec.keys();
     let n_steps = s1 - s0 + 1;
-    let mut ch = Chunk { s0, n_steps, keys, local: vec![0.0; world as usize * n_steps as usize * keys], used: vec![0.0; world as usize * n_steps as usize * keys] };
+    let mut ch =
+        Chunk { s0, n_steps, keys, local: vec![0.0; world as usize * n_steps as usize * keys], used: vec![0.0; world as usize * n_steps as usize * keys] };
     let dp = spec.dp_dims();
     for r in 0..world {
         let replica = spec.class(r, &dp) as u64;
@@ -380,10 +381,24 @@ fn casts_batch(spec: &Spec, ch: &Chunk, rank: u32, s0: u32, s1: u32) -> RecordBa
                     let (mut am, mut mm, mut mc, mut fc) = (0i64, 0i64, true, true);
                     for p in &spec.plants {
                         match p {
-                            Plant::Digest { rank: r, step: st, layer: l, site: si2 } if *r == rank && s >= *st && *l == layer && si2 == site && role == "weight" => d += 1,
-                            Plant::AuditMismatch { rank: r, step: st, layer: l, site: si2, role: ro, count } if *r == rank && s == *st && *l == layer && si2 == site && *ro == role => am = *count,
-                            Plant::MasterMismatch { rank: r, step: st, layer: l, site: si2, count } if *r == rank && s == *st && *l == layer && si2 == site && role == "weight" => mm = *count,
-                            Plant::Stale { ranks, step: st, layer: l, site: si2 } if ranks.contains(&rank) && s >= *st && *l == layer && si2 == site && role == "weight" => {
+                            Plant::Digest { rank: r, step: st, layer: l, site: si2 }
+                                if *r == rank && s >= *st && *l == layer && si2 == site && role == "weight" =>
+                            {
+                                d += 1
+                            }
+                            Plant::AuditMismatch { rank: r, step: st, layer: l, site: si2, role: ro, count }
+                                if *r == rank && s == *st && *l == layer && si2 == site && *ro == role =>
+                            {
+                                am = *count
+                            }
+                            Plant::MasterMismatch { rank: r, step: st, layer: l, site: si2, count }
+                                if *r == rank && s == *st && *l == layer && si2 == site && role == "weight" =>
+                            {
+                                mm = *count
+                            }
+                            Plant::Stale { ranks, step: st, layer: l, site: si2 }
+                                if ranks.contains(&rank) && s >= *st && *l == layer && si2 == site && role == "weight" =>
+                            {
                                 mc = true;
                                 fc = false;
                             }
@@ -455,8 +470,16 @@ fn stats_batch(spec: &Spec, ch: &Chunk, rank: u32, s0: u32, s1: u32) -> RecordBa
                     let mut nn = 0i64;
                     for p in &spec.plants {
                         match p {
-                            Plant::Underflow { rank: r, step: st, layer: l, site: si2, gemm: g2, role: ro, frac } if *r == rank && s >= *st && *l == layer && si2 == site && *g2 == g && *ro == role => uf = *frac,
-                            Plant::Nan { rank: r, step: st, layer: l, site: si2, gemm: g2, role: ro, count } if *r == rank && s == *st && *l == layer && si2 == site && *g2 == g && *ro == role => nn = *count,
+                            Plant::Underflow { rank: r, step: st, layer: l, site: si2, gemm: g2, role: ro, frac }
+                                if *r == rank && s >= *st && *l == layer && si2 == site && *g2 == g && *ro == role =>
+                            {
+                                uf = *frac
+                            }
+                            Plant::Nan { rank: r, step: st, layer: l, site: si2, gemm: g2, role: ro, count }
+                                if *r == rank && s == *st && *l == layer && si2 == site && *g2 == g && *ro == role =>
+                            {
+                                nn = *count
+                            }
                             _ => {}
                         }
                     }
@@ -632,12 +655,18 @@ pub fn write(parent: &Path, spec: &Spec, config: RunConfig) -> PathBuf {
     m.parallel = Some(Parallel {
         launcher: "torchrun".into(),
         backend: Some("nccl".into()),
-        mesh: Some(DeviceMesh { dim_names: spec.dims.iter().map(|d| d.0.to_string()).collect(), shape: spec.dims.iter().map(|d| d.2).collect(), ranks: (0..world).collect() }),
+        mesh: Some(DeviceMesh {
+            dim_names: spec.dims.iter().map(|d| d.0.to_string()).collect(),
+            shape: spec.dims.iter().map(|d| d.2).collect(),
+            ranks: (0..world).collect(),
+        }),
         groups: spec.groups(),
         wrappers: vec!["FSDP2".into(), "DTensor".into(), "Float8Linear".into()],
         amax_groups: spec.amax_groups.clone(),
     });
-    m.ranks = (0..world).map(|r| RankInfo { rank: r, local_rank: Some(r % 8), host: format!("node{:03}", r / 8), pid: 10_000 + r, device: Some(format!("cuda:{}", r % 8)) }).collect();
+    m.ranks = (0..world)
+        .map(|r| RankInfo { rank: r, local_rank: Some(r % 8), host: format!("node{:03}", r / 8), pid: 10_000 + r, device: Some(format!("cuda:{}", r % 8)) })
+        .collect();
     m.write(&dir).unwrap();
     let _ = ago;
     dir

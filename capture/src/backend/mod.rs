@@ -21,8 +21,8 @@ pub mod cuda;
 pub mod operands;
 
 pub use crate::channel_stats::ChannelStats;
-pub use crate::tensor_stats::Moments;
 use crate::fp8::Fp8Format;
+pub use crate::tensor_stats::Moments;
 use fp8scope_schemas::names::{Gemm, Module, Role};
 
 /// Identifies one GEMM of the model: `layers.{layer}.{module}.{gemm}`.
@@ -45,18 +45,10 @@ pub enum OperandCast {
     /// Rounded to BF16 (round to nearest even).
     Bf16,
     /// Cast to FP8 with one scale for the whole tensor.
-    Fp8Tensor {
-        format: Fp8Format,
-        scale: ScaleSource,
-    },
+    Fp8Tensor { format: Fp8Format, scale: ScaleSource },
     /// Cast to FP8 with one scale per tile of `tile_rows × tile_cols` elements of the operand's
     /// row-major layout, each from the tile's own amax.
-    Fp8Block {
-        format: Fp8Format,
-        tile_rows: usize,
-        tile_cols: usize,
-        margin: i32,
-    },
+    Fp8Block { format: Fp8Format, tile_rows: usize, tile_cols: usize, margin: i32 },
 }
 
 /// Where a per-tensor scale comes from.
@@ -310,7 +302,18 @@ pub trait Backend {
     fn layernorm_fwd(&mut self, out: &mut Self::Buf, mean: &mut Self::Buf, rstd: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, b: &Self::Buf, c: usize);
     /// dinp, dw, db are accumulated (`+=`).
     #[allow(clippy::too_many_arguments)]
-    fn layernorm_bwd(&mut self, dinp: &mut Self::Buf, dw: &mut Self::Buf, db: &mut Self::Buf, dout: &Self::Buf, inp: &Self::Buf, w: &Self::Buf, mean: &Self::Buf, rstd: &Self::Buf, c: usize);
+    fn layernorm_bwd(
+        &mut self,
+        dinp: &mut Self::Buf,
+        dw: &mut Self::Buf,
+        db: &mut Self::Buf,
+        dout: &Self::Buf,
+        inp: &Self::Buf,
+        w: &Self::Buf,
+        mean: &Self::Buf,
+        rstd: &Self::Buf,
+        c: usize,
+    );
     /// RMSNorm: out = inp · rstd · w with rstd = 1/√(mean(inp²) + eps) per row of c; saves rstd (N).
     #[allow(clippy::too_many_arguments)]
     fn rmsnorm_fwd(&mut self, out: &mut Self::Buf, rstd: &mut Self::Buf, inp: &Self::Buf, w: &Self::Buf, c: usize, eps: f32);
@@ -343,7 +346,21 @@ pub trait Backend {
     /// dqkv (=) from dout; `out` is the forward's output, `datt` scratch of att's size. The dk/dv
     /// of a shared kv head accumulate over its query heads in a fixed order.
     #[allow(clippy::too_many_arguments)]
-    fn attention_bwd(&mut self, dqkv: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, qkv: &Self::Buf, att: &Self::Buf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool);
+    fn attention_bwd(
+        &mut self,
+        dqkv: &mut Self::Buf,
+        datt: &mut Self::Buf,
+        dout: &Self::Buf,
+        out: &Self::Buf,
+        qkv: &Self::Buf,
+        att: &Self::Buf,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    );
     /// RoPE on q and k, then attention (the Llama family's order): `out` and `att` as
     /// [`Backend::attention_fwd`]'s, from qkv (B,T,(NH + 2·KVH)·HD) before the rotation; `saved`
     /// (as many values as qkv) keeps what [`Backend::rope_attention_bwd`] needs. Default: the
@@ -351,7 +368,20 @@ pub trait Backend {
     /// GPU's: q, k and v head-major in BF16, the operands its attention takes, written in one pass
     /// from qkv); `saved` may then be a [`Backend::zeros_bf16`] buffer.
     #[allow(clippy::too_many_arguments)]
-    fn rope_attention_fwd(&mut self, out: &mut Self::Buf, att: &mut Self::Buf, saved: &mut Self::Buf, qkv: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+    fn rope_attention_fwd(
+        &mut self,
+        out: &mut Self::Buf,
+        att: &mut Self::Buf,
+        saved: &mut Self::Buf,
+        qkv: &Self::Buf,
+        b: usize,
+        t: usize,
+        nh: usize,
+        kvh: usize,
+        hd: usize,
+        theta: f32,
+        causal: bool,
+    ) {
         self.rope_fwd(saved, qkv, b, t, nh, kvh, hd, theta);
         self.attention_fwd(out, att, saved, b, t, nh * hd, nh, kvh, causal);
     }
@@ -359,7 +389,23 @@ pub trait Backend {
     /// `dqkv_rot` is scratch of dqkv's size (the gradient after the rotation), `datt` as
     /// [`Backend::attention_bwd`]'s. Default: `attention_bwd` then `rope_bwd`.
     #[allow(clippy::too_many_arguments)]
-    fn rope_attention_bwd(&mut self, dqkv: &mut Self::Buf, dqkv_rot: &mut Self::Buf, datt: &mut Self::Buf, dout: &Self::Buf, out: &Self::Buf, saved: &Self::Buf, att: &Self::Buf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+    fn rope_attention_bwd(
+        &mut self,
+        dqkv: &mut Self::Buf,
+        dqkv_rot: &mut Self::Buf,
+        datt: &mut Self::Buf,
+        dout: &Self::Buf,
+        out: &Self::Buf,
+        saved: &Self::Buf,
+        att: &Self::Buf,
+        b: usize,
+        t: usize,
+        nh: usize,
+        kvh: usize,
+        hd: usize,
+        theta: f32,
+        causal: bool,
+    ) {
         self.attention_bwd(dqkv_rot, datt, dout, out, saved, att, b, t, nh * hd, nh, kvh, causal);
         self.rope_bwd(dqkv, dqkv_rot, b, t, nh, kvh, hd, theta);
     }
@@ -446,7 +492,16 @@ pub trait Backend {
     /// [`Backend::reuses_kept_cast`]), so the model writes `act` for the wgrad only where that says
     /// no. Default: [`Backend::activation_fwd`], then `gemm`.
     #[allow(clippy::too_many_arguments)]
-    fn gemm_of_activation(&mut self, call: &GemmCall, out: &mut Self::Buf, act: &mut Self::Buf, h: &Self::Buf, kind: Activation, w: &Self::Buf, bias: Option<&Self::Buf>) -> bool {
+    fn gemm_of_activation(
+        &mut self,
+        call: &GemmCall,
+        out: &mut Self::Buf,
+        act: &mut Self::Buf,
+        h: &Self::Buf,
+        kind: Activation,
+        w: &Self::Buf,
+        bias: Option<&Self::Buf>,
+    ) -> bool {
         self.activation_fwd(act, h, kind);
         self.gemm(call, out, act, w, bias, None);
         true
@@ -456,7 +511,16 @@ pub trait Backend {
     /// dact; as [`Backend::gemm_of_activation`] (returns whether `dh` was written). Default:
     /// [`Backend::activation_bwd`], then `gemm`.
     #[allow(clippy::too_many_arguments)]
-    fn gemm_of_activation_grad(&mut self, call: &GemmCall, out: &mut Self::Buf, dh: &mut Self::Buf, h: &Self::Buf, dact: &Self::Buf, kind: Activation, w: &Self::Buf) -> bool {
+    fn gemm_of_activation_grad(
+        &mut self,
+        call: &GemmCall,
+        out: &mut Self::Buf,
+        dh: &mut Self::Buf,
+        h: &Self::Buf,
+        dact: &Self::Buf,
+        kind: Activation,
+        w: &Self::Buf,
+    ) -> bool {
         self.activation_bwd(dh, h, dact, kind);
         self.gemm(call, out, dh, w, None, None);
         true
@@ -467,7 +531,15 @@ pub trait Backend {
     /// backend may instead compute the normalization as it casts the operand, writing only its
     /// row statistics, and key the kept cast by `ln` (see [`Backend::reuses_kept_cast`]).
     /// Default: [`Backend::norm_fwd`], then `gemm`.
-    fn gemm_of_norm(&mut self, call: &GemmCall, out: &mut Self::Buf, ln: &mut Self::Buf, norm: NormFwd<'_, Self::Buf>, w: &Self::Buf, bias: Option<&Self::Buf>) -> bool {
+    fn gemm_of_norm(
+        &mut self,
+        call: &GemmCall,
+        out: &mut Self::Buf,
+        ln: &mut Self::Buf,
+        norm: NormFwd<'_, Self::Buf>,
+        w: &Self::Buf,
+        bias: Option<&Self::Buf>,
+    ) -> bool {
         self.norm_fwd(ln, norm);
         self.gemm(call, out, ln, w, bias, None);
         true

@@ -7,7 +7,7 @@
 //! returned or panicked mid-run), ends the group: every pending and later collective of the other
 //! ranks returns [`CollectiveError::Aborted`] naming it.
 
-use super::{max_nan, Collective, CollectiveError};
+use super::{Collective, CollectiveError, max_nan};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

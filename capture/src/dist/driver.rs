@@ -10,16 +10,16 @@
 use super::DistPlan;
 use crate::backend::cpu::CpuBackend;
 use crate::collective::{Collective, ThreadGroup};
-use crate::record::writer::{sum_rows, RankWriting};
-use crate::train::{train_rank, Outcome, RankRole};
+use crate::record::writer::{RankWriting, sum_rows};
+use crate::train::{Outcome, RankRole, train_rank};
 use fp8scope_schemas::config::RunConfig;
 use fp8scope_schemas::layout::RunDir;
-use fp8scope_schemas::manifest::{now_rfc3339, Manifest, RunStatus};
-use fp8scope_schemas::ranks::{host_name, RankInfo};
+use fp8scope_schemas::manifest::{Manifest, RunStatus, now_rfc3339};
+use fp8scope_schemas::ranks::{RankInfo, host_name};
 
 /// How one rank ended.
 enum RankEnd {
-    Ran(Outcome),
+    Ran(Box<Outcome>),
     Failed(anyhow::Error),
 }
 
@@ -37,20 +37,18 @@ pub fn train_dp(cfg: &RunConfig, dist: &DistPlan, run: RunDir, name: String, qui
             .map(|mut coll| {
                 let (run, name, parallel, ranks, host) = (run.clone(), name.clone(), parallel.clone(), ranks.clone(), host.clone());
                 let rank = coll.rank();
-                std::thread::Builder::new()
-                    .name(format!("fp8scope-rank{rank}"))
-                    .spawn_scoped(scope, move || {
-                        let mut be = CpuBackend::new();
-                        let role = RankRole { writing: RankWriting { rank, host, pid }, parallel, ranks };
-                        // Only rank 0 draws progress and prints.
-                        match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut coll, dist, Some(role)) {
-                            Ok(o) => RankEnd::Ran(o),
-                            Err(e) => {
-                                coll.abort(&format!("{e:#}"));
-                                RankEnd::Failed(e)
-                            }
+                std::thread::Builder::new().name(format!("fp8scope-rank{rank}")).spawn_scoped(scope, move || {
+                    let mut be = CpuBackend::new();
+                    let role = RankRole { writing: RankWriting { rank, host, pid }, parallel, ranks };
+                    // Only rank 0 draws progress and prints.
+                    match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut coll, dist, Some(role)) {
+                        Ok(o) => RankEnd::Ran(Box::new(o)),
+                        Err(e) => {
+                            coll.abort(&format!("{e:#}"));
+                            RankEnd::Failed(e)
                         }
-                    })
+                    }
+                })
             })
             .collect::<Result<_, _>>()
             .expect("spawning a rank thread");

@@ -9,7 +9,7 @@
 //!   (its liveness file keeps saying `running`); the other ranks' collectives fail, and they end
 //!   the run `crashed`, naming it.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use fp8scope_schemas::names::{Role, Site};
 
 /// The kinds of `--inject` that belong here.
@@ -41,8 +41,21 @@ impl DistFault {
                 "site" => site = Some(Site::parse(v).with_context(|| format!("--inject '{spec}': '{v}' is not a site like layers.1.fc2"))?),
                 "rank" => rank = Some(num("rank")?),
                 "step" => step = Some(num("step")?.max(1)),
-                "role" => role = Some(Role::parse(v).filter(|r| r.is_quantized()).with_context(|| format!("--inject '{spec}': role must be activation, weight or gradient"))?),
-                "magnitude" | "factor" => magnitude = Some(v.parse::<f32>().ok().filter(|m| m.is_finite() && *m > 0.0).with_context(|| format!("--inject '{spec}': magnitude '{v}' is not a positive number"))?),
+                "role" => {
+                    role = Some(
+                        Role::parse(v)
+                            .filter(|r| r.is_quantized())
+                            .with_context(|| format!("--inject '{spec}': role must be activation, weight or gradient"))?,
+                    )
+                }
+                "magnitude" | "factor" => {
+                    magnitude = Some(
+                        v.parse::<f32>()
+                            .ok()
+                            .filter(|m| m.is_finite() && *m > 0.0)
+                            .with_context(|| format!("--inject '{spec}': magnitude '{v}' is not a positive number"))?,
+                    )
+                }
                 other => bail!("--inject '{spec}': unknown key '{other}' (kind, site, rank, step, role, magnitude)"),
             }
         }
@@ -66,7 +79,9 @@ impl DistFault {
         }
         Ok(match kind.as_deref() {
             Some("amax-local") => DistFault::AmaxLocal { site: need_site()?, step },
-            Some("scale-corrupt") => DistFault::ScaleCorrupt { rank: need_rank()?, site: need_site()?, role: role.unwrap_or(Role::Weight), step, factor: magnitude.unwrap_or(16.0) },
+            Some("scale-corrupt") => {
+                DistFault::ScaleCorrupt { rank: need_rank()?, site: need_site()?, role: role.unwrap_or(Role::Weight), step, factor: magnitude.unwrap_or(16.0) }
+            }
             Some("rank-dies") => DistFault::RankDies { rank: need_rank()?, step },
             _ => bail!("--inject '{spec}': kind must be one of {}", KINDS.join(", ")),
         })
@@ -76,7 +91,9 @@ impl DistFault {
     pub fn describe(&self) -> String {
         match self {
             DistFault::AmaxLocal { site, step } => format!("planted: {site}'s amaxes not reduced from step {step} (each rank's own)"),
-            DistFault::ScaleCorrupt { rank, site, role, step, factor } => format!("planted: rank {rank}'s {site}.{} scale × {factor} from step {step}", role.as_str()),
+            DistFault::ScaleCorrupt { rank, site, role, step, factor } => {
+                format!("planted: rank {rank}'s {site}.{} scale × {factor} from step {step}", role.as_str())
+            }
             DistFault::RankDies { rank, step } => format!("planted: rank {rank} stops before step {step} without closing"),
         }
     }
@@ -98,7 +115,10 @@ mod tests {
     fn specs_parse_and_bad_ones_say_why_in_one_line() {
         assert!(DistFault::is_dist_spec("site=layers.0.qkv,kind=amax-local,step=3"));
         assert!(!DistFault::is_dist_spec("site=layers.0.qkv,gemm=fprop,kind=overflow,step=3"));
-        assert_eq!(DistFault::parse("kind=amax-local,site=layers.1.fc2,step=5", 2, 2).unwrap(), DistFault::AmaxLocal { site: Site::new(1, Module::Fc2), step: 5 });
+        assert_eq!(
+            DistFault::parse("kind=amax-local,site=layers.1.fc2,step=5", 2, 2).unwrap(),
+            DistFault::AmaxLocal { site: Site::new(1, Module::Fc2), step: 5 }
+        );
         assert_eq!(
             DistFault::parse("kind=scale-corrupt,rank=1,site=layers.0.qkv,step=3", 2, 2).unwrap(),
             DistFault::ScaleCorrupt { rank: 1, site: Site::new(0, Module::Qkv), role: Role::Weight, step: 3, factor: 16.0 }

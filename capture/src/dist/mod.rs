@@ -72,6 +72,13 @@ impl DistPlan {
             }
         };
         let amax_groups: BTreeMap<String, Vec<String>> = ["activation", "weight", "gradient"].iter().map(|r| (r.to_string(), names.clone())).collect();
-        Parallel { launcher: "fp8-capture".into(), backend: Some("threads".into()), mesh: None, groups, wrappers: vec!["DDP".into()], amax_groups: Some(amax_groups) }
+        Parallel {
+            launcher: "fp8-capture".into(),
+            backend: Some("threads".into()),
+            mesh: None,
+            groups,
+            wrappers: vec!["DDP".into()],
+            amax_groups: Some(amax_groups),
+        }
     }
 }

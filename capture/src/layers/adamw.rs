@@ -20,18 +20,7 @@ use super::check_len;
 const CHUNK: usize = 8192;
 
 /// One AdamW step over a flat parameter tensor; `t` is the 1-based step number.
-pub fn adamw_update(
-    params: &mut [f32],
-    grads: &[f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    weight_decay: f32,
-    t: u32,
-) {
+pub fn adamw_update(params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f32], lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, t: u32) {
     const L: &str = "adamw_update";
     check_len(L, "grads", grads.len(), params.len());
     check_len(L, "m", m.len(), params.len());
@@ -43,19 +32,15 @@ pub fn adamw_update(
     let step_size = (f64::from(lr) / bias_correction1) as f32;
     let bc2_sqrt = bias_correction2.sqrt() as f32;
     let decay = 1.0 - lr * weight_decay;
-    params
-        .par_chunks_mut(CHUNK)
-        .zip(grads.par_chunks(CHUNK))
-        .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .for_each(|((p, g), (m, v))| {
-            for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-                *p *= decay;
-                *m = beta1 * *m + (1.0 - beta1) * g;
-                *v = beta2 * *v + (1.0 - beta2) * g * g;
-                let denom = v.sqrt() / bc2_sqrt + eps;
-                *p -= step_size * (*m / denom);
-            }
-        });
+    params.par_chunks_mut(CHUNK).zip(grads.par_chunks(CHUNK)).zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK))).for_each(|((p, g), (m, v))| {
+        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            *p *= decay;
+            *m = beta1 * *m + (1.0 - beta1) * g;
+            *v = beta2 * *v + (1.0 - beta2) * g * g;
+            let denom = v.sqrt() / bc2_sqrt + eps;
+            *p -= step_size * (*m / denom);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -77,42 +62,22 @@ mod tests {
         //   p = 3, g = 0    → 2.997 (m = v = 0: no Adam step, only the decay)
         let mut p = vec![1.0, -2.0, 3.0];
         let (mut m, mut v) = (vec![0.0; 3], vec![0.0; 3]);
-        adamw_update(
-            &mut p,
-            &[0.5, -4.0, 0.0],
-            &mut m,
-            &mut v,
-            LR,
-            B1,
-            B2,
-            EPS,
-            WD,
-            1,
-        );
+        adamw_update(&mut p, &[0.5, -4.0, 0.0], &mut m, &mut v, LR, B1, B2, EPS, WD, 1);
         let want = [0.899_000_002_f64, -1.898, 2.997];
         for (i, (&got, &want)) in p.iter().zip(&want).enumerate() {
             // f32 rounding of O(1) values: 2 ulps ≈ 2.4e-7 relative.
-            assert!(
-                (f64::from(got) - want).abs() <= 2.4e-7 * want.abs(),
-                "p[{i}] = {got}, want {want}"
-            );
+            assert!((f64::from(got) - want).abs() <= 2.4e-7 * want.abs(), "p[{i}] = {got}, want {want}");
         }
         // m = 0.1·g, but 1 − β1 rounds to 0.100000024 in f32.
         for (i, (&got, want)) in m.iter().zip([0.05f64, -0.4, 0.0]).enumerate() {
-            assert!(
-                (f64::from(got) - want).abs() <= 3e-7 * want.abs(),
-                "m[{i}] = {got}, want {want}"
-            );
+            assert!((f64::from(got) - want).abs() <= 3e-7 * want.abs(), "m[{i}] = {got}, want {want}");
         }
         // v = (1 − β2)·g², where 1 − β2 = 0.00099998713 because 0.999 is not exact in f32.
         let one_minus_b2 = 1.0 - f64::from(B2);
         for (i, g) in [0.5f64, -4.0, 0.0].into_iter().enumerate() {
             let want = one_minus_b2 * g * g;
             let got = f64::from(v[i]);
-            assert!(
-                (got - want).abs() <= 3e-7 * want,
-                "v[{i}] = {got}, want {want}"
-            );
+            assert!((got - want).abs() <= 3e-7 * want, "v[{i}] = {got}, want {want}");
         }
     }
 
@@ -121,13 +86,7 @@ mod tests {
         // The same recurrence written out in f64 for one scalar over three steps.
         let grads = [0.5f64, -0.25, 1.0];
         let (mut p64, mut m64, mut v64) = (1.0f64, 0.0f64, 0.0f64);
-        let (b1, b2, lr, eps, wd) = (
-            f64::from(B1),
-            f64::from(B2),
-            f64::from(LR),
-            f64::from(EPS),
-            f64::from(WD),
-        );
+        let (b1, b2, lr, eps, wd) = (f64::from(B1), f64::from(B2), f64::from(LR), f64::from(EPS), f64::from(WD));
         let mut p = vec![1.0f32; 1];
         let (mut m, mut v) = (vec![0.0f32], vec![0.0f32]);
         for (step, &g) in grads.iter().enumerate() {
@@ -138,25 +97,10 @@ mod tests {
             let mhat = m64 / (1.0 - b1.powi(t));
             let vhat = v64 / (1.0 - b2.powi(t));
             p64 -= lr * mhat / (vhat.sqrt() + eps);
-            adamw_update(
-                &mut p,
-                &[g as f32],
-                &mut m,
-                &mut v,
-                LR,
-                B1,
-                B2,
-                EPS,
-                WD,
-                t as u32,
-            );
+            adamw_update(&mut p, &[g as f32], &mut m, &mut v, LR, B1, B2, EPS, WD, t as u32);
             // A dozen f32 operations per step on O(1) values, three steps: ≲ 1e-6 relative.
             let err = (f64::from(p[0]) - p64).abs() / p64.abs();
-            assert!(
-                err < 1e-6,
-                "step {t}: p = {}, want {p64} (rel err {err:.2e})",
-                p[0]
-            );
+            assert!(err < 1e-6, "step {t}: p = {}, want {p64} (rel err {err:.2e})", p[0]);
         }
         // By hand (4 digits): p₁ = 0.899; step 2 decays to 0.8981, m̂ = 0.02/0.19 = 0.1053,
         // √v̂ = √(0.00031225/0.001999) = 0.3952, so p₂ = 0.8981 − 0.02663 = 0.8715; step 3
@@ -179,18 +123,7 @@ mod tests {
         for i in [0, CHUNK - 1, CHUNK, 2 * CHUNK + 7, n - 1] {
             let (mut q, mut mm, mut vv) = ([p0[i]], [0.0], [0.0]);
             for t in 1..=2 {
-                adamw_update(
-                    &mut q,
-                    &[grads[i]],
-                    &mut mm,
-                    &mut vv,
-                    LR,
-                    B1,
-                    B2,
-                    EPS,
-                    WD,
-                    t,
-                );
+                adamw_update(&mut q, &[grads[i]], &mut mm, &mut vv, LR, B1, B2, EPS, WD, t);
             }
             assert_eq!(p[i].to_bits(), q[0].to_bits(), "element {i}");
         }

@@ -31,29 +31,13 @@ use super::{check_len, rows_per_task};
 /// Checks the dimensions shared by forward and backward; returns hs.
 #[track_caller]
 fn head_size(layer: &str, c: usize, nh: usize, kvh: usize) -> usize {
-    assert!(
-        nh > 0 && c.is_multiple_of(nh),
-        "{layer}: C = {c} is not a positive multiple of NH = {nh}"
-    );
-    assert!(
-        kvh > 0 && nh.is_multiple_of(kvh),
-        "{layer}: NH = {nh} is not a positive multiple of KVH = {kvh}"
-    );
+    assert!(nh > 0 && c.is_multiple_of(nh), "{layer}: C = {c} is not a positive multiple of NH = {nh}");
+    assert!(kvh > 0 && nh.is_multiple_of(kvh), "{layer}: NH = {nh} is not a positive multiple of KVH = {kvh}");
     c / nh
 }
 
 /// out (B, T, C) and att (B, NH, T, T) from qkv (B, T, C + 2·KVH·hs).
-pub fn attention_fwd(
-    out: &mut [f32],
-    att: &mut [f32],
-    qkv: &[f32],
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    kvh: usize,
-    causal: bool,
-) {
+pub fn attention_fwd(out: &mut [f32], att: &mut [f32], qkv: &[f32], b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
     const L: &str = "attention_fwd";
     let hs = head_size(L, c, nh, kvh);
     let (w, kvc, rep) = (c + 2 * kvh * hs, kvh * hs, nh / kvh);
@@ -66,56 +50,50 @@ pub fn attention_fwd(
     let scale = 1.0 / (hs as f32).sqrt();
 
     // Pass 1, per (b, h, tq) row of att: softmax over the visible keys of scale·q·k.
-    att.par_chunks_mut(t)
-        .enumerate()
-        .with_min_len(rows_per_task(t * hs))
-        .for_each(|(row, p)| {
-            let (bh, tq) = (row / t, row % t);
-            let (bb, h) = (bh / nh, bh % nh);
-            let base = bb * t * w;
-            let q = &qkv[base + tq * w + h * hs..][..hs];
-            let koff = c + (h / rep) * hs;
-            let tend = if causal { tq + 1 } else { t };
-            let mut max = f32::NEG_INFINITY;
-            for (t2, p) in p[..tend].iter_mut().enumerate() {
-                let k = &qkv[base + t2 * w + koff..][..hs];
-                let s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-                max = max.max(s);
-                *p = s;
-            }
-            let mut sum = 0.0f32;
-            for p in &mut p[..tend] {
-                *p = (*p - max).exp();
-                sum += *p;
-            }
-            let inv = 1.0 / sum;
-            for p in &mut p[..tend] {
-                *p *= inv;
-            }
-            p[tend..].fill(0.0);
-        });
+    att.par_chunks_mut(t).enumerate().with_min_len(rows_per_task(t * hs)).for_each(|(row, p)| {
+        let (bh, tq) = (row / t, row % t);
+        let (bb, h) = (bh / nh, bh % nh);
+        let base = bb * t * w;
+        let q = &qkv[base + tq * w + h * hs..][..hs];
+        let koff = c + (h / rep) * hs;
+        let tend = if causal { tq + 1 } else { t };
+        let mut max = f32::NEG_INFINITY;
+        for (t2, p) in p[..tend].iter_mut().enumerate() {
+            let k = &qkv[base + t2 * w + koff..][..hs];
+            let s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+            max = max.max(s);
+            *p = s;
+        }
+        let mut sum = 0.0f32;
+        for p in &mut p[..tend] {
+            *p = (*p - max).exp();
+            sum += *p;
+        }
+        let inv = 1.0 / sum;
+        for p in &mut p[..tend] {
+            *p *= inv;
+        }
+        p[tend..].fill(0.0);
+    });
 
     // Pass 2, per (b, tq) row of out: each head's slice = Σ over visible keys of att · v.
     let att = &*att;
-    out.par_chunks_mut(c)
-        .enumerate()
-        .with_min_len(rows_per_task(t * c))
-        .for_each(|(row, o)| {
-            let (bb, tq) = (row / t, row % t);
-            let tend = if causal { tq + 1 } else { t };
-            o.fill(0.0);
-            for h in 0..nh {
-                let p = &att[((bb * nh + h) * t + tq) * t..][..tend];
-                let o = &mut o[h * hs..(h + 1) * hs];
-                let voff = c + kvc + (h / rep) * hs;
-                for (t2, &a) in p.iter().enumerate() {
-                    let v = &qkv[(bb * t + t2) * w + voff..][..hs];
-                    for (o, &v) in o.iter_mut().zip(v) {
-                        *o += a * v;
-                    }
+    out.par_chunks_mut(c).enumerate().with_min_len(rows_per_task(t * c)).for_each(|(row, o)| {
+        let (bb, tq) = (row / t, row % t);
+        let tend = if causal { tq + 1 } else { t };
+        o.fill(0.0);
+        for h in 0..nh {
+            let p = &att[((bb * nh + h) * t + tq) * t..][..tend];
+            let o = &mut o[h * hs..(h + 1) * hs];
+            let voff = c + kvc + (h / rep) * hs;
+            for (t2, &a) in p.iter().enumerate() {
+                let v = &qkv[(bb * t + t2) * w + voff..][..hs];
+                for (o, &v) in o.iter_mut().zip(v) {
+                    *o += a * v;
                 }
             }
-        });
+        }
+    });
 }
 
 /// dqkv (B, T, C + 2·KVH·hs) `=` from dout (B, T, C); datt (B, NH, T, T) is scratch.
@@ -147,27 +125,24 @@ pub fn attention_bwd(
 
     // Pass 1, per (b, h, tq) row: d(att) = dout·v, then through the softmax and the scale:
     // d(q·k)[t2] = scale · att[t2] · (d(att)[t2] − Σ att·d(att)).
-    datt.par_chunks_mut(t)
-        .enumerate()
-        .with_min_len(rows_per_task(t * hs))
-        .for_each(|(row, ds)| {
-            let (bh, tq) = (row / t, row % t);
-            let (bb, h) = (bh / nh, bh % nh);
-            let tend = if causal { tq + 1 } else { t };
-            let p = &att[row * t..][..tend];
-            let dy = &dout[(bb * t + tq) * c + h * hs..][..hs];
-            let voff = c + kvc + (h / rep) * hs;
-            let mut dot = 0.0f32;
-            for (t2, (d, &a)) in ds[..tend].iter_mut().zip(p).enumerate() {
-                let v = &qkv[(bb * t + t2) * w + voff..][..hs];
-                *d = dy.iter().zip(v).map(|(a, b)| a * b).sum::<f32>();
-                dot += a * *d;
-            }
-            for (d, &a) in ds[..tend].iter_mut().zip(p) {
-                *d = scale * a * (*d - dot);
-            }
-            ds[tend..].fill(0.0);
-        });
+    datt.par_chunks_mut(t).enumerate().with_min_len(rows_per_task(t * hs)).for_each(|(row, ds)| {
+        let (bh, tq) = (row / t, row % t);
+        let (bb, h) = (bh / nh, bh % nh);
+        let tend = if causal { tq + 1 } else { t };
+        let p = &att[row * t..][..tend];
+        let dy = &dout[(bb * t + tq) * c + h * hs..][..hs];
+        let voff = c + kvc + (h / rep) * hs;
+        let mut dot = 0.0f32;
+        for (t2, (d, &a)) in ds[..tend].iter_mut().zip(p).enumerate() {
+            let v = &qkv[(bb * t + t2) * w + voff..][..hs];
+            *d = dy.iter().zip(v).map(|(a, b)| a * b).sum::<f32>();
+            dot += a * *d;
+        }
+        for (d, &a) in ds[..tend].iter_mut().zip(p) {
+            *d = scale * a * (*d - dot);
+        }
+        ds[tend..].fill(0.0);
+    });
 
     // Pass 2, per (b, tr) row of dqkv, per query head h (kv head g = h / rep):
     //   dq[tr, h] = Σ_{keys t2 visible to tr}  ds[h, tr, t2] · k[t2, g]
@@ -175,43 +150,40 @@ pub fn attention_bwd(
     //   dv[tr, g] = Σ_{h of group g} Σ_{queries tq that see tr} att[h, tq, tr] · dout[tq, h]
     // in that order (h ascending, then tq ascending).
     let ds = &*datt;
-    dqkv.par_chunks_mut(w)
-        .enumerate()
-        .with_min_len(rows_per_task(3 * t * c))
-        .for_each(|(row, dr)| {
-            let (bb, tr) = (row / t, row % t);
-            let keys = if causal { 0..tr + 1 } else { 0..t };
-            let queries = if causal { tr..t } else { 0..t };
-            dr.fill(0.0);
-            let (dq, dkv) = dr.split_at_mut(c);
-            let (dk, dv) = dkv.split_at_mut(kvc);
-            for h in 0..nh {
-                let hoff = h * hs;
-                let goff = (h / rep) * hs;
-                let bh = bb * nh + h;
-                let dq = &mut dq[hoff..hoff + hs];
-                let drow = &ds[(bh * t + tr) * t..][..t];
-                for t2 in keys.clone() {
-                    let g = drow[t2];
-                    let k = &qkv[(bb * t + t2) * w + c + goff..][..hs];
-                    for (d, &k) in dq.iter_mut().zip(k) {
-                        *d += g * k;
-                    }
-                }
-                let dk = &mut dk[goff..goff + hs];
-                let dv = &mut dv[goff..goff + hs];
-                for tq in queries.clone() {
-                    let g = ds[(bh * t + tq) * t + tr];
-                    let a = att[(bh * t + tq) * t + tr];
-                    let q = &qkv[(bb * t + tq) * w + hoff..][..hs];
-                    let dy = &dout[(bb * t + tq) * c + hoff..][..hs];
-                    for (((dk, dv), &q), &dy) in dk.iter_mut().zip(dv.iter_mut()).zip(q).zip(dy) {
-                        *dk += g * q;
-                        *dv += a * dy;
-                    }
+    dqkv.par_chunks_mut(w).enumerate().with_min_len(rows_per_task(3 * t * c)).for_each(|(row, dr)| {
+        let (bb, tr) = (row / t, row % t);
+        let keys = if causal { 0..tr + 1 } else { 0..t };
+        let queries = if causal { tr..t } else { 0..t };
+        dr.fill(0.0);
+        let (dq, dkv) = dr.split_at_mut(c);
+        let (dk, dv) = dkv.split_at_mut(kvc);
+        for h in 0..nh {
+            let hoff = h * hs;
+            let goff = (h / rep) * hs;
+            let bh = bb * nh + h;
+            let dq = &mut dq[hoff..hoff + hs];
+            let drow = &ds[(bh * t + tr) * t..][..t];
+            for t2 in keys.clone() {
+                let g = drow[t2];
+                let k = &qkv[(bb * t + t2) * w + c + goff..][..hs];
+                for (d, &k) in dq.iter_mut().zip(k) {
+                    *d += g * k;
                 }
             }
-        });
+            let dk = &mut dk[goff..goff + hs];
+            let dv = &mut dv[goff..goff + hs];
+            for tq in queries.clone() {
+                let g = ds[(bh * t + tq) * t + tr];
+                let a = att[(bh * t + tq) * t + tr];
+                let q = &qkv[(bb * t + tq) * w + hoff..][..hs];
+                let dy = &dout[(bb * t + tq) * c + hoff..][..hs];
+                for (((dk, dv), &q), &dy) in dk.iter_mut().zip(dv.iter_mut()).zip(q).zip(dy) {
+                    *dk += g * q;
+                    *dv += a * dy;
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -224,14 +196,7 @@ mod tests {
     const C: usize = 8;
     const NH: usize = 2;
 
-    fn forward(
-        qkv: &[f32],
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        causal: bool,
-    ) -> (Vec<f32>, Vec<f32>) {
+    fn forward(qkv: &[f32], b: usize, t: usize, c: usize, nh: usize, causal: bool) -> (Vec<f32>, Vec<f32>) {
         let mut out = vec![f32::NAN; b * t * c];
         let mut att = vec![f32::NAN; b * nh * t * t];
         attention_fwd(&mut out, &mut att, qkv, b, t, c, nh, nh, causal);
@@ -246,26 +211,15 @@ mod tests {
             let want = attention_fwd_ref(&to_f64(&qkv), B, T, C, NH, causal);
             // Dot products of hs = 4 terms, a softmax over ≤ 5 keys, a weighted sum of ≤ 5
             // values, all O(1) in f32: a few ulps.
-            check_close(
-                &format!("attention_fwd out causal={causal}"),
-                &out,
-                &want,
-                1e-5,
-            );
+            check_close(&format!("attention_fwd out causal={causal}"), &out, &want, 1e-5);
             for (row, p) in att.chunks(T).enumerate() {
                 let tq = row % T;
                 let sum: f64 = p.iter().map(|&x| f64::from(x)).sum();
                 assert!((sum - 1.0).abs() < 1e-6, "att row {row} sums to {sum}");
                 if causal {
-                    assert!(
-                        p[tq + 1..].iter().all(|&x| x == 0.0),
-                        "att row {row} attends to the future: {p:?}"
-                    );
+                    assert!(p[tq + 1..].iter().all(|&x| x == 0.0), "att row {row} attends to the future: {p:?}");
                 } else {
-                    assert!(
-                        p.iter().all(|&x| x > 0.0),
-                        "full att row {row} has a zero: {p:?}"
-                    );
+                    assert!(p.iter().all(|&x| x > 0.0), "full att row {row} has a zero: {p:?}");
                 }
             }
         }
@@ -285,30 +239,16 @@ mod tests {
             let (out2, att2) = forward(&moved, B, T, C, NH, causal);
             let early_same = out[..t0 * C] == out2[..t0 * C];
             let late_same = out[t0 * C..T * C] == out2[t0 * C..T * C];
-            assert!(
-                !late_same,
-                "causal={causal}: moving token {t0} did not change its own output"
-            );
-            assert_eq!(
-                out[T * C..],
-                out2[T * C..],
-                "causal={causal}: batch 1 changed"
-            );
+            assert!(!late_same, "causal={causal}: moving token {t0} did not change its own output");
+            assert_eq!(out[T * C..], out2[T * C..], "causal={causal}: batch 1 changed");
             if causal {
                 assert!(early_same, "causal: outputs before token {t0} changed");
                 for h in 0..NH {
                     let rows = h * T * T..(h * T + t0) * T;
-                    assert_eq!(
-                        att[rows.clone()],
-                        att2[rows],
-                        "causal: att rows before {t0} changed (head {h})"
-                    );
+                    assert_eq!(att[rows.clone()], att2[rows], "causal: att rows before {t0} changed (head {h})");
                 }
             } else {
-                assert!(
-                    !early_same,
-                    "full attention: earlier outputs should see token {t0}"
-                );
+                assert!(!early_same, "full attention: earlier outputs should see token {t0}");
             }
         }
     }
@@ -321,9 +261,7 @@ mod tests {
             let dout = rand_vec(&mut r, B * T * C, -1.0, 1.0);
             let (_, att) = forward(&qkv, B, T, C, NH, causal);
             let dy64 = to_f64(&dout);
-            let want = fd_grad(&to_f64(&qkv), |x| {
-                dot_ref(&dy64, &attention_fwd_ref(x, B, T, C, NH, causal))
-            });
+            let want = fd_grad(&to_f64(&qkv), |x| dot_ref(&dy64, &attention_fwd_ref(x, B, T, C, NH, causal)));
             // `=`: garbage in the outputs must be overwritten.
             let mut dqkv = vec![f32::NAN; qkv.len()];
             let mut datt = vec![f32::NAN; att.len()];
@@ -331,12 +269,7 @@ mod tests {
             // Each gradient is a sum of ≤ T·hs = 20 O(1) products through a softmax whose
             // backward subtracts a weighted mean (cancellation): ~1e-6 relative to the terms,
             // ≲ 1e-5 after the 1 % floor. 1e-4 leaves a margin; a wrong term is O(1).
-            check_close(
-                &format!("attention_bwd dqkv causal={causal}"),
-                &dqkv,
-                &want,
-                1e-4,
-            );
+            check_close(&format!("attention_bwd dqkv causal={causal}"), &dqkv, &want, 1e-4);
         }
     }
 
@@ -354,11 +287,7 @@ mod tests {
             [out, att, dqkv]
         };
         let a = run();
-        for (label, other) in [
-            ("run twice", run()),
-            ("1 thread", in_pool(1, run)),
-            ("3 threads", in_pool(3, run)),
-        ] {
+        for (label, other) in [("run twice", run()), ("1 thread", in_pool(1, run)), ("3 threads", in_pool(3, run))] {
             for (name, (x, y)) in ["out", "att", "dqkv"].iter().zip(a.iter().zip(&other)) {
                 assert_bits_eq(&format!("attention {name} {label}"), x, y);
             }

@@ -20,18 +20,11 @@ const VOCAB_BLOCKS: usize = 64;
 pub fn embedding_fwd(out: &mut [f32], tokens: &[u32], wte: &[f32], c: usize) {
     let v = rows_of("embedding_fwd", "wte", wte.len(), c);
     check_len("embedding_fwd", "out", out.len(), tokens.len() * c);
-    out.par_chunks_mut(c)
-        .zip(tokens.par_iter())
-        .enumerate()
-        .with_min_len(rows_per_task(c))
-        .for_each(|(n, (row, &tok))| {
-            let tok = tok as usize;
-            assert!(
-                tok < v,
-                "embedding_fwd: token {tok} at position {n} is not below V = {v}"
-            );
-            row.copy_from_slice(&wte[tok * c..(tok + 1) * c]);
-        });
+    out.par_chunks_mut(c).zip(tokens.par_iter()).enumerate().with_min_len(rows_per_task(c)).for_each(|(n, (row, &tok))| {
+        let tok = tok as usize;
+        assert!(tok < v, "embedding_fwd: token {tok} at position {n} is not below V = {v}");
+        row.copy_from_slice(&wte[tok * c..(tok + 1) * c]);
+    });
 }
 
 /// dwte (V, C) += dout (N, C) scattered by tokens (N).
@@ -45,21 +38,19 @@ pub fn embedding_bwd(dwte: &mut [f32], dout: &[f32], tokens: &[u32], c: usize) {
         return;
     }
     let rows_per_block = v.div_ceil(VOCAB_BLOCKS);
-    dwte.par_chunks_mut(rows_per_block * c)
-        .enumerate()
-        .for_each(|(blk, dw)| {
-            let lo = blk * rows_per_block;
-            let hi = lo + dw.len() / c;
-            for (n, &tok) in tokens.iter().enumerate() {
-                let tok = tok as usize;
-                if (lo..hi).contains(&tok) {
-                    let row = &mut dw[(tok - lo) * c..(tok - lo + 1) * c];
-                    for (d, &g) in row.iter_mut().zip(&dout[n * c..(n + 1) * c]) {
-                        *d += g;
-                    }
+    dwte.par_chunks_mut(rows_per_block * c).enumerate().for_each(|(blk, dw)| {
+        let lo = blk * rows_per_block;
+        let hi = lo + dw.len() / c;
+        for (n, &tok) in tokens.iter().enumerate() {
+            let tok = tok as usize;
+            if (lo..hi).contains(&tok) {
+                let row = &mut dw[(tok - lo) * c..(tok - lo + 1) * c];
+                for (d, &g) in row.iter_mut().zip(&dout[n * c..(n + 1) * c]) {
+                    *d += g;
                 }
             }
-        });
+        }
+    });
 }
 
 #[cfg(test)]
@@ -79,11 +70,7 @@ mod tests {
         let mut out = vec![f32::NAN; N * C];
         embedding_fwd(&mut out, &tokens, &wte, C);
         for (n, &tok) in tokens.iter().enumerate() {
-            assert_bits_eq(
-                "embedding_fwd row",
-                &out[n * C..(n + 1) * C],
-                &wte[tok as usize * C..(tok as usize + 1) * C],
-            );
+            assert_bits_eq("embedding_fwd row", &out[n * C..(n + 1) * C], &wte[tok as usize * C..(tok as usize + 1) * C]);
         }
     }
 
@@ -97,21 +84,14 @@ mod tests {
         let dout = rand_vec(&mut r, N * C, -1.0, 1.0);
         let dout64 = to_f64(&dout);
         let want = fd_grad(&to_f64(&wte), |w| {
-            let out: Vec<f64> = tokens
-                .iter()
-                .flat_map(|&t| w[t as usize * C..(t as usize + 1) * C].to_vec())
-                .collect();
+            let out: Vec<f64> = tokens.iter().flat_map(|&t| w[t as usize * C..(t as usize + 1) * C].to_vec()).collect();
             dot_ref(&dout64, &out)
         });
         // `+=`: start from random values and compare the increment.
         let init = rand_vec(&mut r, V * C, -1.0, 1.0);
         let mut dwte = init.clone();
         embedding_bwd(&mut dwte, &dout, &tokens, C);
-        let want: Vec<f64> = want
-            .iter()
-            .zip(&init)
-            .map(|(g, &i)| g + f64::from(i))
-            .collect();
+        let want: Vec<f64> = want.iter().zip(&init).map(|(g, &i)| g + f64::from(i)).collect();
         // At most N additions of O(1) values in f32 onto the initial value: a few ulps.
         check_close("embedding_bwd dwte", &dwte, &want, 1e-5);
     }

@@ -36,29 +36,24 @@ fn sigmoid_terms(x: f32) -> (f32, f32, f32) {
 /// out = gelu(inp).
 pub fn gelu_fwd(out: &mut [f32], inp: &[f32]) {
     check_len("gelu_fwd", "out", out.len(), inp.len());
-    out.par_chunks_mut(CHUNK)
-        .zip(inp.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            for (o, &x) in o.iter_mut().zip(x) {
-                let a = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-                *o = x / (1.0 + (-2.0 * a).exp());
-            }
-        });
+    out.par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).for_each(|(o, x)| {
+        for (o, &x) in o.iter_mut().zip(x) {
+            let a = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+            *o = x / (1.0 + (-2.0 * a).exp());
+        }
+    });
 }
 
 /// dinp = gelu'(inp) · dout, with gelu'(x) = σ(2a) + 2x·σ(2a)(1 − σ(2a))·da/dx.
 pub fn gelu_bwd(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
     check_len("gelu_bwd", "dinp", dinp.len(), inp.len());
     check_len("gelu_bwd", "dout", dout.len(), inp.len());
-    dinp.par_chunks_mut(CHUNK)
-        .zip(inp.par_chunks(CHUNK))
-        .zip(dout.par_chunks(CHUNK))
-        .for_each(|((dx, x), dy)| {
-            for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
-                let (sig, sig_1msig, da_dx) = sigmoid_terms(x);
-                *dx = (sig + 2.0 * x * sig_1msig * da_dx) * dy;
-            }
-        });
+    dinp.par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).zip(dout.par_chunks(CHUNK)).for_each(|((dx, x), dy)| {
+        for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
+            let (sig, sig_1msig, da_dx) = sigmoid_terms(x);
+            *dx = (sig + 2.0 * x * sig_1msig * da_dx) * dy;
+        }
+    });
 }
 
 #[cfg(test)]
@@ -91,16 +86,9 @@ mod tests {
             let x64 = f64::from(x);
             let two_a = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (x64 + 0.044715 * x64.powi(3));
             let want = gelu_ref(x64);
-            let err = if want == 0.0 {
-                f64::from(y).abs()
-            } else {
-                (f64::from(y) - want).abs() / want.abs()
-            };
+            let err = if want == 0.0 { f64::from(y).abs() } else { (f64::from(y) - want).abs() / want.abs() };
             let tol = 1e-6 * (1.0 + two_a.abs());
-            assert!(
-                err < tol,
-                "gelu({x}) = {y:e}, want {want:e} (rel err {err:.2e} > {tol:.1e})"
-            );
+            assert!(err < tol, "gelu({x}) = {y:e}, want {want:e} (rel err {err:.2e} > {tol:.1e})");
         }
     }
 

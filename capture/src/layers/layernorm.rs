@@ -21,15 +21,7 @@ pub const LN_EPS: f32 = 1e-5;
 const CHANNEL_BLOCK: usize = 16;
 
 /// out = (inp − mean)·rstd·weight + bias per row of inp (N, C); also writes mean (N), rstd (N).
-pub fn layernorm_fwd(
-    out: &mut [f32],
-    mean: &mut [f32],
-    rstd: &mut [f32],
-    inp: &[f32],
-    weight: &[f32],
-    bias: &[f32],
-    c: usize,
-) {
+pub fn layernorm_fwd(out: &mut [f32], mean: &mut [f32], rstd: &mut [f32], inp: &[f32], weight: &[f32], bias: &[f32], c: usize) {
     const L: &str = "layernorm_fwd";
     let n = rows_of(L, "inp", inp.len(), c);
     check_len(L, "out", out.len(), n * c);
@@ -38,11 +30,8 @@ pub fn layernorm_fwd(
     check_len(L, "weight", weight.len(), c);
     check_len(L, "bias", bias.len(), c);
     let inv_c = 1.0 / c as f32;
-    out.par_chunks_mut(c)
-        .zip(inp.par_chunks(c))
-        .zip(mean.par_iter_mut().zip(rstd.par_iter_mut()))
-        .with_min_len(rows_per_task(c))
-        .for_each(|((o, x), (m, s))| {
+    out.par_chunks_mut(c).zip(inp.par_chunks(c)).zip(mean.par_iter_mut().zip(rstd.par_iter_mut())).with_min_len(rows_per_task(c)).for_each(
+        |((o, x), (m, s))| {
             let mu = x.iter().sum::<f32>() * inv_c;
             let var = x.iter().map(|&v| (v - mu) * (v - mu)).sum::<f32>() * inv_c;
             let rs = 1.0 / (var + LN_EPS).sqrt();
@@ -51,7 +40,8 @@ pub fn layernorm_fwd(
             }
             *m = mu;
             *s = rs;
-        });
+        },
+    );
 }
 
 /// Backward of `layernorm_fwd`: dinp (N, C) `+=`, dweight (C) `+=`, dbias (C) `+=`.
@@ -78,12 +68,8 @@ pub fn layernorm_bwd(
     let inv_c = 1.0 / c as f32;
 
     // Pass 1, per row: dx = rstd·(w·dy − mean(w·dy) − x̂·mean(w·dy·x̂)).
-    dinp.par_chunks_mut(c)
-        .zip(dout.par_chunks(c))
-        .zip(inp.par_chunks(c))
-        .zip(mean.par_iter().zip(rstd.par_iter()))
-        .with_min_len(rows_per_task(c))
-        .for_each(|(((dx, dy), x), (&mu, &rs))| {
+    dinp.par_chunks_mut(c).zip(dout.par_chunks(c)).zip(inp.par_chunks(c)).zip(mean.par_iter().zip(rstd.par_iter())).with_min_len(rows_per_task(c)).for_each(
+        |(((dx, dy), x), (&mu, &rs))| {
             let mut dnorm_mean = 0.0f32;
             let mut dnorm_norm_mean = 0.0f32;
             for ((&dy, &x), &w) in dy.iter().zip(x).zip(weight) {
@@ -97,27 +83,24 @@ pub fn layernorm_bwd(
                 let norm = (x - mu) * rs;
                 *dx += (w * dy - dnorm_mean - norm * dnorm_norm_mean) * rs;
             }
-        });
+        },
+    );
 
     // Pass 2, per block of channels, rows in order: dweight += Σ dy·x̂, dbias += Σ dy.
-    dweight
-        .par_chunks_mut(CHANNEL_BLOCK)
-        .zip(dbias.par_chunks_mut(CHANNEL_BLOCK))
-        .enumerate()
-        .for_each(|(blk, (dw, db))| {
-            let j0 = blk * CHANNEL_BLOCK;
-            let width = dw.len();
-            for i in 0..n {
-                let (mu, rs) = (mean[i], rstd[i]);
-                let row = i * c + j0;
-                let dy = &dout[row..row + width];
-                let x = &inp[row..row + width];
-                for (((dw, db), &dy), &x) in dw.iter_mut().zip(db.iter_mut()).zip(dy).zip(x) {
-                    *dw += dy * ((x - mu) * rs);
-                    *db += dy;
-                }
+    dweight.par_chunks_mut(CHANNEL_BLOCK).zip(dbias.par_chunks_mut(CHANNEL_BLOCK)).enumerate().for_each(|(blk, (dw, db))| {
+        let j0 = blk * CHANNEL_BLOCK;
+        let width = dw.len();
+        for i in 0..n {
+            let (mu, rs) = (mean[i], rstd[i]);
+            let row = i * c + j0;
+            let dy = &dout[row..row + width];
+            let x = &inp[row..row + width];
+            for (((dw, db), &dy), &x) in dw.iter_mut().zip(db.iter_mut()).zip(dy).zip(x) {
+                *dw += dy * ((x - mu) * rs);
+                *db += dy;
             }
-        });
+        }
+    });
 }
 
 #[cfg(test)]
@@ -141,20 +124,13 @@ mod tests {
         for (i, x) in inp.iter_mut().enumerate() {
             *x += 0.5 * (i / c) as f32;
         }
-        Case {
-            inp,
-            weight: rand_vec(&mut r, c, 0.5, 1.5),
-            bias: rand_vec(&mut r, c, -0.5, 0.5),
-        }
+        Case { inp, weight: rand_vec(&mut r, c, 0.5, 1.5), bias: rand_vec(&mut r, c, -0.5, 0.5) }
     }
 
     fn forward(cs: &Case, c: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let n = cs.inp.len() / c;
-        let (mut out, mut mean, mut rstd) =
-            (vec![f32::NAN; n * c], vec![f32::NAN; n], vec![f32::NAN; n]);
-        layernorm_fwd(
-            &mut out, &mut mean, &mut rstd, &cs.inp, &cs.weight, &cs.bias, c,
-        );
+        let (mut out, mut mean, mut rstd) = (vec![f32::NAN; n * c], vec![f32::NAN; n], vec![f32::NAN; n]);
+        layernorm_fwd(&mut out, &mut mean, &mut rstd, &cs.inp, &cs.weight, &cs.bias, c);
         (out, mean, rstd)
     }
 
@@ -173,53 +149,24 @@ mod tests {
         let (_, mean, rstd) = forward(&cs, C);
         let mut r = rng(12);
         let dout = rand_vec(&mut r, N * C, -1.0, 1.0);
-        let (x64, w64, b64, dy64) = (
-            to_f64(&cs.inp),
-            to_f64(&cs.weight),
-            to_f64(&cs.bias),
-            to_f64(&dout),
-        );
-        let fd_inp = fd_grad(&x64, |x| {
-            dot_ref(&dy64, &layernorm_fwd_ref(x, &w64, &b64, C))
-        });
-        let fd_w = fd_grad(&w64, |w| {
-            dot_ref(&dy64, &layernorm_fwd_ref(&x64, w, &b64, C))
-        });
-        let fd_b = fd_grad(&b64, |b| {
-            dot_ref(&dy64, &layernorm_fwd_ref(&x64, &w64, b, C))
-        });
+        let (x64, w64, b64, dy64) = (to_f64(&cs.inp), to_f64(&cs.weight), to_f64(&cs.bias), to_f64(&dout));
+        let fd_inp = fd_grad(&x64, |x| dot_ref(&dy64, &layernorm_fwd_ref(x, &w64, &b64, C)));
+        let fd_w = fd_grad(&w64, |w| dot_ref(&dy64, &layernorm_fwd_ref(&x64, w, &b64, C)));
+        let fd_b = fd_grad(&b64, |b| dot_ref(&dy64, &layernorm_fwd_ref(&x64, &w64, b, C)));
 
         // All three accumulate: start from random values, compare the increments.
         let init_dx = rand_vec(&mut r, N * C, -1.0, 1.0);
         let init_dw = rand_vec(&mut r, C, -1.0, 1.0);
         let init_db = rand_vec(&mut r, C, -1.0, 1.0);
-        let (mut dinp, mut dweight, mut dbias) =
-            (init_dx.clone(), init_dw.clone(), init_db.clone());
-        layernorm_bwd(
-            &mut dinp,
-            &mut dweight,
-            &mut dbias,
-            &dout,
-            &cs.inp,
-            &cs.weight,
-            &mean,
-            &rstd,
-            C,
-        );
-        let minus = |got: &[f32], init: &[f32]| -> Vec<f32> {
-            got.iter().zip(init).map(|(g, i)| g - i).collect()
-        };
+        let (mut dinp, mut dweight, mut dbias) = (init_dx.clone(), init_dw.clone(), init_db.clone());
+        layernorm_bwd(&mut dinp, &mut dweight, &mut dbias, &dout, &cs.inp, &cs.weight, &mean, &rstd, C);
+        let minus = |got: &[f32], init: &[f32]| -> Vec<f32> { got.iter().zip(init).map(|(g, i)| g - i).collect() };
 
         // dinp is a difference of three O(1) terms times rstd ≈ 1: cancellation leaves an
         // absolute f32 error of ~1e-7·|terms|, which the 1 % floor turns into ≲ 1e-5 relative;
         // 1e-4 keeps a margin. The subtraction of the initial value adds ~1 ulp of O(1).
         check_close("layernorm_bwd dinp", &minus(&dinp, &init_dx), &fd_inp, 1e-4);
-        check_close(
-            "layernorm_bwd dweight",
-            &minus(&dweight, &init_dw),
-            &fd_w,
-            1e-4,
-        );
+        check_close("layernorm_bwd dweight", &minus(&dweight, &init_dw), &fd_w, 1e-4);
         check_close("layernorm_bwd dbias", &minus(&dbias, &init_db), &fd_b, 1e-4);
     }
 
@@ -231,21 +178,12 @@ mod tests {
         let run = || {
             let (out, mean, rstd) = forward(&cs, c);
             let (mut dinp, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c], vec![0.0; c]);
-            layernorm_bwd(
-                &mut dinp, &mut dw, &mut db, &dout, &cs.inp, &cs.weight, &mean, &rstd, c,
-            );
+            layernorm_bwd(&mut dinp, &mut dw, &mut db, &dout, &cs.inp, &cs.weight, &mean, &rstd, c);
             [out, mean, rstd, dinp, dw, db]
         };
         let a = run();
-        for (label, b) in [
-            ("run twice", run()),
-            ("1 thread", in_pool(1, run)),
-            ("3 threads", in_pool(3, run)),
-        ] {
-            for (name, (x, y)) in ["out", "mean", "rstd", "dinp", "dweight", "dbias"]
-                .iter()
-                .zip(a.iter().zip(&b))
-            {
+        for (label, b) in [("run twice", run()), ("1 thread", in_pool(1, run)), ("3 threads", in_pool(3, run))] {
+            for (name, (x, y)) in ["out", "mean", "rstd", "dinp", "dweight", "dbias"].iter().zip(a.iter().zip(&b)) {
                 assert_bits_eq(&format!("layernorm {name} {label}"), x, y);
             }
         }

@@ -24,41 +24,24 @@ pub const IGNORE_TARGET: u32 = u32::MAX;
 
 /// losses (N) = −log softmax(logits (N, V))[targets]; dlogits (N, V) = (softmax − onehot)·dloss;
 /// both 0 on rows whose target is [`IGNORE_TARGET`].
-pub fn crossentropy_fwd_bwd(
-    losses: &mut [f32],
-    dlogits: &mut [f32],
-    logits: &[f32],
-    targets: &[u32],
-    v: usize,
-    dloss: f32,
-) {
+pub fn crossentropy_fwd_bwd(losses: &mut [f32], dlogits: &mut [f32], logits: &[f32], targets: &[u32], v: usize, dloss: f32) {
     const L: &str = "crossentropy_fwd_bwd";
     let n = rows_of(L, "logits", logits.len(), v);
     check_len(L, "losses", losses.len(), n);
     check_len(L, "dlogits", dlogits.len(), n * v);
     check_len(L, "targets", targets.len(), n);
-    losses
-        .par_iter_mut()
-        .zip(dlogits.par_chunks_mut(v))
-        .zip(logits.par_chunks(v).zip(targets.par_iter()))
-        .enumerate()
-        .with_min_len(rows_per_task(v))
-        .for_each(|(i, ((loss, dl), (row, &tgt)))| {
+    losses.par_iter_mut().zip(dlogits.par_chunks_mut(v)).zip(logits.par_chunks(v).zip(targets.par_iter())).enumerate().with_min_len(rows_per_task(v)).for_each(
+        |(i, ((loss, dl), (row, &tgt)))| {
             if tgt == IGNORE_TARGET {
                 *loss = 0.0;
                 dl.fill(0.0);
                 return;
             }
             let tgt = tgt as usize;
-            assert!(
-                tgt < v,
-                "{L}: target {tgt} at position {i} is not below V = {v}"
-            );
+            assert!(tgt < v, "{L}: target {tgt} at position {i} is not below V = {v}");
             // NaN never compares greater, so a NaN logit leaves `max` finite and then turns
             // its exp, the sum and the loss into NaN — as it should.
-            let max = row
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
             let mut sum = 0.0f64;
             for (d, &x) in dl.iter_mut().zip(row) {
                 let e = (x - max).exp();
@@ -72,7 +55,8 @@ pub fn crossentropy_fwd_bwd(
                 let indicator = if j == tgt { 1.0 } else { 0.0 };
                 *d = (p - indicator) * dloss;
             }
-        });
+        },
+    );
 }
 
 /// Mean of the per-token losses, summed in f64 in index order (NaN for an empty slice).
@@ -105,22 +89,12 @@ mod tests {
         let x64 = to_f64(&logits);
         // Loss: exp of f32 differences, an f64 sum, one f32 rounding: a few ulps of an O(1)
         // value. In the shifted row x − max is still exact (Sterbenz: both within a factor 2).
-        check_close(
-            "crossentropy losses",
-            &losses,
-            &crossentropy_ref(&x64, &targets, V),
-            1e-5,
-        );
+        check_close("crossentropy losses", &losses, &crossentropy_ref(&x64, &targets, V), 1e-5);
         let want_mean = crossentropy_ref(&x64, &targets, V).iter().sum::<f64>() / N as f64;
         let got_mean = mean_loss(&losses);
-        assert!(
-            (got_mean - want_mean).abs() < 1e-6 * want_mean,
-            "mean loss {got_mean} vs {want_mean}"
-        );
+        assert!((got_mean - want_mean).abs() < 1e-6 * want_mean, "mean loss {got_mean} vs {want_mean}");
 
-        let fd = fd_grad(&x64, |x| {
-            crossentropy_ref(x, &targets, V).iter().sum::<f64>() * f64::from(dloss)
-        });
+        let fd = fd_grad(&x64, |x| crossentropy_ref(x, &targets, V).iter().sum::<f64>() * f64::from(dloss));
         // softmax − onehot, each element a product of a few O(1) f32 values: ~1e-7 relative;
         // the floor covers the tiny probabilities. 1e-4 leaves a margin.
         check_close("crossentropy dlogits vs FD", &dlogits, &fd, 1e-4);
@@ -137,11 +111,7 @@ mod tests {
         logits[V + 3] = f32::NAN;
         let (mut losses, mut dl) = (vec![0.0; 2], vec![0.0; 2 * V]);
         crossentropy_fwd_bwd(&mut losses, &mut dl, &logits, &[1, 1], V, 0.5);
-        assert!(
-            (losses[0] - (V as f32).ln()).abs() < 1e-6,
-            "uniform row loss {}",
-            losses[0]
-        );
+        assert!((losses[0] - (V as f32).ln()).abs() < 1e-6, "uniform row loss {}", losses[0]);
         assert!(losses[1].is_nan(), "NaN logit gave loss {}", losses[1]);
         assert!(mean_loss(&losses).is_nan());
     }
@@ -174,6 +144,6 @@ mod tests {
     #[should_panic(expected = "not below V")]
     fn rejects_out_of_vocabulary_target() {
         let (mut losses, mut dl) = (vec![0.0; 1], vec![0.0; V]);
-        crossentropy_fwd_bwd(&mut losses, &mut dl, &vec![0.0; V], &[V as u32], V, 1.0);
+        crossentropy_fwd_bwd(&mut losses, &mut dl, &[0.0; V], &[V as u32], V, 1.0);
     }
 }

@@ -28,15 +28,7 @@ fn stride(x: usize) -> isize {
 }
 
 /// out (N, M) = inp (N, K) · weight (M, K)ᵀ (+ bias (M)).
-pub fn matmul_fwd(
-    out: &mut [f32],
-    inp: &[f32],
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    n: usize,
-    k: usize,
-    m: usize,
-) {
+pub fn matmul_fwd(out: &mut [f32], inp: &[f32], weight: &[f32], bias: Option<&[f32]>, n: usize, k: usize, m: usize) {
     const L: &str = "matmul_fwd";
     check_len(L, "out", out.len(), n * m);
     check_len(L, "inp", inp.len(), n * k);
@@ -49,33 +41,16 @@ pub fn matmul_fwd(
     // (kk, j) = weight[j·k + kk]; C = out is n×m with strides (m, 1) and does not alias the
     // inputs (it is a distinct `&mut`). With beta = 0, sgemm does not read C.
     unsafe {
-        matrixmultiply::sgemm(
-            n,
-            k,
-            m,
-            1.0,
-            inp.as_ptr(),
-            stride(k),
-            1,
-            weight.as_ptr(),
-            1,
-            stride(k),
-            0.0,
-            out.as_mut_ptr(),
-            stride(m),
-            1,
-        );
+        matrixmultiply::sgemm(n, k, m, 1.0, inp.as_ptr(), stride(k), 1, weight.as_ptr(), 1, stride(k), 0.0, out.as_mut_ptr(), stride(m), 1);
     }
     if let Some(bias) = bias
         && m > 0
     {
-        out.par_chunks_mut(m)
-            .with_min_len(rows_per_task(m))
-            .for_each(|row| {
-                for (o, &b) in row.iter_mut().zip(bias) {
-                    *o += b;
-                }
-            });
+        out.par_chunks_mut(m).with_min_len(rows_per_task(m)).for_each(|row| {
+            for (o, &b) in row.iter_mut().zip(bias) {
+                *o += b;
+            }
+        });
     }
 }
 
@@ -89,35 +64,12 @@ pub fn matmul_dgrad(dinp: &mut [f32], dout: &[f32], weight: &[f32], n: usize, k:
     // C = dinp is n×k with strides (k, 1), a distinct `&mut`; all in bounds by the checks
     // above. With beta = 0, sgemm does not read C.
     unsafe {
-        matrixmultiply::sgemm(
-            n,
-            m,
-            k,
-            1.0,
-            dout.as_ptr(),
-            stride(m),
-            1,
-            weight.as_ptr(),
-            stride(k),
-            1,
-            0.0,
-            dinp.as_mut_ptr(),
-            stride(k),
-            1,
-        );
+        matrixmultiply::sgemm(n, m, k, 1.0, dout.as_ptr(), stride(m), 1, weight.as_ptr(), stride(k), 1, 0.0, dinp.as_mut_ptr(), stride(k), 1);
     }
 }
 
 /// dweight (M, K) += dout (N, M)ᵀ · inp (N, K); dbias (M) += column sums of dout.
-pub fn matmul_wgrad(
-    dweight: &mut [f32],
-    dbias: Option<&mut [f32]>,
-    dout: &[f32],
-    inp: &[f32],
-    n: usize,
-    k: usize,
-    m: usize,
-) {
+pub fn matmul_wgrad(dweight: &mut [f32], dbias: Option<&mut [f32]>, dout: &[f32], inp: &[f32], n: usize, k: usize, m: usize) {
     const L: &str = "matmul_wgrad";
     check_len(L, "dweight", dweight.len(), m * k);
     check_len(L, "dout", dout.len(), n * m);
@@ -126,36 +78,18 @@ pub fn matmul_wgrad(
     // B = inp is n×k with strides (k, 1); C = dweight is m×k with strides (k, 1), a distinct
     // `&mut`; all in bounds by the checks above. beta = 1 accumulates into C.
     unsafe {
-        matrixmultiply::sgemm(
-            m,
-            n,
-            k,
-            1.0,
-            dout.as_ptr(),
-            1,
-            stride(m),
-            inp.as_ptr(),
-            stride(k),
-            1,
-            1.0,
-            dweight.as_mut_ptr(),
-            stride(k),
-            1,
-        );
+        matrixmultiply::sgemm(m, n, k, 1.0, dout.as_ptr(), 1, stride(m), inp.as_ptr(), stride(k), 1, 1.0, dweight.as_mut_ptr(), stride(k), 1);
     }
     if let Some(dbias) = dbias {
         check_len(L, "dbias", dbias.len(), m);
-        dbias
-            .par_chunks_mut(COLUMN_BLOCK)
-            .enumerate()
-            .for_each(|(blk, db)| {
-                let j0 = blk * COLUMN_BLOCK;
-                for i in 0..n {
-                    for (d, &g) in db.iter_mut().zip(&dout[i * m + j0..]) {
-                        *d += g;
-                    }
+        dbias.par_chunks_mut(COLUMN_BLOCK).enumerate().for_each(|(blk, db)| {
+            let j0 = blk * COLUMN_BLOCK;
+            for i in 0..n {
+                for (d, &g) in db.iter_mut().zip(&dout[i * m + j0..]) {
+                    *d += g;
                 }
-            });
+            }
+        });
     }
 }
 
@@ -196,8 +130,7 @@ mod tests {
             let weight = rand_vec(&mut r, m * k, -1.0, 1.0);
             let bias = rand_vec(&mut r, m, -1.0, 1.0);
             let dout = rand_vec(&mut r, n * m, -1.0, 1.0);
-            let (x64, w64, b64, dy64) =
-                (to_f64(&inp), to_f64(&weight), to_f64(&bias), to_f64(&dout));
+            let (x64, w64, b64, dy64) = (to_f64(&inp), to_f64(&weight), to_f64(&bias), to_f64(&dout));
             let tag = format!("{n}x{k}x{m}");
             // Each element is an f32 accumulation of `len` O(1) products (len = K for fprop,
             // M for dgrad, N for wgrad), whose rounding error grows about as √len·2⁻²⁴ times
@@ -206,54 +139,23 @@ mod tests {
             let tol = |len: usize| 4e-6 * (len as f64).sqrt();
             let mut out = vec![f32::NAN; n * m];
             matmul_fwd(&mut out, &inp, &weight, Some(&bias), n, k, m);
-            check_close(
-                &format!("matmul_fwd {tag}"),
-                &out,
-                &matmul_fwd_ref(&x64, &w64, Some(&b64), n, k, m),
-                tol(k),
-            );
+            check_close(&format!("matmul_fwd {tag}"), &out, &matmul_fwd_ref(&x64, &w64, Some(&b64), n, k, m), tol(k));
             matmul_fwd(&mut out, &inp, &weight, None, n, k, m);
-            check_close(
-                &format!("matmul_fwd nobias {tag}"),
-                &out,
-                &matmul_fwd_ref(&x64, &w64, None, n, k, m),
-                tol(k),
-            );
+            check_close(&format!("matmul_fwd nobias {tag}"), &out, &matmul_fwd_ref(&x64, &w64, None, n, k, m), tol(k));
 
             let mut dinp = vec![f32::NAN; n * k];
             matmul_dgrad(&mut dinp, &dout, &weight, n, k, m);
-            check_close(
-                &format!("matmul_dgrad {tag}"),
-                &dinp,
-                &dgrad_ref(&dy64, &w64, n, k, m),
-                tol(m),
-            );
+            check_close(&format!("matmul_dgrad {tag}"), &dinp, &dgrad_ref(&dy64, &w64, n, k, m), tol(m));
 
             // `+=`: start from random values.
             let init_dw = rand_vec(&mut r, m * k, -1.0, 1.0);
             let init_db = rand_vec(&mut r, m, -1.0, 1.0);
             let (mut dweight, mut dbias) = (init_dw.clone(), init_db.clone());
             matmul_wgrad(&mut dweight, Some(&mut dbias), &dout, &inp, n, k, m);
-            let want_dw: Vec<f64> = wgrad_ref(&dy64, &x64, n, k, m)
-                .iter()
-                .zip(&init_dw)
-                .map(|(g, &i)| g + f64::from(i))
-                .collect();
-            let want_db: Vec<f64> = (0..m)
-                .map(|j| f64::from(init_db[j]) + (0..n).map(|i| dy64[i * m + j]).sum::<f64>())
-                .collect();
-            check_close(
-                &format!("matmul_wgrad dweight {tag}"),
-                &dweight,
-                &want_dw,
-                tol(n),
-            );
-            check_close(
-                &format!("matmul_wgrad dbias {tag}"),
-                &dbias,
-                &want_db,
-                tol(n),
-            );
+            let want_dw: Vec<f64> = wgrad_ref(&dy64, &x64, n, k, m).iter().zip(&init_dw).map(|(g, &i)| g + f64::from(i)).collect();
+            let want_db: Vec<f64> = (0..m).map(|j| f64::from(init_db[j]) + (0..n).map(|i| dy64[i * m + j]).sum::<f64>()).collect();
+            check_close(&format!("matmul_wgrad dweight {tag}"), &dweight, &want_dw, tol(n));
+            check_close(&format!("matmul_wgrad dbias {tag}"), &dbias, &want_db, tol(n));
         }
     }
 
@@ -266,9 +168,7 @@ mod tests {
         let bias = rand_vec(&mut r, m, -1.0, 1.0);
         let dout = rand_vec(&mut r, n * m, -1.0, 1.0);
         let (x64, w64, b64, dy64) = (to_f64(&inp), to_f64(&weight), to_f64(&bias), to_f64(&dout));
-        let loss = |x: &[f64], w: &[f64], b: &[f64]| {
-            dot_ref(&dy64, &matmul_fwd_ref(x, w, Some(b), n, k, m))
-        };
+        let loss = |x: &[f64], w: &[f64], b: &[f64]| dot_ref(&dy64, &matmul_fwd_ref(x, w, Some(b), n, k, m));
         let fd_x = fd_grad(&x64, |x| loss(x, &w64, &b64));
         let fd_w = fd_grad(&w64, |w| loss(&x64, w, &b64));
         let fd_b = fd_grad(&b64, |b| loss(&x64, &w64, b));
@@ -303,49 +203,25 @@ mod tests {
             [out, dinp, dw, db]
         };
         let a = run();
-        for (label, b) in [
-            ("run twice", run()),
-            ("1 thread", in_pool(1, run)),
-            ("3 threads", in_pool(3, run)),
-        ] {
-            for (name, (x, y)) in ["out", "dinp", "dweight", "dbias"]
-                .iter()
-                .zip(a.iter().zip(&b))
-            {
+        for (label, b) in [("run twice", run()), ("1 thread", in_pool(1, run)), ("3 threads", in_pool(3, run))] {
+            for (name, (x, y)) in ["out", "dinp", "dweight", "dbias"].iter().zip(a.iter().zip(&b)) {
                 assert_bits_eq(&format!("matmul {name} {label}"), x, y);
             }
         }
         // A fingerprint of the bits, so runs under different MATMUL_NUM_THREADS can be compared
         // by eye (sgemm reads it once per process).
-        let fingerprint = a.iter().flatten().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| {
-            (h ^ u64::from(x.to_bits())).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        let fingerprint = a.iter().flatten().fold(0xcbf2_9ce4_8422_2325_u64, |h, x| (h ^ u64::from(x.to_bits())).wrapping_mul(0x0000_0100_0000_01b3));
         eprintln!("matmul bits fingerprint: {fingerprint:016x}");
         // One row at a time (a single-tile, single-thread GEMM each) gives the same bits as the
         // whole (multi-tile, possibly multi-thread) GEMM: the split never changes the sums.
         let mut by_rows = vec![0.0; n * m];
         for i in 0..n {
-            matmul_fwd(
-                &mut by_rows[i * m..(i + 1) * m],
-                &inp[i * k..(i + 1) * k],
-                &weight,
-                Some(&bias),
-                1,
-                k,
-                m,
-            );
+            matmul_fwd(&mut by_rows[i * m..(i + 1) * m], &inp[i * k..(i + 1) * k], &weight, Some(&bias), 1, k, m);
         }
         assert_bits_eq("matmul_fwd whole vs by rows", &a[0], &by_rows);
         let mut dinp_rows = vec![0.0; n * k];
         for i in 0..n {
-            matmul_dgrad(
-                &mut dinp_rows[i * k..(i + 1) * k],
-                &dout[i * m..(i + 1) * m],
-                &weight,
-                1,
-                k,
-                m,
-            );
+            matmul_dgrad(&mut dinp_rows[i * k..(i + 1) * k], &dout[i * m..(i + 1) * m], &weight, 1, k, m);
         }
         assert_bits_eq("matmul_dgrad whole vs by rows", &a[1], &dinp_rows);
     }
@@ -354,15 +230,7 @@ mod tests {
     fn beta_zero_overwrites_nan() {
         let (n, k, m) = (3, 4, 5);
         let mut out = vec![f32::NAN; n * m];
-        matmul_fwd(
-            &mut out,
-            &vec![1.0; n * k],
-            &vec![1.0; m * k],
-            None,
-            n,
-            k,
-            m,
-        );
+        matmul_fwd(&mut out, &vec![1.0; n * k], &vec![1.0; m * k], None, n, k, m);
         assert!(out.iter().all(|&x| x == 4.0), "{out:?}");
         let mut dinp = vec![f32::NAN; n * k];
         matmul_dgrad(&mut dinp, &vec![1.0; n * m], &vec![1.0; m * k], n, k, m);

@@ -41,7 +41,7 @@ pub use attention::{attention_bwd, attention_fwd};
 pub use embedding::{embedding_bwd, embedding_fwd};
 pub use gelu::{gelu_bwd, gelu_fwd};
 pub use layernorm::{LN_EPS, layernorm_bwd, layernorm_fwd};
-pub use loss::{crossentropy_fwd_bwd, mean_loss, IGNORE_TARGET};
+pub use loss::{IGNORE_TARGET, crossentropy_fwd_bwd, mean_loss};
 pub use matmul::{matmul_dgrad, matmul_fwd, matmul_wgrad};
 pub use residual::{add_inplace, residual_fwd};
 pub use rmsnorm::{rmsnorm_bwd, rmsnorm_fwd};
@@ -61,23 +61,14 @@ pub(crate) fn rows_per_task(row_len: usize) -> usize {
 /// Panics with the layer and tensor name unless `got == want`.
 #[track_caller]
 pub(crate) fn check_len(layer: &str, tensor: &str, got: usize, want: usize) {
-    assert!(
-        got == want,
-        "{layer}: {tensor} has {got} elements, expected {want}"
-    );
+    assert!(got == want, "{layer}: {tensor} has {got} elements, expected {want}");
 }
 
 /// Number of rows of a `(rows, cols)` tensor of `len` elements; panics unless `cols > 0`
 /// divides `len`.
 #[track_caller]
 pub(crate) fn rows_of(layer: &str, tensor: &str, len: usize, cols: usize) -> usize {
-    assert!(
-        cols > 0,
-        "{layer}: the row length of {tensor} must be positive"
-    );
-    assert!(
-        len.is_multiple_of(cols),
-        "{layer}: {tensor} has {len} elements, not a whole number of rows of {cols}"
-    );
+    assert!(cols > 0, "{layer}: the row length of {tensor} must be positive");
+    assert!(len.is_multiple_of(cols), "{layer}: {tensor} has {len} elements, not a whole number of rows of {cols}");
     len / cols
 }

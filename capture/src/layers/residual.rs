@@ -18,25 +18,21 @@ const CHUNK: usize = 16384;
 pub fn residual_fwd(out: &mut [f32], a: &[f32], b: &[f32]) {
     check_len("residual_fwd", "a", a.len(), out.len());
     check_len("residual_fwd", "b", b.len(), out.len());
-    out.par_chunks_mut(CHUNK)
-        .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
-        .for_each(|(o, (a, b))| {
-            for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
-                *o = a + b;
-            }
-        });
+    out.par_chunks_mut(CHUNK).zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK))).for_each(|(o, (a, b))| {
+        for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
+            *o = a + b;
+        }
+    });
 }
 
 /// acc += x.
 pub fn add_inplace(acc: &mut [f32], x: &[f32]) {
     check_len("add_inplace", "x", x.len(), acc.len());
-    acc.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(acc, x)| {
-            for (acc, &x) in acc.iter_mut().zip(x) {
-                *acc += x;
-            }
-        });
+    acc.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(acc, x)| {
+        for (acc, &x) in acc.iter_mut().zip(x) {
+            *acc += x;
+        }
+    });
 }
 
 #[cfg(test)]

@@ -28,30 +28,18 @@ pub fn rmsnorm_fwd(out: &mut [f32], rstd: &mut [f32], inp: &[f32], weight: &[f32
     check_len(L, "rstd", rstd.len(), n);
     check_len(L, "weight", weight.len(), c);
     let inv_c = 1.0 / c as f32;
-    out.par_chunks_mut(c)
-        .zip(inp.par_chunks(c))
-        .zip(rstd.par_iter_mut())
-        .with_min_len(rows_per_task(c))
-        .for_each(|((o, x), s)| {
-            let ms = x.iter().map(|&v| v * v).sum::<f32>() * inv_c;
-            let rs = 1.0 / (ms + eps).sqrt();
-            for ((o, &x), &w) in o.iter_mut().zip(x).zip(weight) {
-                *o = x * rs * w;
-            }
-            *s = rs;
-        });
+    out.par_chunks_mut(c).zip(inp.par_chunks(c)).zip(rstd.par_iter_mut()).with_min_len(rows_per_task(c)).for_each(|((o, x), s)| {
+        let ms = x.iter().map(|&v| v * v).sum::<f32>() * inv_c;
+        let rs = 1.0 / (ms + eps).sqrt();
+        for ((o, &x), &w) in o.iter_mut().zip(x).zip(weight) {
+            *o = x * rs * w;
+        }
+        *s = rs;
+    });
 }
 
 /// Backward of `rmsnorm_fwd`: dinp (N, C) `+=`, dweight (C) `+=`.
-pub fn rmsnorm_bwd(
-    dinp: &mut [f32],
-    dweight: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
-    weight: &[f32],
-    rstd: &[f32],
-    c: usize,
-) {
+pub fn rmsnorm_bwd(dinp: &mut [f32], dweight: &mut [f32], dout: &[f32], inp: &[f32], weight: &[f32], rstd: &[f32], c: usize) {
     const L: &str = "rmsnorm_bwd";
     let n = rows_of(L, "inp", inp.len(), c);
     check_len(L, "dinp", dinp.len(), n * c);
@@ -62,12 +50,8 @@ pub fn rmsnorm_bwd(
     let inv_c = 1.0 / c as f32;
 
     // Pass 1, per row: dx = rstd·(w·dy − x̂·mean(w·dy·x̂)), x̂ = x·rstd.
-    dinp.par_chunks_mut(c)
-        .zip(dout.par_chunks(c))
-        .zip(inp.par_chunks(c))
-        .zip(rstd.par_iter())
-        .with_min_len(rows_per_task(c))
-        .for_each(|(((dx, dy), x), &rs)| {
+    dinp.par_chunks_mut(c).zip(dout.par_chunks(c)).zip(inp.par_chunks(c)).zip(rstd.par_iter()).with_min_len(rows_per_task(c)).for_each(
+        |(((dx, dy), x), &rs)| {
             let mut dnorm_norm_mean = 0.0f32;
             for ((&dy, &x), &w) in dy.iter().zip(x).zip(weight) {
                 dnorm_norm_mean += (w * dy) * (x * rs);
@@ -76,24 +60,22 @@ pub fn rmsnorm_bwd(
             for (((dx, &dy), &x), &w) in dx.iter_mut().zip(dy).zip(x).zip(weight) {
                 *dx += (w * dy - (x * rs) * dnorm_norm_mean) * rs;
             }
-        });
+        },
+    );
 
     // Pass 2, per block of channels, rows in order: dweight += Σ dy·x̂.
-    dweight
-        .par_chunks_mut(CHANNEL_BLOCK)
-        .enumerate()
-        .for_each(|(blk, dw)| {
-            let j0 = blk * CHANNEL_BLOCK;
-            let width = dw.len();
-            for (i, &rs) in rstd.iter().enumerate() {
-                let row = i * c + j0;
-                let dy = &dout[row..row + width];
-                let x = &inp[row..row + width];
-                for ((dw, &dy), &x) in dw.iter_mut().zip(dy).zip(x) {
-                    *dw += dy * (x * rs);
-                }
+    dweight.par_chunks_mut(CHANNEL_BLOCK).enumerate().for_each(|(blk, dw)| {
+        let j0 = blk * CHANNEL_BLOCK;
+        let width = dw.len();
+        for (i, &rs) in rstd.iter().enumerate() {
+            let row = i * c + j0;
+            let dy = &dout[row..row + width];
+            let x = &inp[row..row + width];
+            for ((dw, &dy), &x) in dw.iter_mut().zip(dy).zip(x) {
+                *dw += dy * (x * rs);
             }
-        });
+        }
+    });
 }
 
 #[cfg(test)]
@@ -134,10 +116,7 @@ mod tests {
             let (out, rstd) = forward(&cs, c, EPS);
             let (x64, w64) = (to_f64(&cs.inp), to_f64(&cs.weight));
             let want = rmsnorm_fwd_ref(&x64, &w64, c, f64::from(EPS));
-            let want_rstd: Vec<f64> = x64
-                .chunks(c)
-                .map(|x| 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / c as f64 + f64::from(EPS)).sqrt())
-                .collect();
+            let want_rstd: Vec<f64> = x64.chunks(c).map(|x| 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / c as f64 + f64::from(EPS)).sqrt()).collect();
             // A sum of C positive squares in f32 (relative error ≲ C·2⁻²⁴ in the worst case, far
             // less in practice), one sqrt and two products: a few ulps of O(1) outputs for
             // C = 8; for C = 1024 the sequential sum's rounding stays well under 1e-5.

@@ -61,34 +61,21 @@ fn check_dims(layer: &str, tab: &[f32], t: usize, nh: usize, kvh: usize, hd: usi
 
 /// Applies `rot` to every (i, i + HD/2) pair of the q and k heads of each (b, t) row of `src`
 /// into `dst`, and copies the v heads.
-fn rotate_rows(
-    dst: &mut [f32],
-    src: &[f32],
-    tab: &[f32],
-    t: usize,
-    nh: usize,
-    kvh: usize,
-    hd: usize,
-    rot: impl Fn(f32, f32, f32, f32) -> (f32, f32) + Sync,
-) {
+fn rotate_rows(dst: &mut [f32], src: &[f32], tab: &[f32], t: usize, nh: usize, kvh: usize, hd: usize, rot: impl Fn(f32, f32, f32, f32) -> (f32, f32) + Sync) {
     let w = (nh + 2 * kvh) * hd;
     let half = hd / 2;
     let rotated = (nh + kvh) * hd;
-    dst.par_chunks_mut(w)
-        .zip(src.par_chunks(w))
-        .enumerate()
-        .with_min_len(rows_per_task(w))
-        .for_each(|(row, (o, x))| {
-            let (cos, sin) = tab[(row % t) * hd..][..hd].split_at(half);
-            for (oh, xh) in o[..rotated].chunks_mut(hd).zip(x[..rotated].chunks(hd)) {
-                let (o1, o2) = oh.split_at_mut(half);
-                let (x1, x2) = xh.split_at(half);
-                for i in 0..half {
-                    (o1[i], o2[i]) = rot(x1[i], x2[i], cos[i], sin[i]);
-                }
+    dst.par_chunks_mut(w).zip(src.par_chunks(w)).enumerate().with_min_len(rows_per_task(w)).for_each(|(row, (o, x))| {
+        let (cos, sin) = tab[(row % t) * hd..][..hd].split_at(half);
+        for (oh, xh) in o[..rotated].chunks_mut(hd).zip(x[..rotated].chunks(hd)) {
+            let (o1, o2) = oh.split_at_mut(half);
+            let (x1, x2) = xh.split_at(half);
+            for i in 0..half {
+                (o1[i], o2[i]) = rot(x1[i], x2[i], cos[i], sin[i]);
             }
-            o[rotated..].copy_from_slice(&x[rotated..]);
-        });
+        }
+        o[rotated..].copy_from_slice(&x[rotated..]);
+    });
 }
 
 /// out (B, T, W) `=` qkv with its q and k heads rotated by position; `tab` from [`rope_table`].
@@ -191,9 +178,7 @@ mod tests {
             qkv[pos * W + part * hd..][..hd].copy_from_slice(x);
         }
         let out = forward(&qkv, 1, t, THETA);
-        let dot = |pq: usize, pk: usize| -> f64 {
-            (0..hd).map(|i| f64::from(out[pq * W + i]) * f64::from(out[pk * W + NH * hd + i])).sum()
-        };
+        let dot = |pq: usize, pk: usize| -> f64 { (0..hd).map(|i| f64::from(out[pq * W + i]) * f64::from(out[pk * W + NH * hd + i])).sum() };
         let (a, b) = (dot(1, 4), dot(3, 6));
         let unrotated: f64 = q.iter().zip(&k).map(|(x, y)| f64::from(x * y)).sum();
         assert!((a - b).abs() < 1e-6, "q·k at (1, 4) = {a}, at (3, 6) = {b}");

@@ -35,16 +35,13 @@ pub fn swiglu_fwd(out: &mut [f32], inp: &[f32], f: usize) {
     const L: &str = "swiglu_fwd";
     let n = rows_of(L, "inp", inp.len(), 2 * f);
     check_len(L, "out", out.len(), n * f);
-    out.par_chunks_mut(f)
-        .zip(inp.par_chunks(2 * f))
-        .with_min_len(rows_per_task(f))
-        .for_each(|(o, x)| {
-            let (gate, up) = x.split_at(f);
-            for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
-                let (sig, _) = sigmoid(g);
-                *o = (g * sig) * u;
-            }
-        });
+    out.par_chunks_mut(f).zip(inp.par_chunks(2 * f)).with_min_len(rows_per_task(f)).for_each(|(o, x)| {
+        let (gate, up) = x.split_at(f);
+        for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+            let (sig, _) = sigmoid(g);
+            *o = (g * sig) * u;
+        }
+    });
 }
 
 /// dinp (N, 2F) `=` from inp (N, 2F) and dout (N, F).
@@ -53,20 +50,16 @@ pub fn swiglu_bwd(dinp: &mut [f32], inp: &[f32], dout: &[f32], f: usize) {
     let n = rows_of(L, "inp", inp.len(), 2 * f);
     check_len(L, "dinp", dinp.len(), n * 2 * f);
     check_len(L, "dout", dout.len(), n * f);
-    dinp.par_chunks_mut(2 * f)
-        .zip(inp.par_chunks(2 * f))
-        .zip(dout.par_chunks(f))
-        .with_min_len(rows_per_task(f))
-        .for_each(|((dx, x), dy)| {
-            let (gate, up) = x.split_at(f);
-            let (dgate, dup) = dx.split_at_mut(f);
-            for ((((dg, du), &g), &u), &dy) in dgate.iter_mut().zip(dup.iter_mut()).zip(gate).zip(up).zip(dy) {
-                let (sig, one_minus) = sigmoid(g);
-                let dsilu = sig + g * sig * one_minus;
-                *dg = (dy * u) * dsilu;
-                *du = dy * (g * sig);
-            }
-        });
+    dinp.par_chunks_mut(2 * f).zip(inp.par_chunks(2 * f)).zip(dout.par_chunks(f)).with_min_len(rows_per_task(f)).for_each(|((dx, x), dy)| {
+        let (gate, up) = x.split_at(f);
+        let (dgate, dup) = dx.split_at_mut(f);
+        for ((((dg, du), &g), &u), &dy) in dgate.iter_mut().zip(dup.iter_mut()).zip(gate).zip(up).zip(dy) {
+            let (sig, one_minus) = sigmoid(g);
+            let dsilu = sig + g * sig * one_minus;
+            *dg = (dy * u) * dsilu;
+            *du = dy * (g * sig);
+        }
+    });
 }
 
 #[cfg(test)]

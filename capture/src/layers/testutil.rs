@@ -76,20 +76,11 @@ pub fn check_close(name: &str, got: &[f32], want: &[f64], tol: f64) -> f64 {
     let mut order: Vec<usize> = (0..errs.len()).collect();
     order.sort_by(|&a, &b| errs[b].total_cmp(&errs[a]));
     let worst = order.first().map_or(0.0, |&i| errs[i]);
-    eprintln!(
-        "{name}: worst rel err {worst:.3e} (tol {tol:.0e}, {} elems, max|ref| {scale:.3e})",
-        got.len()
-    );
+    eprintln!("{name}: worst rel err {worst:.3e} (tol {tol:.0e}, {} elems, max|ref| {scale:.3e})", got.len());
     if worst > tol {
         eprintln!("{name}: worst elements (index, got, want, abs err, rel err):");
         for &i in order.iter().take(8) {
-            eprintln!(
-                "  [{i:>5}] {:>+14.7e} {:>+14.7e} {:>10.3e} {:>10.3e}",
-                got[i],
-                want[i],
-                (f64::from(got[i]) - want[i]).abs(),
-                errs[i]
-            );
+            eprintln!("  [{i:>5}] {:>+14.7e} {:>+14.7e} {:>10.3e} {:>10.3e}", got[i], want[i], (f64::from(got[i]) - want[i]).abs(), errs[i]);
         }
         panic!("{name}: worst rel err {worst:.3e} exceeds {tol:.0e}");
     }
@@ -101,20 +92,13 @@ pub fn check_close(name: &str, got: &[f32], want: &[f64], tol: f64) -> f64 {
 pub fn assert_bits_eq(name: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{name}: lengths differ");
     if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
-        panic!(
-            "{name}: not bit-identical at [{i}]: {:e} vs {:e}",
-            a[i], b[i]
-        );
+        panic!("{name}: not bit-identical at [{i}]: {:e} vs {:e}", a[i], b[i]);
     }
 }
 
 /// Runs `f` inside a rayon pool of `threads` threads.
 pub fn in_pool<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("building a rayon pool for a test")
-        .install(f)
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("building a rayon pool for a test").install(f)
 }
 
 // ---- f64 reference forwards -------------------------------------------------------------
@@ -148,9 +132,7 @@ pub fn rmsnorm_fwd_ref(inp: &[f64], weight: &[f64], c: usize, eps: f64) -> Vec<f
 
 /// SwiGLU of each row of `inp` (N, 2F) = [gate | up]: silu(gate)·up, silu(g) = g / (1 + e^(−g)).
 pub fn swiglu_fwd_ref(inp: &[f64], f: usize) -> Vec<f64> {
-    inp.chunks(2 * f)
-        .flat_map(|x| (0..f).map(move |j| x[j] / (1.0 + (-x[j]).exp()) * x[f + j]))
-        .collect()
+    inp.chunks(2 * f).flat_map(|x| (0..f).map(move |j| x[j] / (1.0 + (-x[j]).exp()) * x[f + j])).collect()
 }
 
 /// Rotary embeddings on `qkv` (B, T, (NH + 2·KVH)·HD), computed directly: each (i, i + HD/2) pair
@@ -197,30 +179,18 @@ pub fn attention_gqa_fwd_ref(qkv: &[f64], b: usize, t: usize, c: usize, nh: usiz
 }
 
 /// Multi-head attention over `qkv` (B, T, 3C) = [q | k | v]; returns out (B, T, C).
-pub fn attention_fwd_ref(
-    qkv: &[f64],
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    causal: bool,
-) -> Vec<f64> {
+pub fn attention_fwd_ref(qkv: &[f64], b: usize, t: usize, c: usize, nh: usize, causal: bool) -> Vec<f64> {
     let hs = c / nh;
     let scale = 1.0 / (hs as f64).sqrt();
-    let at = |bb: usize, tt: usize, part: usize, h: usize, i: usize| {
-        qkv[(bb * t + tt) * 3 * c + part * c + h * hs + i]
-    };
+    let at = |bb: usize, tt: usize, part: usize, h: usize, i: usize| qkv[(bb * t + tt) * 3 * c + part * c + h * hs + i];
     let mut out = vec![0.0; b * t * c];
     let mut p = vec![0.0; t];
     for bb in 0..b {
         for h in 0..nh {
             for tq in 0..t {
                 let tend = if causal { tq + 1 } else { t };
-                for t2 in 0..tend {
-                    p[t2] = (0..hs)
-                        .map(|i| at(bb, tq, 0, h, i) * at(bb, t2, 1, h, i))
-                        .sum::<f64>()
-                        * scale;
+                for (t2, pt) in p.iter_mut().enumerate().take(tend) {
+                    *pt = (0..hs).map(|i| at(bb, tq, 0, h, i) * at(bb, t2, 1, h, i)).sum::<f64>() * scale;
                 }
                 let max = p[..tend].iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
                 let sum: f64 = p[..tend]
@@ -231,8 +201,7 @@ pub fn attention_fwd_ref(
                     })
                     .sum();
                 for i in 0..hs {
-                    out[(bb * t + tq) * c + h * hs + i] =
-                        (0..tend).map(|t2| p[t2] / sum * at(bb, t2, 2, h, i)).sum();
+                    out[(bb * t + tq) * c + h * hs + i] = (0..tend).map(|t2| p[t2] / sum * at(bb, t2, 2, h, i)).sum();
                 }
             }
         }
@@ -249,14 +218,7 @@ pub fn gelu_ref(x: f64) -> f64 {
 }
 
 /// out (N, M) = inp (N, K) · weight (M, K)ᵀ (+ bias (M)), naive triple loop.
-pub fn matmul_fwd_ref(
-    inp: &[f64],
-    weight: &[f64],
-    bias: Option<&[f64]>,
-    n: usize,
-    k: usize,
-    m: usize,
-) -> Vec<f64> {
+pub fn matmul_fwd_ref(inp: &[f64], weight: &[f64], bias: Option<&[f64]>, n: usize, k: usize, m: usize) -> Vec<f64> {
     let mut out = vec![0.0; n * m];
     for i in 0..n {
         for j in 0..m {

@@ -1,7 +1,7 @@
 //! The GPT-2-style step: pre-LN LayerNorm (with bias), multi-head attention, GELU MLP, biases on
 //! every linear layer. Forward then backward, in the order the recorded tables assume.
 
-use super::{two_mut, DumpCapture, Layout, Model, StepPlan};
+use super::{DumpCapture, Layout, Model, StepPlan, two_mut};
 use crate::backend::{Activation, Backend, GemmCall, NormFwd, NormStats};
 use fp8scope_schemas::names::{Gemm, Module};
 

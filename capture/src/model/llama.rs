@@ -86,7 +86,22 @@ impl<B: Backend> Model<B> {
             // proj
             Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w(Module::Proj)], None, None);
             Self::linear(be, &wgrad[1], plan, dumps, &mut s.grads[w(Module::Proj)], &s.dres, &a.atty, None, None);
-            be.rope_attention_bwd(&mut s.dqkv, &mut s.dqkv_rot, &mut s.datt, &s.datty, &a.atty, &a.qkv_rot, &a.att, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta, d.causal);
+            be.rope_attention_bwd(
+                &mut s.dqkv,
+                &mut s.dqkv_rot,
+                &mut s.datt,
+                &s.datty,
+                &a.atty,
+                &a.qkv_rot,
+                &a.att,
+                d.b,
+                d.t,
+                d.nh,
+                d.kvh,
+                d.hd,
+                d.rope_theta,
+                d.causal,
+            );
             // qkv
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w(Module::Qkv)], None, None);
             if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {

@@ -15,13 +15,13 @@ mod gpt;
 mod llama;
 pub mod params;
 
-use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, NormFwd, OperandCast, StatsLevel};
 use crate::backend::OperandFault;
+use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, NormFwd, OperandCast, StatsLevel};
 use fp8scope_schemas::config::{Accumulation, Arch, AttnMask, ModelDims};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
 use std::collections::{HashMap, HashSet};
 
-pub use params::{init_params, jitter_params, param_names, param_sizes, Layout, INIT_JITTER_REL, WTE};
+pub use params::{INIT_JITTER_REL, Layout, WTE, init_params, jitter_params, param_names, param_sizes};
 
 /// Model dimensions as plain sizes (N = B·T tokens per step).
 #[derive(Clone, Copy, Debug)]
@@ -133,10 +133,10 @@ pub struct State<T> {
     pub logits: T,   // (N, V), a GEMM output (BF16 storage on a device); after the loss, its gradient
     pub losses: T,   // (N)
     // one buffer for every layer: GEMM operands recomputed in the backward where needed
-    pub ln: T,         // (N, C) a norm's output: ln1, then ln2
-    pub act: T,        // (N, F) GELU or SwiGLU output
-    pub norm_mean: T,  // (N) gpt: the recomputing LayerNorm's statistics (the saved ones stay)
-    pub norm_rstd: T,  // (N)
+    pub ln: T,        // (N, C) a norm's output: ln1, then ln2
+    pub act: T,       // (N, F) GELU or SwiGLU output
+    pub norm_mean: T, // (N) gpt: the recomputing LayerNorm's statistics (the saved ones stay)
+    pub norm_rstd: T, // (N)
     // forward scratch: outputs no backward reads, one buffer for every layer
     pub qkv_pre: T, // (N, Q) llama: qkv before RoPE, BF16
     pub proj: T,    // (N, C) BF16
@@ -389,7 +389,17 @@ impl<B: Backend> Model<B> {
 
     /// One linear layer's GEMM plus the dumps of its operands and result.
     #[allow(clippy::too_many_arguments)]
-    fn linear(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, a: &B::Buf, b: &B::Buf, bias: Option<&B::Buf>, dbias: Option<&mut B::Buf>) {
+    fn linear(
+        be: &mut B,
+        call: &GemmCall,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        out: &mut B::Buf,
+        a: &B::Buf,
+        b: &B::Buf,
+        bias: Option<&B::Buf>,
+        dbias: Option<&mut B::Buf>,
+    ) {
         be.gemm(call, out, a, b, bias, dbias);
         Self::captures(be, call, plan, dumps, out, a, b);
     }
@@ -399,7 +409,18 @@ impl<B: Backend> Model<B> {
     /// step dumps the activation or runs a shadow GEMM beside it (both read `act`). Returns whether
     /// `act` was written.
     #[allow(clippy::too_many_arguments)]
-    fn linear_of_activation(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, act: &mut B::Buf, h: &B::Buf, kind: Activation, w: &B::Buf, bias: Option<&B::Buf>) -> bool {
+    fn linear_of_activation(
+        be: &mut B,
+        call: &GemmCall,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        out: &mut B::Buf,
+        act: &mut B::Buf,
+        h: &B::Buf,
+        kind: Activation,
+        w: &B::Buf,
+        bias: Option<&B::Buf>,
+    ) -> bool {
         let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Activation) {
             be.activation_fwd(act, h, kind);
             be.gemm(call, out, act, w, bias, None);
@@ -416,7 +437,17 @@ impl<B: Backend> Model<B> {
     /// operand, [`Backend::gemm_of_norm`], unless a dump or a shadow GEMM reads `ln`). Returns
     /// whether `ln` was written.
     #[allow(clippy::too_many_arguments)]
-    fn linear_of_norm(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, ln: &mut B::Buf, norm: NormFwd<'_, B::Buf>, w: &B::Buf, bias: Option<&B::Buf>) -> bool {
+    fn linear_of_norm(
+        be: &mut B,
+        call: &GemmCall,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        out: &mut B::Buf,
+        ln: &mut B::Buf,
+        norm: NormFwd<'_, B::Buf>,
+        w: &B::Buf,
+        bias: Option<&B::Buf>,
+    ) -> bool {
         let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Activation) {
             be.norm_fwd(ln, norm);
             be.gemm(call, out, ln, w, bias, None);
@@ -431,7 +462,18 @@ impl<B: Backend> Model<B> {
     /// fc1's dgrad, whose operand is the activation function's backward at `h` from `dact`; as
     /// [`Self::linear_of_activation`] (the dump that needs `dh` is its gradient's).
     #[allow(clippy::too_many_arguments)]
-    fn linear_of_activation_grad(be: &mut B, call: &GemmCall, plan: &StepPlan, dumps: &mut Vec<DumpCapture>, out: &mut B::Buf, dh: &mut B::Buf, h: &B::Buf, dact: &B::Buf, kind: Activation, w: &B::Buf) -> bool {
+    fn linear_of_activation_grad(
+        be: &mut B,
+        call: &GemmCall,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        out: &mut B::Buf,
+        dh: &mut B::Buf,
+        h: &B::Buf,
+        dact: &B::Buf,
+        kind: Activation,
+        w: &B::Buf,
+    ) -> bool {
         let written = if call.shadow || plan.dumps(Site::new(call.id.layer, call.id.module), Role::Gradient) {
             be.activation_bwd(dh, h, dact, kind);
             be.gemm(call, out, dh, w, None, None);

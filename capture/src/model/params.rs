@@ -16,8 +16,7 @@ use rand_pcg::Pcg64;
 /// Index of the token embedding (V, C) in the flat parameter list (both architectures).
 pub const WTE: usize = 0;
 
-const GPT_LAYER: [&str; 12] =
-    ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w", "ln2_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b"];
+const GPT_LAYER: [&str; 12] = ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w", "ln2_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b"];
 const LLAMA_LAYER: [&str; 6] = ["norm1_w", "qkv_w", "proj_w", "norm2_w", "fc1_w", "fc2_w"];
 
 /// Where each parameter of a model sits in the flat list.
@@ -226,7 +225,11 @@ mod tests {
             }
             let r = (*a as f64 - *b as f64) / *b as f64;
             assert!((r.abs() - 1.0 / 512.0).abs() < 1e-6, "relative change {r}");
-            if r > 0.0 { up += 1 } else { down += 1 }
+            if r > 0.0 {
+                up += 1
+            } else {
+                down += 1
+            }
             differ += (a != c) as usize;
         }
         let n = up + down;

@@ -84,7 +84,13 @@ fn nonfinite_event(step: u32, r: &GemmReport, role: Option<Role>, count: u64, wh
         gemm: Some(r.id.gemm),
         role,
         value: Some(count as f64),
-        message: format!("{what} in {}.{} ({} {})", Site::new(r.id.layer, r.id.module), role.map(|x| x.as_str()).unwrap_or("?"), if role == Some(r.id.gemm.result()) { "result of" } else { "operand of" }, r.id),
+        message: format!(
+            "{what} in {}.{} ({} {})",
+            Site::new(r.id.layer, r.id.module),
+            role.map(|x| x.as_str()).unwrap_or("?"),
+            if role == Some(r.id.gemm.result()) { "result of" } else { "operand of" },
+            r.id
+        ),
         rank: None,
     }
 }
@@ -115,7 +121,18 @@ pub fn shadow_rows(step: u32, reports: &[GemmReport]) -> Vec<ShadowRow> {
         .iter()
         .filter_map(|r| {
             let s = r.shadow?;
-            Some(ShadowRow { step, layer: r.id.layer, module: r.id.module, gemm: r.id.gemm, numel: s.numel, cosine: s.cosine, mse: s.mse, rel_l2: s.rel_l2, max_abs_diff: s.max_abs_diff, rank: None })
+            Some(ShadowRow {
+                step,
+                layer: r.id.layer,
+                module: r.id.module,
+                gemm: r.id.gemm,
+                numel: s.numel,
+                cosine: s.cosine,
+                mse: s.mse,
+                rel_l2: s.rel_l2,
+                max_abs_diff: s.max_abs_diff,
+                rank: None,
+            })
         })
         .collect()
 }

@@ -8,13 +8,13 @@
 //! liveness file (`ranks/rank=00003.json`) when it starts, with each flush and when it ends; rank 0
 //! alone writes the manifest, its row counts the sum of every rank's liveness file.
 
+use fp8scope_schemas::SchemaError;
 use fp8scope_schemas::layout::RunDir;
-use fp8scope_schemas::manifest::{now_rfc3339, Manifest, RunStatus};
-use fp8scope_schemas::parts::PartWriter;
 use fp8scope_schemas::manifest::RowCounts;
+use fp8scope_schemas::manifest::{Manifest, RunStatus, now_rfc3339};
+use fp8scope_schemas::parts::PartWriter;
 use fp8scope_schemas::ranks::RankLiveness;
 use fp8scope_schemas::tables::{CastRow, EventRow, ShadowRow, StatRow, StepRow, TensorRow};
-use fp8scope_schemas::SchemaError;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 

@@ -8,10 +8,7 @@ use std::path::PathBuf;
 /// `<site-packages>/nvidia/cu13` of the `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` wheels, if
 /// python3 can import them.
 pub fn wheel_dir() -> Option<PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13'))"])
-        .output()
-        .ok()?;
+    let out = std::process::Command::new("python3").args(["-c", "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13'))"]).output().ok()?;
     if !out.status.success() {
         return None;
     }

@@ -22,7 +22,9 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
     let (x, w, bias, dy) = (gpu.upload(&draw(n * k)), gpu.upload(&draw(m * k)), gpu.upload(&draw(m)), gpu.upload(&draw(n * m / 2)));
     let fp8 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
     let mut checked = 0;
-    for (label, cast, with_bias, nan) in [("bf16", OperandCast::Bf16, false, false), ("fp8", fp8, false, false), ("fp8+bias", fp8, true, false), ("bf16+nan", OperandCast::Bf16, false, true)] {
+    for (label, cast, with_bias, nan) in
+        [("bf16", OperandCast::Bf16, false, false), ("fp8", fp8, false, false), ("fp8+bias", fp8, true, false), ("bf16+nan", OperandCast::Bf16, false, true)]
+    {
         let call = GemmCall {
             cast_a: cast,
             cast_b: cast,
@@ -56,7 +58,11 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
             gpu.matmul_bf16_bwd(&mut dxb, &mut dwb, &ob, &x, &w, head);
             assert_eq!(gpu.take_error(), None, "{label}: matmul_bf16_bwd");
             for (what, a, b) in [("dinp", &dxf, &dxb), ("dw", &dwf, &dwb)] {
-                assert_eq!(bits(gpu.download(a, 0, gpu.len(a), 1)), bits(gpu.download(b, 0, gpu.len(b), 1)), "{label}: matmul_bf16_bwd {what}, BF16 dout held against f32 dout cast");
+                assert_eq!(
+                    bits(gpu.download(a, 0, gpu.len(a), 1)),
+                    bits(gpu.download(b, 0, gpu.len(b), 1)),
+                    "{label}: matmul_bf16_bwd {what}, BF16 dout held against f32 dout cast"
+                );
                 checked += 1;
             }
         }
@@ -98,7 +104,10 @@ fn bf16_buffers_hold_exactly_what_f32_buffers_hold() {
         // The same buffers as the gradient a backward reads (dout).
         let xs: Vec<f32> = (0..n * 2 * m).map(|j| ((j % 97) as f32 - 48.0) / 17.0).collect();
         let (xin, half) = (gpu.upload(&xs), gpu.upload(&xs[..n * m]));
-        let (wn, stat) = (gpu.upload(&(0..m).map(|j| 0.5 + (j % 7) as f32 / 8.0).collect::<Vec<f32>>()), gpu.upload(&(0..n).map(|j| 0.25 + (j % 5) as f32 / 4.0).collect::<Vec<f32>>()));
+        let (wn, stat) = (
+            gpu.upload(&(0..m).map(|j| 0.5 + (j % 7) as f32 / 8.0).collect::<Vec<f32>>()),
+            gpu.upload(&(0..n).map(|j| 0.25 + (j % 5) as f32 / 4.0).collect::<Vec<f32>>()),
+        );
         let (mut sf, mut sb) = (gpu.zeros(n * 2 * m), gpu.zeros(n * 2 * m));
         gpu.swiglu_bwd(&mut sf, &xin, &of, m);
         gpu.swiglu_bwd(&mut sb, &xin, &ob, m);
@@ -239,7 +248,10 @@ fn gemm_operands_held_in_bf16_give_the_bits_of_their_f32_copies() {
                 gpu.gemm(&wgrad, &mut dwp, &dres, x, None, Some(&mut dbp));
                 gpu.gemm(&call(Module::Qkv, Gemm::Dgrad, q, true), &mut dln, dy, &w_qkv, None, None);
                 gpu.gemm(&call(Module::Qkv, Gemm::Wgrad, q, false), &mut dwq, dy, &ln, None, Some(&mut dbq));
-                let mut out = named_bits(&mut gpu, &[("proj.fprop", &y), ("proj.wgrad", &dwp), ("proj.dbias", &dbp), ("qkv.dgrad", &dln), ("qkv.wgrad", &dwq), ("qkv.dbias", &dbq)]);
+                let mut out = named_bits(
+                    &mut gpu,
+                    &[("proj.fprop", &y), ("proj.wgrad", &dwp), ("proj.dbias", &dbp), ("qkv.dgrad", &dln), ("qkv.wgrad", &dwq), ("qkv.dbias", &dbq)],
+                );
                 let mut sums = Vec::new();
                 for r in gpu.take_reports() {
                     out.push((format!("report {:?}", r.id), format!("{:?}", without_sums(&r))));

@@ -13,21 +13,7 @@ fn fp8_test_values(format: Fp8Format) -> Vec<f32> {
         v.extend([w[0], mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits().wrapping_sub(1))]);
     }
     let max = format.max();
-    v.extend([
-        0.0,
-        -0.0,
-        max,
-        -max,
-        max * 1.01,
-        -max * 1.5,
-        max * 1e6,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        1e-30,
-        -1e-30,
-        f32::MIN_POSITIVE,
-    ]);
+    v.extend([0.0, -0.0, max, -max, max * 1.01, -max * 1.5, max * 1e6, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, f32::MIN_POSITIVE]);
     let mut rng = Pcg64::seed_from_u64(7);
     for _ in 0..20000 {
         let e: f32 = rng.random_range(-30.0..20.0);
@@ -45,17 +31,11 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
         let n = x.len();
         let xd = gpu.upload(&x);
         for scale in [1.0f32, 0.25, 8.0, 448.0 / 3.7, 1.0 / 57.3, 2f32.powi(-20)] {
-            let how = OperandCast::Fp8Tensor {
-                format,
-                scale: ScaleSource::Given { scale, amax_used: 1.0 },
-            };
+            let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used: 1.0 } };
             let (bytes, rep) = gpu.cast_for_test(&xd, 1, n, false, how, OperandFault::NONE, StatsLevel::Full).expect("cast");
             let want: Vec<u8> = x.iter().map(|&v| fp8::cast(format, v, scale)).collect();
-            let bad: Vec<String> = (0..n)
-                .filter(|&i| bytes[i] != want[i])
-                .take(5)
-                .map(|i| format!("x={:e} gpu={:#04x} cpu={:#04x}", x[i], bytes[i], want[i]))
-                .collect();
+            let bad: Vec<String> =
+                (0..n).filter(|&i| bytes[i] != want[i]).take(5).map(|i| format!("x={:e} gpu={:#04x} cpu={:#04x}", x[i], bytes[i], want[i])).collect();
             let mism = (0..n).filter(|&i| bytes[i] != want[i]).count();
             println!("{} scale {scale:e}: {n} values, {mism} byte mismatches {bad:?}", format.name());
             assert_eq!(mism, 0, "{}: GPU and CPU FP8 bytes differ", format.name());
@@ -69,28 +49,15 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
             assert_eq!(rep.scale, cpu.scale);
             let (gm, cm) = (rep.moments.expect("moments"), cpu.moments.expect("moments"));
             assert_eq!((gm.min, gm.max), (cm.min, cm.max));
-            assert!(
-                (gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300,
-                "mean {} vs {}",
-                gm.mean,
-                cm.mean
-            );
+            assert!((gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300, "mean {} vs {}", gm.mean, cm.mean);
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
-            assert!(
-                (gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9,
-                "quant error {gq:?} vs {cq:?}"
-            );
+            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9, "quant error {gq:?} vs {cq:?}");
         }
         // Current scaling: the scale is computed on the device from the amax.
         let finite: Vec<f32> = x.iter().copied().filter(|v| v.is_finite() && v.abs() < 1e4).collect();
         let fd = gpu.upload(&finite);
-        let how = OperandCast::Fp8Tensor {
-            format,
-            scale: ScaleSource::Current { margin: 1 },
-        };
-        let (bytes, rep) = gpu
-            .cast_for_test(&fd, 1, finite.len(), false, how, OperandFault::NONE, StatsLevel::Amax)
-            .expect("cast");
+        let how = OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: 1 } };
+        let (bytes, rep) = gpu.cast_for_test(&fd, 1, finite.len(), false, how, OperandFault::NONE, StatsLevel::Amax).expect("cast");
         let cpu = cast_operand(&finite, 1, finite.len(), how, OperandFault::NONE, StatsLevel::Amax, true).report;
         assert_eq!(rep.scale.to_bits(), cpu.scale.to_bits(), "current scale");
         assert_eq!(Some(bytes), cpu.quantized, "{}: current-scaled bytes", format.name());
@@ -109,7 +76,12 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
             let (bytes, rep) = gpu.cast_for_test(&xd, 64, 96, false, how, fault, StatsLevel::Full).expect("cast");
             let cpu = cast_operand(&x, 64, 96, how, fault, StatsLevel::Full, true).report;
             assert_eq!(Some(bytes), cpu.quantized, "{}: faulted bytes", format.name());
-            assert_eq!((rep.scale.to_bits(), rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf), (cpu.scale.to_bits(), cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf), "{}: faulted counts", format.name());
+            assert_eq!(
+                (rep.scale.to_bits(), rep.amax.to_bits(), rep.underflow, rep.saturated, rep.nan, rep.inf),
+                (cpu.scale.to_bits(), cpu.amax.to_bits(), cpu.underflow, cpu.saturated, cpu.nan, cpu.inf),
+                "{}: faulted counts",
+                format.name()
+            );
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
             assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() && (gq.1 - cq.1).abs() <= 1e-9, "faulted quant error {gq:?} vs {cq:?}");
             same_channels(&rep, &cpu, "faulted cast (planted outliers)");
@@ -120,22 +92,15 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
     let mut rng = Pcg64::seed_from_u64(3);
     let x: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
     let xd = gpu.upload(&x);
-    let how = OperandCast::Fp8Tensor {
-        format: Fp8Format::E5M2,
-        scale: ScaleSource::Given { scale: 100.0, amax_used: 3.0 },
-    };
-    let (t, _) = gpu
-        .cast_for_test(&xd, rows, cols, true, how, OperandFault::NONE, StatsLevel::Amax)
-        .expect("cast");
+    let how = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale: 100.0, amax_used: 3.0 } };
+    let (t, _) = gpu.cast_for_test(&xd, rows, cols, true, how, OperandFault::NONE, StatsLevel::Amax).expect("cast");
     for r in 0..rows {
         for c in 0..cols {
             assert_eq!(t[c * rows + r], fp8::cast(Fp8Format::E5M2, x[r * cols + c], 100.0));
         }
     }
     // BF16 operands: the bits of round-to-nearest-even.
-    let (b, _) = gpu
-        .cast_for_test(&xd, rows, cols, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Amax)
-        .expect("cast");
+    let (b, _) = gpu.cast_for_test(&xd, rows, cols, false, OperandCast::Bf16, OperandFault::NONE, StatsLevel::Amax).expect("cast");
     for (i, &v) in x.iter().enumerate() {
         assert_eq!(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]), half::bf16::from_f32(v).to_bits());
     }
@@ -156,7 +121,7 @@ fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
         let cols = 100;
         let rows = x.len() / cols;
         x.truncate(rows * cols);
-        assert!(rows > 3 * 64 && rows % 64 != 0, "several row tiles, the last one partial");
+        assert!(rows > 3 * 64 && !rows.is_multiple_of(64), "several row tiles, the last one partial");
         let finite: Vec<f64> = x.iter().filter(|v| v.is_finite()).map(|&v| v.abs() as f64).collect();
         let mean_abs = finite.iter().sum::<f64>() / finite.len() as f64;
         let xd = gpu.upload(&x);
@@ -184,7 +149,10 @@ fn tiled_fp8_casts_match_the_cpu_for_every_kind_of_value() {
                     } else {
                         assert_eq!(rep.channels, None, "{what}: no channel statistics below their level");
                     }
-                    println!("{what}: {rows} × {cols}, saturated {}, underflow {}, NaN {}, Inf {}, zeros {}", rep.saturated, rep.underflow, rep.nan, rep.inf, rep.zeros);
+                    println!(
+                        "{what}: {rows} × {cols}, saturated {}, underflow {}, NaN {}, Inf {}, zeros {}",
+                        rep.saturated, rep.underflow, rep.nan, rep.inf, rep.zeros
+                    );
                 }
             }
         }
@@ -234,12 +202,9 @@ fn channel_statistics_match_the_cpu_reference() {
     let xd = gpu.upload(&x);
     let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 448.0 / peak, amax_used: peak } };
     let cur = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } };
-    for (how, transpose, level) in [
-        (OperandCast::Bf16, false, StatsLevel::Channels),
-        (e4, false, StatsLevel::Channels),
-        (e4, true, StatsLevel::Full),
-        (cur, true, StatsLevel::Channels),
-    ] {
+    for (how, transpose, level) in
+        [(OperandCast::Bf16, false, StatsLevel::Channels), (e4, false, StatsLevel::Channels), (e4, true, StatsLevel::Full), (cur, true, StatsLevel::Channels)]
+    {
         let (_, rep) = gpu.cast_for_test(&xd, rows, cols, transpose, how, OperandFault::NONE, level).expect("cast");
         let cpu = cast_operand(&x, rows, cols, how, OperandFault::NONE, level, false).report;
         let what = format!("{how:?} transposed {transpose} {level:?}");

@@ -127,12 +127,19 @@ fn activation_operands_computed_in_the_cast_are_bit_identical_to_the_unfused_pai
                         // SwiGLU's backward by pairs of tiles (halves a whole number of tiles) folds a
                         // block's two tiles into one partial: its f64 sums may round differently.
                         let close = w.iter().zip(g).all(|(x, y)| (x - y).abs() <= 1e-12 * x.abs().max(y.abs()));
-                        assert!(close && label == "swiglu", "{label} {cast_name}: {name} differs between the unfused pair and the computed operand: {w:?} against {g:?}");
+                        assert!(
+                            close && label == "swiglu",
+                            "{label} {cast_name}: {name} differs between the unfused pair and the computed operand: {w:?} against {g:?}"
+                        );
                         println!("{label} {cast_name}: {name} within f64 rounding ({w:?} against {g:?})");
                     }
                     checked += 1;
                 }
-                println!("{label} {cast_name}: {} outputs and reports bit-identical{}", want.len() + want_sums.len(), if computable { "" } else { " (the unfused pair both times)" });
+                println!(
+                    "{label} {cast_name}: {} outputs and reports bit-identical{}",
+                    want.len() + want_sums.len(),
+                    if computable { "" } else { " (the unfused pair both times)" }
+                );
             }
         }
     }
@@ -170,7 +177,11 @@ fn normalizations_computed_in_the_cast_are_bit_identical_to_the_unfused_pair() {
         ("bf16", OperandCast::Bf16, OperandCast::Bf16),
         ("e4m3", given(Fp8Format::E4M3, 16.0), given(Fp8Format::E4M3, 1024.0)),
         ("hybrid", given(Fp8Format::E4M3, 8.0), given(Fp8Format::E5M2, 4096.0)),
-        ("current", OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } }, OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } }),
+        (
+            "current",
+            OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } },
+            OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } },
+        ),
     ];
     let mut checked = 0;
     for (layer, after_add) in [(false, false), (true, false), (false, true), (true, true)] {

@@ -32,7 +32,10 @@ fn a_failing_primitive_keeps_its_error_and_later_primitives_are_skipped() {
     let (later, sum, nonfinite, back, reports) = r.expect("the backend panicked instead of keeping its error");
     let e = gpu.take_error().expect("the failed attention_fwd kept no error");
     println!("kept: {e}");
-    assert!(e.starts_with("attention_fwd: ") && e.contains("saved log-sum-exp") && e.contains(&format!("holds {} floats; {saved} are needed", saved - 1)), "unexpected error: {e}");
+    assert!(
+        e.starts_with("attention_fwd: ") && e.contains("saved log-sum-exp") && e.contains(&format!("holds {} floats; {saved} are needed", saved - 1)),
+        "unexpected error: {e}"
+    );
     assert!(!e.contains('\n'), "not one line: {e}");
     assert_eq!(gpu.len(&later), 0, "upload allocated after the error");
     assert!(sum.is_nan(), "sumsq after the error: {sum}");

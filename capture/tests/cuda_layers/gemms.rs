@@ -138,7 +138,12 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
                     if (with_bias && gemm != Gemm::Fprop) || (plant == 4 && !with_bias) {
                         continue;
                     }
-                    let call = GemmCall { cast_a: cast, cast_b: cast, stats: StatsLevel::Channels, ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims) };
+                    let call = GemmCall {
+                        cast_a: cast,
+                        cast_b: cast,
+                        stats: StatsLevel::Channels,
+                        ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims)
+                    };
                     // Fprop X·Wᵀ (n × m), dgrad dY·W (n × k), wgrad dYᵀ·X (m × k).
                     let (a, bop, len) = match gemm {
                         Gemm::Fprop => (&xb, &wb, n * m),
@@ -151,7 +156,8 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
                         gpu.gemm(&call, &mut out, a, bop, bias, None);
                         let reported = gpu.take_reports()[0].output_nonfinite;
                         let counted = gpu.count_nonfinite(&out);
-                        let what = format!("{case}, {label}, {gemm:?}{}, {} output", if with_bias { " + bias" } else { "" }, if out_bf16 { "BF16" } else { "f32" });
+                        let what =
+                            format!("{case}, {label}, {gemm:?}{}, {} output", if with_bias { " + bias" } else { "" }, if out_bf16 { "BF16" } else { "f32" });
                         assert_eq!(gpu.take_error(), None, "{what}");
                         assert_eq!(reported, counted, "{what}: the reported non-finite count against a count of the output");
                         if plant == 0 {

@@ -164,15 +164,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     out.borrow_mut().push(("sumsq".into(), vec![s as f32]));
     // AdamW
     let (mut p, gg, mut am, mut av) = (be.upload(m("p")), be.upload(m("g")), be.upload(m("m")), be.upload(m("vv")));
-    let hyp = AdamW {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        t: 7,
-        grad_scale: 0.5,
-    };
+    let hyp = AdamW { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, t: 7, grad_scale: 0.5 };
     be.adamw(&mut p, &gg, &mut am, &mut av, &hyp);
     get(be, "adamw.p", &p);
     get(be, "adamw.m", &am);
@@ -180,18 +172,9 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
     // The linear-layer GEMMs of fc1 (k = C, m = F) under each cast.
     let dims = LinearDims { n, k: c, m: f };
     let (w, bias, dy) = (be.upload(m("w_fc1")), be.upload(m("bias_f")), be.upload(m("dy_f")));
-    let e4 = |scale: f32| OperandCast::Fp8Tensor {
-        format: Fp8Format::E4M3,
-        scale: ScaleSource::Given { scale, amax_used: 0.0 },
-    };
-    let e5 = |scale: f32| OperandCast::Fp8Tensor {
-        format: Fp8Format::E5M2,
-        scale: ScaleSource::Given { scale, amax_used: 0.0 },
-    };
-    let cur = OperandCast::Fp8Tensor {
-        format: Fp8Format::E4M3,
-        scale: ScaleSource::Current { margin: 0 },
-    };
+    let e4 = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
+    let e5 = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale, amax_used: 0.0 } };
+    let cur = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
     // The last: every FP8 GEMM with cuBLASLt's fast accumulation (`--accumulation fast`), against
     // the CPU's FP32 accumulation under the same bound.
     for (label, ca_f, cb_f, ca_b, cb_b, fast_accumulation) in [
@@ -204,11 +187,7 @@ fn run_layers<B: Backend>(be: &mut B, i: &Inputs) -> Vec<(String, Vec<f32>)> {
         for gemm in Gemm::ALL {
             let (cast_a, cast_b) = if gemm == Gemm::Fprop { (ca_f, cb_f) } else { (ca_b, cb_b) };
             let call = GemmCall {
-                id: GemmId {
-                    layer: 0,
-                    module: Module::Fc1,
-                    gemm,
-                },
+                id: GemmId { layer: 0, module: Module::Fc1, gemm },
                 dims,
                 cast_a,
                 cast_b,
@@ -294,10 +273,7 @@ fn compare_outputs(want: &[(String, Vec<f32>)], got: &[(String, Vec<f32>)], tag:
         let (bound, reason) = tolerance(name);
         let (rel, maxabs) = rel_l2(g, w);
         let pass = rel <= bound;
-        println!(
-            "{name:<34} {rel:>10.2e} {maxabs:>10.2e} {bound:>10.1e}  {}{reason}",
-            if pass { "" } else { "FAIL: " }
-        );
+        println!("{name:<34} {rel:>10.2e} {maxabs:>10.2e} {bound:>10.1e}  {}{reason}", if pass { "" } else { "FAIL: " });
         if !pass {
             let worst: Vec<String> = {
                 let mut idx: Vec<usize> = (0..w.len()).collect();

@@ -66,14 +66,22 @@ const TOLERANCES: &[(&str, f64, &str)] = &[
     ("crossentropy", 1e-6, "f64 sum of f32 exps in tree vs sequential order; expf ulps"),
     ("adamw", 1e-7, "the same f32 operation sequence with host-computed bias corrections; only FMA contraction by the CUDA compiler can differ"),
     ("sumsq", 1e-12, "f64 sums of f32 squares in different orders"),
-    ("channel_share", 1e-7, "f64 per-channel sums of squares in different orders (rows chunked differently), within 1e-15, then kept here as f32: at most an f32 rounding apart"),
-    ("attention_gqa", 2e-2, "as attention (BF16 operands on the GPU, f32 on the CPU); a kv head's dk and dv sum over its query heads inside the GPU's GEMM, in head-then-query order on the CPU"),
-    ("attention", 2e-2, "the GPU's products take BF16 operands (q, k, v, dout, the probabilities and the score gradients rounded: 2^-9 relative each), the CPU's f32; the fused kernels normalise the probabilities after their product with v, the CPU before; both round the outputs to BF16"),
     (
-        "matmul_bf16",
-        1e-2,
-        "BF16 operands and outputs; accumulation order differs, so outputs near a BF16 rounding boundary flip by one BF16 ulp (2^-8)",
+        "channel_share",
+        1e-7,
+        "f64 per-channel sums of squares in different orders (rows chunked differently), within 1e-15, then kept here as f32: at most an f32 rounding apart",
     ),
+    (
+        "attention_gqa",
+        2e-2,
+        "as attention (BF16 operands on the GPU, f32 on the CPU); a kv head's dk and dv sum over its query heads inside the GPU's GEMM, in head-then-query order on the CPU",
+    ),
+    (
+        "attention",
+        2e-2,
+        "the GPU's products take BF16 operands (q, k, v, dout, the probabilities and the score gradients rounded: 2^-9 relative each), the CPU's f32; the fused kernels normalise the probabilities after their product with v, the CPU before; both round the outputs to BF16",
+    ),
+    ("matmul_bf16", 1e-2, "BF16 operands and outputs; accumulation order differs, so outputs near a BF16 rounding boundary flip by one BF16 ulp (2^-8)"),
     (
         "gemm",
         1e-2,
@@ -82,11 +90,7 @@ const TOLERANCES: &[(&str, f64, &str)] = &[
 ];
 
 fn tolerance(name: &str) -> (f64, &'static str) {
-    TOLERANCES
-        .iter()
-        .find(|(p, _, _)| name.starts_with(p))
-        .map(|(_, b, r)| (*b, *r))
-        .unwrap_or((0.0, "no bound given: must be exact"))
+    TOLERANCES.iter().find(|(p, _, _)| name.starts_with(p)).map(|(_, b, r)| (*b, *r)).unwrap_or((0.0, "no bound given: must be exact"))
 }
 
 fn rel_l2(got: &[f32], want: &[f32]) -> (f64, f64) {
@@ -174,22 +178,13 @@ fn inputs() -> Inputs {
     ] {
         mats.insert(name, draw(len, s));
     }
-    mats.get_mut("vv").map(|x| x.iter_mut().for_each(|e| *e = e.abs()));
+    if let Some(x) = mats.get_mut("vv") {
+        x.iter_mut().for_each(|e| *e = e.abs())
+    }
     let mut r2 = Pcg64::seed_from_u64(12);
     let tokens = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
     let targets = (0..n).map(|_| r2.random_range(0..v as u32)).collect();
-    Inputs {
-        v,
-        c,
-        f,
-        nh,
-        kvh: 2,
-        b,
-        t,
-        tokens,
-        targets,
-        mats,
-    }
+    Inputs { v, c, f, nh, kvh: 2, b, t, tokens, targets, mats }
 }
 
 /// The fprop, dgrad and wgrad of one linear site (fc1's shape, with a bias) in BF16, the reports
@@ -201,9 +196,21 @@ fn inputs() -> Inputs {
 /// on the GPU, back to back, dY's cast then sums its columns as it casts them. Statistics at
 /// `stats`. Returns the outputs, named `gemm.bf16_site.*`.
 #[allow(clippy::too_many_arguments)]
-fn bf16_site<B: Backend>(be: &mut B, x: &B::Buf, w: &B::Buf, bias: &B::Buf, dy: &B::Buf, db0: &[f32], dims: LinearDims, back_to_back: bool, column_sums: bool, stats: StatsLevel) -> Vec<(String, Vec<f32>)> {
+fn bf16_site<B: Backend>(
+    be: &mut B,
+    x: &B::Buf,
+    w: &B::Buf,
+    bias: &B::Buf,
+    dy: &B::Buf,
+    db0: &[f32],
+    dims: LinearDims,
+    back_to_back: bool,
+    column_sums: bool,
+    stats: StatsLevel,
+) -> Vec<(String, Vec<f32>)> {
     let (n, c, f) = (dims.n, dims.k, dims.m);
-    let call = |gemm| GemmCall { stats, a_column_sums: column_sums && gemm == Gemm::Dgrad, ..GemmCall::bf16(GemmId { layer: 3, module: Module::Fc1, gemm }, dims) };
+    let call =
+        |gemm| GemmCall { stats, a_column_sums: column_sums && gemm == Gemm::Dgrad, ..GemmCall::bf16(GemmId { layer: 3, module: Module::Fc1, gemm }, dims) };
     let (mut y, mut dx, mut dw, mut db) = (be.zeros(n * f), be.zeros(n * c), be.zeros(f * c), be.upload(db0));
     let mut reports = 0;
     be.gemm(&call(Gemm::Fprop), &mut y, x, w, Some(bias), None);

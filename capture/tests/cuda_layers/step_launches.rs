@@ -84,7 +84,8 @@ fn multi_tensor_launches_give_the_bits_of_one_launch_a_buffer() {
 
     for grad_scale in [1.0f32, 0.37] {
         let h = AdamW { lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, t: 5, grad_scale };
-        let start: Vec<[Vec<f32>; 3]> = host.iter().map(|g| [draw(g.len(), 1.0), draw(g.len(), 0.1), draw(g.len(), 0.1).iter().map(|x| x * x).collect()]).collect();
+        let start: Vec<[Vec<f32>; 3]> =
+            host.iter().map(|g| [draw(g.len(), 1.0), draw(g.len(), 0.1), draw(g.len(), 0.1).iter().map(|x| x * x).collect()]).collect();
         let upload = |gpu: &mut fp8_capture::backend::cuda::CudaBackend, k: usize| -> Vec<Buf> { start.iter().map(|s| gpu.upload(&s[k])).collect() };
         let (mut p1, mut m1, mut v1) = (upload(&mut gpu, 0), upload(&mut gpu, 1), upload(&mut gpu, 2));
         let (mut p2, mut m2, mut v2) = (upload(&mut gpu, 0), upload(&mut gpu, 1), upload(&mut gpu, 2));
@@ -96,7 +97,11 @@ fn multi_tensor_launches_give_the_bits_of_one_launch_a_buffer() {
         let mut cpu = CpuBackend::new();
         for i in 0..grads.len() {
             for (what, a, b) in [("p", &p1[i], &p2[i]), ("m", &m1[i], &m2[i]), ("v", &v1[i], &v2[i])] {
-                assert!(buffer_bits(&mut gpu, a) == buffer_bits(&mut gpu, b), "adamw_all: {what} of parameter {i} ({} values, grad_scale {grad_scale}) differs from adamw's", host[i].len());
+                assert!(
+                    buffer_bits(&mut gpu, a) == buffer_bits(&mut gpu, b),
+                    "adamw_all: {what} of parameter {i} ({} values, grad_scale {grad_scale}) differs from adamw's",
+                    host[i].len()
+                );
             }
             let [mut p, mut m, mut v] = start[i].clone();
             cpu.adamw(&mut p, &host[i], &mut m, &mut v, &h);
@@ -138,7 +143,11 @@ fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
     // (m, k) of W; rows and columns that are not whole 64 × 64 tiles among them.
     let shapes: Vec<(usize, usize)> = (0..70).map(|i| [(64, 64), (96, 128), (224, 64), (160, 256), (64, 96)][i % 5]).collect();
     let mut draw = |len: usize, scale: f32| -> Vec<f32> { (0..len).map(|_| scale * normal.sample(&mut rng)).collect() };
-    let bufs: Vec<[Buf; 3]> = shapes.iter().enumerate().map(|(i, &(m, k))| [gpu.upload(&draw(m * k, 0.05 * (1 + i % 4) as f32)), gpu.upload(&draw(n * k, 1.0)), gpu.upload(&draw(n * m, 1e-3))]).collect();
+    let bufs: Vec<[Buf; 3]> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(m, k))| [gpu.upload(&draw(m * k, 0.05 * (1 + i % 4) as f32)), gpu.upload(&draw(n * k, 1.0)), gpu.upload(&draw(n * m, 1e-3))])
+        .collect();
     let given = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale, amax_used: 448.0 / scale } };
     let grad = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale: 4096.0, amax_used: 14.0 } };
     // Weight i's cast: BF16 and current scaling for some (cast at their GEMM), a given scale else.
@@ -165,7 +174,8 @@ fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
                 };
                 GemmCall { cast_a, cast_b, stats: level, ..GemmCall::bf16(id, LinearDims { n, k, m }) }
             };
-            let told: Vec<(GemmCall, &Buf)> = (0..70).map(|i| (call(i, Gemm::Fprop, if i == changed { given(1.0) } else { weight_cast(i) }), &bufs[i][0])).collect();
+            let told: Vec<(GemmCall, &Buf)> =
+                (0..70).map(|i| (call(i, Gemm::Fprop, if i == changed { given(1.0) } else { weight_cast(i) }), &bufs[i][0])).collect();
             gpu.cast_weights(&told);
             let mut outs = Vec::new();
             for (i, &(m, k)) in shapes.iter().enumerate() {

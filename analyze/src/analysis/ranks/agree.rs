@@ -18,7 +18,7 @@
 //! there, the ranks whose value is not the instance's majority (on a tie, the value the lowest rank
 //! holds), with the largest relative gap to the majority.
 
-use super::finding::{check, majority, num, rel_gap, Finding};
+use super::finding::{Finding, check, majority, num, rel_gap};
 use super::keys::{FxMap, Keys};
 use super::mesh::Mesh;
 use super::store::{self, Store};
@@ -179,7 +179,9 @@ pub fn findings(mesh: &Mesh, acc: &Agreement, keys: &Keys, naming: &SiteNaming) 
         f.ranks = ranks.clone();
         f.group = Some(g.name.clone());
         let span = if d.last > d.first { format!("steps {}–{}", d.first, d.last) } else { format!("step {}", d.first) };
-        let also = other.map(|(o, od)| format!("; {} too, {} pair(s) from step {}", if *o == Value::Scale { "scale" } else { "amax_used" }, od.count, od.first)).unwrap_or_default();
+        let also = other
+            .map(|(o, od)| format!("; {} too, {} pair(s) from step {}", if *o == Value::Scale { "scale" } else { "amax_used" }, od.count, od.first))
+            .unwrap_or_default();
         let tail = format!("{} of {} ({} instance, step) pairs disagree, {span}{also}", d.count, compared, g.name);
         let Some((gap, xb, mb, x, maj, inst)) = &d.worst else { continue };
         if is_digest {

@@ -16,7 +16,7 @@
 //! stopped or left no parts makes its sets unknown from then on); a cast whose configured set's max
 //! is unknown is not checked, and a candidate whose max is unknown reproduces nothing.
 
-use super::finding::{check, Finding};
+use super::finding::{Finding, check};
 use super::keys::Keys;
 use super::mesh::Mesh;
 use super::rules::amax_matches;
@@ -58,9 +58,9 @@ impl Amax {
 fn fill(b: &store::Block, base: usize, n: usize, comp: &[u32], m: &mut [f32], cnt: &mut [u32]) {
     m.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
     cnt.iter_mut().for_each(|x| *x = 0);
-    for r in 0..n {
+    for (r, &c) in comp.iter().enumerate().take(n) {
         if b.flags(base + r) & store::LOCAL != 0 {
-            let c = comp[r] as usize;
+            let c = c as usize;
             m[c] = m[c].max(b.local[base + r]);
             cnt[c] += 1;
         }
@@ -154,7 +154,11 @@ pub fn findings(mesh: &Mesh, acc: &Amax, keys: &Keys, naming: &SiteNaming) -> Ve
     let mut out = Vec::new();
     for (kid, t) in &acc.tensors {
         let (Some(first), Some(key)) = (t.first, keys.get(*kid)) else { continue };
-        let consistent = if t.fail_local == 0 { "local".to_string() } else { (0..np).find(|&p| t.fail[p] == 0).map_or("none".to_string(), |p| mesh.partitions[p].label.clone()) };
+        let consistent = if t.fail_local == 0 {
+            "local".to_string()
+        } else {
+            (0..np).find(|&p| t.fail[p] == 0).map_or("none".to_string(), |p| mesh.partitions[p].label.clone())
+        };
         let expected = mesh.expected_label(&key.role);
         let mut ranks = t.ranks.clone();
         ranks.sort_unstable();

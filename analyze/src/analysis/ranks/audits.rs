@@ -11,7 +11,7 @@
 //! Every flagged cast counts; per (audit, tensor) the finding names the first step, the ranks
 //! flagged at that step and the elements that differ there, with the totals.
 
-use super::finding::{check, Finding};
+use super::finding::{Finding, check};
 use super::keys::{FxMap, Keys};
 use fp8scope_schemas::names::SiteNaming;
 use fp8scope_schemas::tables::col as c;

@@ -69,7 +69,8 @@ pub fn check(run: &str, parts: &[RankParts], mesh: &Mesh, naming: &SiteNaming, r
             let kid = keys.encode(&df).map_err(e)?;
             let weight: Vec<bool> = keys.list.iter().map(|k| k.role == "weight").collect();
             let (rank, step) = (scan::i64s(&df, c::RANK).map_err(e)?, scan::i64s(&df, c::STEP).map_err(e)?);
-            let (scale, local, used) = (scan::f32s(&df, c::SCALE).map_err(e)?, scan::f32s(&df, c::AMAX_LOCAL).map_err(e)?, scan::f32s(&df, c::AMAX_USED).map_err(e)?);
+            let (scale, local, used) =
+                (scan::f32s(&df, c::SCALE).map_err(e)?, scan::f32s(&df, c::AMAX_LOCAL).map_err(e)?, scan::f32s(&df, c::AMAX_USED).map_err(e)?);
             let digest = scan::i64s(&df, c::DIGEST).map_err(e)?;
             let (ac, am) = (scan::i64s(&df, c::AUDIT_CHECKED).map_err(e)?, scan::i64s(&df, c::AUDIT_MISMATCHED).map_err(e)?);
             let (mc, mm) = (scan::i64s(&df, c::MASTER_CHECKED).map_err(e)?, scan::i64s(&df, c::MASTER_MISMATCHED).map_err(e)?);
@@ -80,7 +81,14 @@ pub fn check(run: &str, parts: &[RankParts], mesh: &Mesh, naming: &SiteNaming, r
                 let row = Row { kid: kid[i], rank: r.max(0) as u32, step: s, scale: scale[i], local: local[i], used: used[i], digest: digest[i] };
                 both_amaxes += u64::from(row.local.is_some() && row.used.is_some());
                 st.put(&row, weight[kid[i] as usize]);
-                let x = audits::Cols { audit_checked: ac[i], audit_mismatched: am[i], master_checked: mc[i], master_mismatched: mm[i], master_changed: mch[i], forward_changed: fch[i] };
+                let x = audits::Cols {
+                    audit_checked: ac[i],
+                    audit_mismatched: am[i],
+                    master_checked: mc[i],
+                    master_mismatched: mm[i],
+                    master_changed: mch[i],
+                    forward_changed: fch[i],
+                };
                 audit.add(kid[i], row.rank, s, &x);
             }
         }

@@ -87,7 +87,14 @@ impl Finding {
     pub fn sort(findings: &mut [Finding]) {
         let order = |c: &str| check::ALL.iter().position(|x| *x == c).unwrap_or(usize::MAX);
         findings.sort_by(|a, b| {
-            (a.step.is_none(), a.step, order(a.check), &a.module, &a.role, &a.ranks).cmp(&(b.step.is_none(), b.step, order(b.check), &b.module, &b.role, &b.ranks))
+            (a.step.is_none(), a.step, order(a.check), &a.module, &a.role, &a.ranks).cmp(&(
+                b.step.is_none(),
+                b.step,
+                order(b.check),
+                &b.module,
+                &b.role,
+                &b.ranks,
+            ))
         });
     }
 }

@@ -123,7 +123,12 @@ impl Keys {
             let id = match combos.get(&key) {
                 Some(&id) => id,
                 None => {
-                    let k = Key { layer: key.0 as i64, module: mn.names[key.1 as usize].to_string(), role: rn.names[key.2 as usize].to_string(), gemm: gn.names[key.3 as usize].to_string() };
+                    let k = Key {
+                        layer: key.0 as i64,
+                        module: mn.names[key.1 as usize].to_string(),
+                        role: rn.names[key.2 as usize].to_string(),
+                        gemm: gn.names[key.3 as usize].to_string(),
+                    };
                     let next = self.list.len() as u32;
                     let id = *self.ids.entry(k.clone()).or_insert_with(|| {
                         self.list.push(k);

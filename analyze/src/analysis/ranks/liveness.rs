@@ -8,11 +8,11 @@
 //! liveness files (one process, runs before schema version 3) is judged from the manifest, which it
 //! writes.
 
-use super::finding::{check, Finding};
+use super::finding::{Finding, check};
 use crate::error::AnalyzeError;
 use fp8scope_schemas::layout::{RunDir, Table};
 use fp8scope_schemas::manifest::{Manifest, RunStatus};
-use fp8scope_schemas::ranks::{judge, Liveness, RankLiveness};
+use fp8scope_schemas::ranks::{Liveness, RankLiveness, judge};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -102,7 +102,8 @@ pub fn check(dir: &Path, m: &Manifest, world_size: u32) -> Result<LivenessResult
             Some(f)
         } else if r.status == RunStatus::Crashed.as_str() {
             let mut f = Finding::new(check::RANK_CRASHED);
-            f.message = format!("rank {} crashed after {} step(s): {}", r.rank, r.steps_completed.unwrap_or(0), r.reason.as_deref().unwrap_or("no error recorded"));
+            f.message =
+                format!("rank {} crashed after {} step(s): {}", r.rank, r.steps_completed.unwrap_or(0), r.reason.as_deref().unwrap_or("no error recorded"));
             f.magnitude = format!("after {} step(s): {}", r.steps_completed.unwrap_or(0), r.reason.as_deref().unwrap_or("no error recorded"));
             f.value = serde_json::Value::from("crashed");
             f.expected = serde_json::Value::from("completed");

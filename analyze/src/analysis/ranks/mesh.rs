@@ -38,6 +38,10 @@ impl Partition {
     pub fn len(&self) -> usize {
         self.sizes.len()
     }
+    /// Whether it has no component (no rank).
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
 }
 
 /// A declared group that the agreement checks hold to a rule.

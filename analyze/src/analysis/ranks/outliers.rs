@@ -13,7 +13,7 @@
 //! every rank with one at that step is named (ties list all), with the first such tensor in
 //! execution order.
 
-use super::finding::{check, num, Finding};
+use super::finding::{Finding, check, num};
 use super::keys::{FxMap, Keys};
 use super::rules::{BATCH_ROWS, NONFINITE_MARGIN, OUTLIER_FACTOR, SATURATION_MARGIN, UNDERFLOW_MARGIN};
 use super::scan::{self, RankParts};
@@ -108,7 +108,8 @@ fn read(run: &str, batch: &[(u32, Vec<&Path>)], keys: &mut Keys) -> Result<Rows,
     let df = scan::load(run, Table::Stats, batch, &COLUMNS, None)?;
     let kid = keys.encode(&df).map_err(e)?;
     let (nan, inf) = (scan::i64s(&df, c::NAN_COUNT).map_err(e)?, scan::i64s(&df, c::INF_COUNT).map_err(e)?);
-    let nonfinite: Vec<Option<f64>> = nan.iter().zip(&inf).map(|(a, b)| if a.is_none() && b.is_none() { None } else { Some((a.unwrap_or(0) + b.unwrap_or(0)) as f64) }).collect();
+    let nonfinite: Vec<Option<f64>> =
+        nan.iter().zip(&inf).map(|(a, b)| if a.is_none() && b.is_none() { None } else { Some((a.unwrap_or(0) + b.unwrap_or(0)) as f64) }).collect();
     Ok(Rows {
         rank: scan::i64s(&df, c::RANK).map_err(e)?,
         step: scan::i64s(&df, c::STEP).map_err(e)?,
@@ -209,11 +210,11 @@ pub fn check(run: &str, parts: &[RankParts], naming: &SiteNaming) -> Result<Stat
                 let r = r.max(0) as u32;
                 let Some(b) = bounds.get(&(r, rows.kid[i])) else { continue };
                 for (mi, m) in Metric::ALL.iter().enumerate() {
-                    if let (Some(bound), Some(x)) = (b[mi], rows.metrics[mi][i]) {
-                        if x > bound {
-                            let f = first_step.entry((r, rows.kid[i], *m)).or_insert(s);
-                            *f = (*f).min(s);
-                        }
+                    if let (Some(bound), Some(x)) = (b[mi], rows.metrics[mi][i])
+                        && x > bound
+                    {
+                        let f = first_step.entry((r, rows.kid[i], *m)).or_insert(s);
+                        *f = (*f).min(s);
                     }
                 }
             }

@@ -15,7 +15,7 @@
 
 use crate::error::AnalyzeError;
 use crate::load::polars_schema;
-use fp8scope_schemas::layout::{rank_of_partition, RunDir, Table};
+use fp8scope_schemas::layout::{RunDir, Table, rank_of_partition};
 use fp8scope_schemas::parts::check_part;
 use fp8scope_schemas::tables::col as c;
 use polars::prelude::*;
@@ -121,11 +121,15 @@ impl Window<'_> {
 
 /// The windows of `ranks`' parts, in step order.
 pub fn windows(ranks: &[RankParts], max_rows: u64) -> Vec<Window<'_>> {
-    let mut parts: Vec<(i64, i64, u32, &Part)> =
-        ranks.iter().flat_map(|r| r.parts.iter().map(move |p| {
-            let (lo, hi) = p.steps.unwrap_or((i64::MIN, i64::MAX));
-            (lo, hi, r.rank, p)
-        })).collect();
+    let mut parts: Vec<(i64, i64, u32, &Part)> = ranks
+        .iter()
+        .flat_map(|r| {
+            r.parts.iter().map(move |p| {
+                let (lo, hi) = p.steps.unwrap_or((i64::MIN, i64::MAX));
+                (lo, hi, r.rank, p)
+            })
+        })
+        .collect();
     parts.sort_by_key(|p| (p.0, p.1, p.2));
     // Merge overlapping step ranges.
     let mut merged: Vec<(i64, i64, Vec<(u32, &Part)>)> = Vec::new();
@@ -144,11 +148,7 @@ pub fn windows(ranks: &[RankParts], max_rows: u64) -> Vec<Window<'_>> {
         let span = hi.saturating_sub(lo).saturating_add(1);
         let k = rows.div_ceil(max_rows.max(1)).max(1) as i64;
         let splittable = lo != i64::MIN && hi != i64::MAX && k > 1 && span >= k;
-        let cuts: Vec<(i64, i64)> = if splittable {
-            (0..k).map(|i| (lo + span * i / k, lo + span * (i + 1) / k - 1)).collect()
-        } else {
-            vec![(lo, hi)]
-        };
+        let cuts: Vec<(i64, i64)> = if splittable { (0..k).map(|i| (lo + span * i / k, lo + span * (i + 1) / k - 1)).collect() } else { vec![(lo, hi)] };
         for (a, b) in cuts {
             let mut by_rank: Vec<(u32, Vec<&Part>, u64)> = Vec::new();
             for (rank, p) in &members {

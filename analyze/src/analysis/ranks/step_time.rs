@@ -5,7 +5,7 @@
 //! whose median exceeds [`STRAGGLER_FACTOR`] × the median of the ranks' medians (it takes two ranks);
 //! its first step is the first at which its step time was above that bound.
 
-use super::finding::{check, num, Finding};
+use super::finding::{Finding, check, num};
 use super::rules::STRAGGLER_FACTOR;
 use super::scan::{self, RankParts};
 use crate::error::AnalyzeError;

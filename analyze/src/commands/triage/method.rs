@@ -4,13 +4,13 @@
 
 use super::render::render;
 use super::{Confirmation, Culprit, NoiseSummary, RunEntry, RunOutcome, TriageArgs, Verdict};
-use crate::analysis::anomalies::{find_anomalies, noise_band, AnomalyParams, AnomalyReport};
-use crate::analysis::bisect::{bisect, order_candidates, BisectOutcome};
+use crate::analysis::anomalies::{AnomalyParams, AnomalyReport, find_anomalies, noise_band};
+use crate::analysis::bisect::{BisectOutcome, bisect, order_candidates};
 use crate::analysis::dynamics::relative_gap;
-use crate::analysis::locate::{evidence, locate, saturated_at, LocateReport, OperandEvidence};
+use crate::analysis::locate::{LocateReport, OperandEvidence, evidence, locate, saturated_at};
 use crate::analysis::noise::NoiseBand;
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
-use crate::capture_driver::{require_usable, CaptureFlags, Driver, RunResult, RunSpec};
+use crate::capture_driver::{CaptureFlags, Driver, RunResult, RunSpec, require_usable};
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output;
@@ -172,11 +172,7 @@ fn check_reused(flag: &str, base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeE
     if !base.manifest.finished() || base.manifest.status.as_str() != "completed" {
         diffs.push(format!("it is {}", base.manifest.status.as_str()));
     }
-    if diffs.is_empty() {
-        Ok(())
-    } else {
-        Err(AnalyzeError::Usage(format!("{flag} {}: {}", base.dir.display(), diffs.join("; "))))
-    }
+    if diffs.is_empty() { Ok(()) } else { Err(AnalyzeError::Usage(format!("{flag} {}: {}", base.dir.display(), diffs.join("; ")))) }
 }
 
 /// Every GEMM of `kinds`, in execution order of the layers and modules.
@@ -335,20 +331,22 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     if let Some(l) = &loc {
         t.save("fp8", "locate", l);
     }
-    let mut leads: Vec<String> = rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
+    let mut leads: Vec<String> =
+        rep.nonfinite.first_tensor.as_ref().and_then(|x| Some(format!("layers.{}.{}.{}", x.layer, x.module, x.gemm.clone()?))).into_iter().collect();
     let spike_start = rep.counted_gap_spikes().first().map(|s| s.start).filter(|_| anomaly == "spike");
     if let Some(step) = spike_start {
         leads.extend(saturated_at(&fp8_run, step)?.into_iter().filter(|(_, f)| *f >= SPIKE_LEAD_SATURATION).map(|(n, _)| n));
     }
     let ranking: Vec<String> = loc.as_ref().map(|l| l.ranked.iter().map(|g| g.gemm_name.clone()).collect()).unwrap_or_default();
-    let top = order_candidates(&all_gemms(&Gemm::ALL, t.n_layers), Culprit::name, &leads, &ranking).first().cloned().filter(|_| !leads.is_empty() || !ranking.is_empty());
+    let top = order_candidates(&all_gemms(&Gemm::ALL, t.n_layers), Culprit::name, &leads, &ranking)
+        .first()
+        .cloned()
+        .filter(|_| !leads.is_empty() || !ranking.is_empty());
 
     // 3. Each GEMM kind back to BF16, current scaling, a short history and the top-ranked GEMM
     //    alone back to BF16, in one batch.
-    let mut specs: Vec<RunSpec> = Gemm::ALL
-        .iter()
-        .map(|g| RunSpec { name: format!("bf16-{}", g.as_str()), flags: fp8_flags(&["--bf16-gemms".into(), g.as_str().into()]) })
-        .collect();
+    let mut specs: Vec<RunSpec> =
+        Gemm::ALL.iter().map(|g| RunSpec { name: format!("bf16-{}", g.as_str()), flags: fp8_flags(&["--bf16-gemms".into(), g.as_str().into()]) }).collect();
     let try_current = a.recipe != "current";
     if try_current {
         let mut f = c.common();

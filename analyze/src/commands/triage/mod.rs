@@ -34,7 +34,7 @@ use clap::Args;
 use serde::Serialize;
 use std::path::PathBuf;
 
-pub use method::{triage, SHORT_HISTORY};
+pub use method::{SHORT_HISTORY, triage};
 
 /// Replicas recorded for the noise band unless `--noise-runs` says otherwise.
 pub const DEFAULT_NOISE_RUNS: usize = 2;
@@ -140,7 +140,12 @@ pub struct NoiseSummary {
 
 impl NoiseSummary {
     fn of(n: &NoiseBand) -> NoiseSummary {
-        NoiseSummary { replicas: n.replicas.iter().map(|r| r.name.clone()).collect(), final_gap: n.final_gap, horizontal_steps: n.horizontal_steps, margin: n.margin }
+        NoiseSummary {
+            replicas: n.replicas.iter().map(|r| r.name.clone()).collect(),
+            final_gap: n.final_gap,
+            horizontal_steps: n.horizontal_steps,
+            margin: n.margin,
+        }
     }
 }
 

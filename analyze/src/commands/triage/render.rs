@@ -2,7 +2,7 @@
 //! the FP8 run's gap beside it, each batch of runs as a table, the culprits with their evidence,
 //! the confirmation on the second seed, and how many runs the verdict rests on.
 
-use super::method::{locate_rank, Found, Triage, SHORT_HISTORY};
+use super::method::{Found, SHORT_HISTORY, Triage, locate_rank};
 use super::{Culprit, RunEntry, Verdict};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::{LocateReport, OperandEvidence};
@@ -147,7 +147,11 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     }
     s += &format!(
         "\n   curing kinds: {}\n",
-        if f.curing.is_empty() { "none alone; bisecting over every kind".to_string() } else { f.curing.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ") }
+        if f.curing.is_empty() {
+            "none alone; bisecting over every kind".to_string()
+        } else {
+            f.curing.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ")
+        }
     );
     let n_pool = pool.map_or(0, |p| p.len());
     s += &format!(
@@ -166,7 +170,14 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     }
     s += "\n4. current scaling: ";
     match t.entry("current") {
-        Some(e) => s += &format!("{} ({}, {})\n", if v.current_scaling_cures { "cures the run" } else { "does not cure the run" }, gap_text(e), e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())),
+        Some(e) => {
+            s += &format!(
+                "{} ({}, {})\n",
+                if v.current_scaling_cures { "cures the run" } else { "does not cure the run" },
+                gap_text(e),
+                e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())
+            )
+        }
         None => s += "not tried (the FP8 run already uses it)\n",
     }
     if let Some(e) = t.entry("block") {
@@ -198,9 +209,14 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!(
             "\n   {}\n",
             match (cf.held, &cf.anomaly, cf.cured) {
-                (true, Some(a), _) => format!("held: the {a} reproduces on seed {} and returning the culprits to BF16 cures it there{}", cf.seed, recovered_text(cf.recovered)),
+                (true, Some(a), _) =>
+                    format!("held: the {a} reproduces on seed {} and returning the culprits to BF16 cures it there{}", cf.seed, recovered_text(cf.recovered)),
                 (false, None, _) => format!("not held: the FP8 run of seed {} shows nothing beyond the noise band, so the anomaly does not reproduce", cf.seed),
-                (false, Some(a), false) => format!("not held: the {a} reproduces on seed {} but returning the culprits to BF16 does not cure it there{} (the rule: ≥ 90% of the seed's own gap recovered, or no anomaly left and ≥ 50%)", cf.seed, recovered_text(cf.recovered)),
+                (false, Some(a), false) => format!(
+                    "not held: the {a} reproduces on seed {} but returning the culprits to BF16 does not cure it there{} (the rule: ≥ 90% of the seed's own gap recovered, or no anomaly left and ≥ 50%)",
+                    cf.seed,
+                    recovered_text(cf.recovered)
+                ),
                 _ => "not held".into(),
             }
         );
@@ -226,10 +242,13 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             v.confirmation.as_ref().map_or(0, |c| c.seed.saturating_sub(1))
         );
     } else {
-        s += &format!("caused by {}: returning {} to BF16 cures the run", names(&v.culprits), if v.culprits.len() == 1 { "it alone" } else { "these together" });
+        s +=
+            &format!("caused by {}: returning {} to BF16 cures the run", names(&v.culprits), if v.culprits.len() == 1 { "it alone" } else { "these together" });
         let set = |sites: &str| sites.split(',').map(str::to_string).collect::<BTreeSet<String>>();
         let sites: BTreeSet<String> = v.culprits.iter().map(Culprit::site_flag).collect();
-        if let Some(e) = t.runs.iter().rev().find(|e| matches!(e.outcome.purpose.as_str(), "bisect" | "top-ranked") && e.outcome.cured == Some(true) && set(&flag_after(e, "--bf16-sites")) == sites) {
+        if let Some(e) = t.runs.iter().rev().find(|e| {
+            matches!(e.outcome.purpose.as_str(), "bisect" | "top-ranked") && e.outcome.cured == Some(true) && set(&flag_after(e, "--bf16-sites")) == sites
+        }) {
             s += &format!(" ({}: gap {}, {})", e.name, gap_text(e), band_ratio(e.outcome.gap_band_ratio));
         }
         if let Some(cf) = &v.confirmation {

@@ -160,7 +160,13 @@ mod tests {
 
     #[test]
     fn malformed_lines_say_what_was_expected() {
-        for bad in ["garbage", "t - INFO - name iteration=x value=1", "t - INFO - name iteration=1 value=abc", "t - INFO - name value=1", "t - INFO - two words iteration=1 value=1"] {
+        for bad in [
+            "garbage",
+            "t - INFO - name iteration=x value=1",
+            "t - INFO - name iteration=1 value=abc",
+            "t - INFO - name value=1",
+            "t - INFO - two words iteration=1 value=1",
+        ] {
             let e = parse_line(bad, 1).unwrap_err();
             assert!(!e.is_empty(), "{bad}");
         }

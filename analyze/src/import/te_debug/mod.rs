@@ -20,11 +20,11 @@ use crate::output;
 use clap::{Args, ValueEnum};
 use fp8scope_schemas::config::*;
 use fp8scope_schemas::layout::RunDir;
-use fp8scope_schemas::manifest::{lacks, prepare_new_run_dir, DataInfo, DeviceInfo, Manifest, Origin, RunSource, RunStatus};
+use fp8scope_schemas::manifest::{DataInfo, DeviceInfo, Manifest, Origin, RunSource, RunStatus, lacks, prepare_new_run_dir};
 use fp8scope_schemas::names::Role;
 use fp8scope_schemas::parts::PartWriter;
 use fp8scope_schemas::tables::{ExternalStatRow, ExtraStatRow};
-use rows::{build_rows, RankLines, RowOptions, Rows};
+use rows::{RankLines, RowOptions, Rows, build_rows};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -90,9 +90,7 @@ impl TeRecipe {
     fn format_of(self) -> fn(Role) -> Option<String> {
         match self {
             TeRecipe::Bf16 => |r| r.is_quantized().then(|| "bf16".to_string()),
-            TeRecipe::Delayed | TeRecipe::Current => {
-                |r| r.is_quantized().then(|| if r == Role::Gradient { "e5m2" } else { "e4m3" }.to_string())
-            }
+            TeRecipe::Delayed | TeRecipe::Current => |r| r.is_quantized().then(|| if r == Role::Gradient { "e5m2" } else { "e4m3" }.to_string()),
             TeRecipe::Block | TeRecipe::Mxfp8 => |r| r.is_quantized().then(|| "e4m3".to_string()),
             TeRecipe::Nvfp4 => |r| r.is_quantized().then(|| "nvfp4".to_string()),
         }
@@ -205,8 +203,7 @@ pub fn import(args: &TeDebugArgs) -> Result<ImportReport, AnalyzeError> {
     if rows.lines == 0 {
         return Err(AnalyzeError::usage(format!("{}: the statistics logs hold no statistics line", args.log_dir.display())));
     }
-    let skipped: Vec<String> =
-        logs.iter().zip(&parsed).filter_map(|(l, p)| p.truncated_line.map(|n| format!("{}:{n}", l.path.display()))).collect();
+    let skipped: Vec<String> = logs.iter().zip(&parsed).filter_map(|(l, p)| p.truncated_line.map(|n| format!("{}:{n}", l.path.display()))).collect();
     let notes = notes(&rows, recipe, inferred, args.step_offset, &skipped);
 
     // Write: refuse an existing run, manifest first (running), parts, manifest last.
@@ -290,7 +287,10 @@ fn notes(rows: &Rows, recipe: TeRecipe, inferred: bool, offset: i64, skipped: &[
     n.push("underflow_frac is TE's underflows%: values that cast to 0 over all elements (fp8scope's own runs divide by the non-zero ones)".into());
     n.push("std is torch.std (n − 1 in the denominator); fp8scope's own runs use the population std".into());
     if rows.scale_rounded_to_zero > 0 {
-        n.push(format!("{} scale_inv_max value(s) were rounded to 0 by the logs: their scale is null, the logged value kept in extra_stats", rows.scale_rounded_to_zero));
+        n.push(format!(
+            "{} scale_inv_max value(s) were rounded to 0 by the logs: their scale is null, the logged value kept in extra_stats",
+            rows.scale_rounded_to_zero
+        ));
     }
     if rows.second_for_column > 0 {
         n.push(format!(
@@ -330,12 +330,54 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
     };
     let config = RunConfig {
         preset: "te-debug".into(),
-        model: ModelDims { vocab: 0, channels: 0, ffn: 0, heads: 0, layers: if has_int { layers } else { 0 }, batch: 0, seq: 0, attn_mask: AttnMask::Causal, arch: Default::default(), kv_heads: None, rope_theta: None, norm_eps: None, tie_embeddings: false },
+        model: ModelDims {
+            vocab: 0,
+            channels: 0,
+            ffn: 0,
+            heads: 0,
+            layers: if has_int { layers } else { 0 },
+            batch: 0,
+            seq: 0,
+            attn_mask: AttnMask::Causal,
+            arch: Default::default(),
+            kv_heads: None,
+            rope_theta: None,
+            norm_eps: None,
+            tie_embeddings: false,
+        },
         // TE's logs do not say how its GEMMs accumulated; its recipes' default is fast for fprop.
-        recipe: RecipeConfig { kind: recipe.kind(), format: recipe.policy(), amax_history: 1024, amax_algo: AmaxAlgo::Max, margin: 0, overflow: Overflow::Saturate, accumulation: Accumulation::FastFprop },
+        recipe: RecipeConfig {
+            kind: recipe.kind(),
+            format: recipe.policy(),
+            amax_history: 1024,
+            amax_algo: AmaxAlgo::Max,
+            margin: 0,
+            overflow: Overflow::Saturate,
+            accumulation: Accumulation::FastFprop,
+        },
         routing: RoutingConfig::default(),
-        data: DataConfig { kind: DataKind::External, path: None, paths: Vec::new(), tokenizer: None, language_seed: 0, branching: 0, topics: 0, zipf_exponent: 1.0 },
-        train: TrainConfig { steps: last, lr: 0.0, warmup_steps: 0, weight_decay: 0.0, beta1: 0.0, beta2: 0.0, eps: 0.0, grad_clip: 0.0, seed: 0, init_jitter: None },
+        data: DataConfig {
+            kind: DataKind::External,
+            path: None,
+            paths: Vec::new(),
+            tokenizer: None,
+            language_seed: 0,
+            branching: 0,
+            topics: 0,
+            zipf_exponent: 1.0,
+        },
+        train: TrainConfig {
+            steps: last,
+            lr: 0.0,
+            warmup_steps: 0,
+            weight_decay: 0.0,
+            beta1: 0.0,
+            beta2: 0.0,
+            eps: 0.0,
+            grad_clip: 0.0,
+            seed: 0,
+            init_jitter: None,
+        },
         record: RecordConfig {
             stats_every: every,
             quant_error_every: 1,
@@ -371,15 +413,14 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
 }
 
 fn render(r: &ImportReport) -> String {
-    let mut s = format!(
-        "imported {} statistics line(s) from {} rank log(s) into run '{}' ({})\n",
-        r.lines,
-        r.logs.len(),
-        r.run,
-        r.out
-    );
+    let mut s = format!("imported {} statistics line(s) from {} rank log(s) into run '{}' ({})\n", r.lines, r.logs.len(), r.run, r.out);
     s += &format!("  stats        {} row(s) from {} mapped line(s): {}\n", r.stats_rows, r.mapped_lines, r.mapped_stats.join(", "));
-    s += &format!("  extra_stats  {} row(s) from {} line(s) kept under their names: {}\n", r.extra_stats_rows, r.kept_lines, if r.kept_stats.is_empty() { "none".into() } else { r.kept_stats.join(", ") });
+    s += &format!(
+        "  extra_stats  {} row(s) from {} line(s) kept under their names: {}\n",
+        r.extra_stats_rows,
+        r.kept_lines,
+        if r.kept_stats.is_empty() { "none".into() } else { r.kept_stats.join(", ") }
+    );
     s += &format!(
         "  steps        {} ({}–{}), {} module(s), ranks {}\n",
         r.steps,

@@ -7,7 +7,7 @@
 //! (delayed, current) the transposed cast has the same scale and values as the rowwise one, so its
 //! statistics describe both GEMMs and are written to both.
 
-use crate::import::te_debug::log::{decimals, LogLine};
+use crate::import::te_debug::log::{LogLine, decimals};
 use crate::import::te_debug::names::{self, Column, Target};
 use fp8scope_schemas::names::Role;
 use fp8scope_schemas::tables::{ExternalStatRow, ExtraStatRow};
@@ -88,11 +88,11 @@ pub fn build_rows(ranks: &[RankLines], opts: &RowOptions) -> Result<Rows, (usize
         for l in r.lines {
             rows.lines += 1;
             let Some(n) = names::split_name(&l.name) else {
-                return Err((ri, l.line, format!(
-                    "'{}' names no tensor (expected <layer>_<tensor>_<stat> with tensor one of {})",
-                    l.name,
-                    names::TENSORS.join(", ")
-                )));
+                return Err((
+                    ri,
+                    l.line,
+                    format!("'{}' names no tensor (expected <layer>_<tensor>_<stat> with tensor one of {})", l.name, names::TENSORS.join(", ")),
+                ));
             };
             let step = step_of(l.iteration, opts.step_offset).map_err(|m| (ri, l.line, m))?;
             rows.steps.insert(step);
@@ -115,7 +115,13 @@ pub fn build_rows(ranks: &[RankLines], opts: &RowOptions) -> Result<Rows, (usize
                 Target::Stats { column, columnwise } => match column.convert(l.value) {
                     Some(v) => {
                         let a = acc.entry(key).or_default();
-                        let into = if !column.of_cast() { &mut a.tensor } else if columnwise { &mut a.columnwise } else { &mut a.rowwise };
+                        let into = if !column.of_cast() {
+                            &mut a.tensor
+                        } else if columnwise {
+                            &mut a.columnwise
+                        } else {
+                            &mut a.rowwise
+                        };
                         match into.get(&column) {
                             // Another statistic filled this column: the first keeps it.
                             Some((_, by)) if by != n.stat => {
@@ -162,7 +168,13 @@ pub fn build_rows(ranks: &[RankLines], opts: &RowOptions) -> Result<Rows, (usize
         };
         emit(false, &a.rowwise);
         if role.is_quantized() {
-            let cast = if !a.columnwise.is_empty() { &a.columnwise } else if opts.per_tensor { &a.rowwise } else { &BTreeMap::new() };
+            let cast = if !a.columnwise.is_empty() {
+                &a.columnwise
+            } else if opts.per_tensor {
+                &a.rowwise
+            } else {
+                &BTreeMap::new()
+            };
             emit(true, cast);
         }
     }

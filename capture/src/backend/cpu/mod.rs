@@ -70,13 +70,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_info(&self) -> DeviceInfo {
-        DeviceInfo {
-            kind: "cpu".into(),
-            name: cpu_name(),
-            compute_capability: None,
-            parallelism: rayon::current_num_threads() as u32,
-            block_gemm: None,
-        }
+        DeviceInfo { kind: "cpu".into(), name: cpu_name(), compute_capability: None, parallelism: rayon::current_num_threads() as u32, block_gemm: None }
     }
 
     fn zeros(&mut self, n: usize) -> Vec<f32> {
@@ -110,7 +104,18 @@ impl Backend for CpuBackend {
     fn layernorm_fwd(&mut self, out: &mut Vec<f32>, mean: &mut Vec<f32>, rstd: &mut Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, b: &Vec<f32>, c: usize) {
         layers::layernorm::layernorm_fwd(out, mean, rstd, inp, w, b, c)
     }
-    fn layernorm_bwd(&mut self, dinp: &mut Vec<f32>, dw: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, mean: &Vec<f32>, rstd: &Vec<f32>, c: usize) {
+    fn layernorm_bwd(
+        &mut self,
+        dinp: &mut Vec<f32>,
+        dw: &mut Vec<f32>,
+        db: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        w: &Vec<f32>,
+        mean: &Vec<f32>,
+        rstd: &Vec<f32>,
+        c: usize,
+    ) {
         layers::layernorm::layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, c)
     }
     fn rmsnorm_fwd(&mut self, out: &mut Vec<f32>, rstd: &mut Vec<f32>, inp: &Vec<f32>, w: &Vec<f32>, c: usize, eps: f32) {
@@ -137,7 +142,21 @@ impl Backend for CpuBackend {
         layers::attention::attention_fwd(out, att, qkv, b, t, c, nh, kvh, causal);
         round_bf16_inplace(out);
     }
-    fn attention_bwd(&mut self, dqkv: &mut Vec<f32>, datt: &mut Vec<f32>, dout: &Vec<f32>, _out: &Vec<f32>, qkv: &Vec<f32>, att: &Vec<f32>, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
+    fn attention_bwd(
+        &mut self,
+        dqkv: &mut Vec<f32>,
+        datt: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        _out: &Vec<f32>,
+        qkv: &Vec<f32>,
+        att: &Vec<f32>,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        kvh: usize,
+        causal: bool,
+    ) {
         layers::attention::attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, kvh, causal);
         round_bf16_inplace(dqkv);
     }

@@ -10,8 +10,8 @@
 //! takes it as it takes any kept cast.
 
 use super::cast::{CastInput, SRC_DGELU, SRC_DSWIGLU, SRC_GELU, SRC_SWIGLU, computable};
-use crate::backend::operands::operand_shapes;
 use super::{CudaBackend, DevBuf};
+use crate::backend::operands::operand_shapes;
 use crate::backend::{Activation, Backend, GemmCall, OperandCast, ScaleSource, StatsLevel};
 
 impl CudaBackend {
@@ -48,7 +48,16 @@ impl CudaBackend {
 
     /// See [`Backend::gemm_of_activation`].
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn gemm_of_activation_impl(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+    pub(super) fn gemm_of_activation_impl(
+        &mut self,
+        call: &GemmCall,
+        out: &mut DevBuf,
+        act: &mut DevBuf,
+        h: &DevBuf,
+        kind: Activation,
+        w: &DevBuf,
+        bias: Option<&DevBuf>,
+    ) -> bool {
         let src = match kind {
             Activation::Gelu => SRC_GELU,
             Activation::Swiglu { .. } => SRC_SWIGLU,
@@ -65,7 +74,16 @@ impl CudaBackend {
 
     /// See [`Backend::gemm_of_activation_grad`].
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn gemm_of_activation_grad_impl(&mut self, call: &GemmCall, out: &mut DevBuf, dh: &mut DevBuf, h: &DevBuf, dact: &DevBuf, kind: Activation, w: &DevBuf) -> bool {
+    pub(super) fn gemm_of_activation_grad_impl(
+        &mut self,
+        call: &GemmCall,
+        out: &mut DevBuf,
+        dh: &mut DevBuf,
+        h: &DevBuf,
+        dact: &DevBuf,
+        kind: Activation,
+        w: &DevBuf,
+    ) -> bool {
         let src = match kind {
             Activation::Gelu => SRC_DGELU,
             Activation::Swiglu { .. } => SRC_DSWIGLU,

@@ -23,14 +23,38 @@ fn coefficients(h: &AdamW) -> (f32, f32, f32) {
 impl CudaBackend {
     /// One AdamW step of p with the gradient g (times `h.grad_scale`; f32 or BF16 storage) and the
     /// moments m, v.
-    pub(super) fn adamw_fwd_impl(&mut self, p: &mut CudaSlice<f32>, g: &DevBuf, m: &mut CudaSlice<f32>, v: &mut CudaSlice<f32>, h: &AdamW) -> Result<(), CudaError> {
+    pub(super) fn adamw_fwd_impl(
+        &mut self,
+        p: &mut CudaSlice<f32>,
+        g: &DevBuf,
+        m: &mut CudaSlice<f32>,
+        v: &mut CudaSlice<f32>,
+        h: &AdamW,
+    ) -> Result<(), CudaError> {
         let n = p.len();
         let (decay, step_size, bc2_sqrt) = coefficients(h);
         if g.len() != n {
             return Err(CudaError::Unsupported(format!("adamw: {} gradient values for {n} parameters", g.len())));
         }
         let (pp, gp, mp, vp) = (self.ptr(p), self.ptr(g.raw()), self.ptr(m), self.ptr(v));
-        launch!(self, "adamw_fwd", grid_for(n, THREADS), pp, gp, g.is_bf16() as i32, mp, vp, n as u64, h.beta1, h.beta2, h.eps, decay, step_size, bc2_sqrt, h.grad_scale)
+        launch!(
+            self,
+            "adamw_fwd",
+            grid_for(n, THREADS),
+            pp,
+            gp,
+            g.is_bf16() as i32,
+            mp,
+            vp,
+            n as u64,
+            h.beta1,
+            h.beta2,
+            h.eps,
+            decay,
+            step_size,
+            bc2_sqrt,
+            h.grad_scale
+        )
     }
 
     /// One AdamW step of every parameter `ps[i]` with its gradient `gs[i]` and moments `ms[i]`,
@@ -51,7 +75,12 @@ impl CudaBackend {
                 return Err(CudaError::Unsupported(format!("adamw: parameter {i} or its moments held in BF16 (AdamW writes f32)")));
             }
             if gs[i].len() != n || ms[i].len() != n || vs[i].len() != n {
-                return Err(CudaError::Unsupported(format!("adamw: parameter {i} has {n} values, its gradient {} and moments {} / {}", gs[i].len(), ms[i].len(), vs[i].len())));
+                return Err(CudaError::Unsupported(format!(
+                    "adamw: parameter {i} has {n} values, its gradient {} and moments {} / {}",
+                    gs[i].len(),
+                    ms[i].len(),
+                    vs[i].len()
+                )));
             }
             let blocks = grid_for(n, THREADS).grid_dim.0 as usize;
             let ptrs = [self.ptr(ps[i].raw()), self.ptr(gs[i].raw()), self.ptr(ms[i].raw()), self.ptr(vs[i].raw())];

@@ -51,11 +51,7 @@ pub const FLASH_KERNELS: [&str; 16] = [
 
 fn flash_names(d: usize) -> Option<[&'static str; 3]> {
     let i = FLASH_HEAD_SIZES.iter().position(|&x| x == d)?;
-    Some([
-        FLASH_KERNELS[3 * i],
-        FLASH_KERNELS[3 * i + 1],
-        FLASH_KERNELS[3 * i + 2],
-    ])
+    Some([FLASH_KERNELS[3 * i], FLASH_KERNELS[3 * i + 1], FLASH_KERNELS[3 * i + 2]])
 }
 
 /// The fused forward, dK/dV and dQ kernels of head size `d`, or the error of a head size without
@@ -138,10 +134,7 @@ pub fn configure(funcs: &HashMap<&'static str, CudaFunction>) -> Result<(), Cuda
     for d in FLASH_HEAD_SIZES {
         for (name, bytes) in flash_names(d).into_iter().flatten().zip(flash_smem(d)) {
             let f = funcs.get(name).ok_or(CudaError::MissingKernel(name))?;
-            f.set_attribute(
-                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )?;
+            f.set_attribute(CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)?;
         }
     }
     Ok(())
@@ -243,9 +236,7 @@ pub struct AttentionState {
 
 impl AttentionState {
     pub fn new(s: &Arc<CudaStream>) -> Result<AttentionState, CudaError> {
-        let fused = std::env::var("FP8SCOPE_ATTENTION")
-            .map(|v| v != "unfused")
-            .unwrap_or(true);
+        let fused = std::env::var("FP8SCOPE_ATTENTION").map(|v| v != "unfused").unwrap_or(true);
         Ok(AttentionState {
             fused,
             q16: s.alloc_zeros(1)?,
@@ -297,20 +288,10 @@ impl CudaBackend {
 
     /// See `Backend::attention_saved_len`.
     pub(super) fn attention_saved(&self, b: usize, t: usize, c: usize, nh: usize) -> usize {
-        if self.attention_fused(c, nh) {
-            b * nh * t
-        } else {
-            b * nh * t * t
-        }
+        if self.attention_fused(c, nh) { b * nh * t } else { b * nh * t * t }
     }
 
-    pub(super) fn attention_fwd_impl(
-        &mut self,
-        out: &mut DevBuf,
-        att: &mut CudaSlice<f32>,
-        qkv: &DevBuf,
-        shape: AttentionShape,
-    ) -> Result<(), CudaError> {
+    pub(super) fn attention_fwd_impl(&mut self, out: &mut DevBuf, att: &mut CudaSlice<f32>, qkv: &DevBuf, shape: AttentionShape) -> Result<(), CudaError> {
         let AttentionShape { c, nh, .. } = shape;
         if !self.attention_fused(c, nh) {
             return self.attention_fwd_unfused(out, att, qkv, shape);
@@ -446,7 +427,8 @@ impl CudaBackend {
         let (dqkvp, dqkv16, deltap, lsep) = (self.ptr(dqkv.raw()), dqkv.is_bf16() as i32, self.ptr(datt), self.ptr(att));
         let (doutp, dout16, outp, out16) = (self.ptr(dout.raw()), dout.is_bf16() as i32, self.ptr(out.raw()), out.is_bf16() as i32);
         let (bi, ti, nhi, kvhi, hsi) = (b as i32, t as i32, nh as i32, kvh as i32, hs as i32);
-        let rows = u32::try_from(b * t * nh).map_err(|_| CudaError::Unsupported(format!("fused attention over {b} x {t} x {nh} (batch, tokens, heads) rows: at most 2^32 - 1")))?;
+        let rows = u32::try_from(b * t * nh)
+            .map_err(|_| CudaError::Unsupported(format!("fused attention over {b} x {t} x {nh} (batch, tokens, heads) rows: at most 2^32 - 1")))?;
         launch!(self, "flash_bwd_delta", cfg((rows.div_ceil(8 * FLASH_DELTA_ROWS), 1, 1), 256), deltap, doutp, dout16, outp, out16, bi, ti, nhi, hsi)?;
         let [_, dkdv_smem, dq_smem] = flash_smem(hs);
         let lc = flash_grid(kvh, b, t.div_ceil(FLASH_TILE), dkdv_smem)?;
@@ -457,23 +439,15 @@ impl CudaBackend {
 
     fn check_len(what: &str, got: usize, need: usize) -> Result<(), CudaError> {
         if got < need {
-            return Err(CudaError::Unsupported(format!(
-                "{what} holds {got} floats; {need} are needed (size it with Backend::attention_saved_len)"
-            )));
+            return Err(CudaError::Unsupported(format!("{what} holds {got} floats; {need} are needed (size it with Backend::attention_saved_len)")));
         }
         Ok(())
     }
 
     /// Checks attention's head counts; returns (hs, rep = NH/KVH).
-    pub(super) fn attention_heads(
-        c: usize,
-        nh: usize,
-        kvh: usize,
-    ) -> Result<(usize, usize), CudaError> {
+    pub(super) fn attention_heads(c: usize, nh: usize, kvh: usize) -> Result<(usize, usize), CudaError> {
         if nh == 0 || kvh == 0 || !c.is_multiple_of(nh) || !nh.is_multiple_of(kvh) {
-            return Err(CudaError::Unsupported(format!(
-                "attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)"
-            )));
+            return Err(CudaError::Unsupported(format!("attention with C = {c}, NH = {nh}, KVH = {kvh} (NH must divide C and KVH divide NH)")));
         }
         Ok((c / nh, nh / kvh))
     }

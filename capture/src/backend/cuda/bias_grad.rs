@@ -32,7 +32,16 @@ impl CudaBackend {
         grow(&self.stream, &mut self.colsum_partial, chunks * rows)?;
         let part = self.ptr(&self.colsum_partial);
         let grid = (rows.div_ceil(256) as u32, chunks as u32, 1);
-        launch!(self, "colsum_bf16_partial", LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 }, pa.ptr, k as i32, rows as i32, COLSUM_ROWS as i32, part)?;
+        launch!(
+            self,
+            "colsum_bf16_partial",
+            LaunchConfig { grid_dim: grid, block_dim: (32, 8, 1), shared_mem_bytes: 0 },
+            pa.ptr,
+            k as i32,
+            rows as i32,
+            COLSUM_ROWS as i32,
+            part
+        )?;
         launch!(self, "colsum_bf16_reduce", reduce, part, rows as i32, chunks as i32, dbp)
     }
 

@@ -10,8 +10,8 @@
 //! shape's first call and remembered across runs in `gemm_tuning.rs`'s cache, so that reruns on
 //! one machine stay bit-identical (`FP8SCOPE_GEMM_TUNE=0`: the heuristic's first choice).
 
-use super::gemm_tuning::TuneCache;
 use super::CudaError;
+use super::gemm_tuning::TuneCache;
 use cudarc::cublas::sys as bs;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
@@ -57,14 +57,7 @@ fn ck_blas(st: bs::cublasStatus_t, what: &'static str) -> Result<(), CudaError> 
 }
 
 fn ck(st: lt::cublasStatus_t, what: &'static str) -> Result<(), CudaError> {
-    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(CudaError::Blas {
-            what,
-            status: format!("{st:?}"),
-        })
-    }
+    if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS { Ok(()) } else { Err(CudaError::Blas { what, status: format!("{st:?}") }) }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -191,10 +184,7 @@ impl Drop for Lt {
 
 fn set_desc<T>(d: lt::cublasLtMatmulDesc_t, a: lt::cublasLtMatmulDescAttributes_t, v: &T) -> Result<(), CudaError> {
     // SAFETY: v points at a live T of the size given.
-    ck(
-        unsafe { lt::cublasLtMatmulDescSetAttribute(d, a, v as *const T as *const c_void, std::mem::size_of::<T>()) },
-        "cublasLtMatmulDescSetAttribute",
-    )
+    ck(unsafe { lt::cublasLtMatmulDescSetAttribute(d, a, v as *const T as *const c_void, std::mem::size_of::<T>()) }, "cublasLtMatmulDescSetAttribute")
 }
 
 impl Lt {
@@ -209,14 +199,7 @@ impl Lt {
         let ws = stream.alloc_zeros::<u8>(32 << 20)?;
         // SAFETY: a plain query of the loaded library.
         let cache = TuneCache::from_env(&stream.context().name()?, unsafe { lt::cublasLtGetVersion() }).map_err(CudaError::Setting)?;
-        Ok(Lt {
-            h,
-            ws,
-            plans: HashMap::new(),
-            stream: stream.clone(),
-            cache,
-            timed: 0,
-        })
+        Ok(Lt { h, ws, plans: HashMap::new(), stream: stream.clone(), cache, timed: 0 })
     }
 
     fn plan(&mut self, key: Key) -> Result<&Plan, CudaError> {
@@ -249,11 +232,7 @@ impl Lt {
             };
             let la = if key.q_t { layout(key.q.lt(), key.cols, key.k, key.cols as i64)? } else { layout(key.q.lt(), key.k, key.cols, key.k as i64)? };
             let lb = if key.p_t { layout(key.p.lt(), key.rows, key.k, key.rows as i64)? } else { layout(key.p.lt(), key.k, key.rows, key.k as i64)? };
-            let d_ty = if key.d_bf16 {
-                lt::cudaDataType_t::CUDA_R_16BF
-            } else {
-                lt::cudaDataType_t::CUDA_R_32F
-            };
+            let d_ty = if key.d_bf16 { lt::cudaDataType_t::CUDA_R_16BF } else { lt::cudaDataType_t::CUDA_R_32F };
             let ld = layout(d_ty, key.cols, key.rows, key.cols as i64)?;
             {
                 // Scale pointers are set per call; a placeholder lets the heuristic plan for them.
@@ -310,10 +289,7 @@ impl Lt {
             };
             ck(st, "cublasLtMatmulAlgoGetHeuristic")?;
             if cnt == 0 {
-                return Err(CudaError::Blas {
-                    what: "cublasLtMatmulAlgoGetHeuristic",
-                    status: format!("no algorithm for {key:?}"),
-                });
+                return Err(CudaError::Blas { what: "cublasLtMatmulAlgoGetHeuristic", status: format!("no algorithm for {key:?}") });
             }
             self.plans.insert(key, plan);
         }
@@ -330,7 +306,19 @@ impl Lt {
     /// operands; without `may_tune` (a step recorded into CUDA graphs, which must not run anything
     /// at once) it returns None instead, for the caller to stop recording and ask again.
     #[allow(clippy::too_many_arguments)]
-    pub fn prepare(&mut self, rows: usize, cols: usize, k: usize, p: Operand, q: Operand, d: u64, d_bf16: bool, fast: bool, bias: u64, may_tune: bool) -> Result<Option<LtCall>, CudaError> {
+    pub fn prepare(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        p: Operand,
+        q: Operand,
+        d: u64,
+        d_bf16: bool,
+        fast: bool,
+        bias: u64,
+        may_tune: bool,
+    ) -> Result<Option<LtCall>, CudaError> {
         let (pt, qt) = (p.ty, q.ty);
         if (p.transposed && pt.is_fp8()) || (q.transposed && qt.is_fp8()) {
             return Err(CudaError::Unsupported("an FP8 GEMM operand held transposed (cuBLASLt takes FP8 in the TN layout only)".into()));
@@ -478,7 +466,16 @@ impl Lt {
         }
         let (_, i) = best.unwrap_or((0.0, 0));
         if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
-            eprintln!("cuBLASLt tuning {}x{}x{} {:?}.{:?}{}: {} -> #{i}", key.rows, key.cols, key.k, key.p, key.q, if key.fast { " fast" } else { "" }, said.join(", "));
+            eprintln!(
+                "cuBLASLt tuning {}x{}x{} {:?}.{:?}{}: {} -> #{i}",
+                key.rows,
+                key.cols,
+                key.k,
+                key.p,
+                key.q,
+                if key.fast { " fast" } else { "" },
+                said.join(", ")
+            );
         }
         Ok(plan.untimed[i])
     }
@@ -524,7 +521,21 @@ impl Batched {
     pub fn attention_scores(t: usize, hs: usize, groups: usize, rep: usize, alpha: f32) -> Batched {
         let (ti, hsi, rt) = (t as i32, hs as i32, (rep * t) as i32);
         let (th, rth, rtt) = ((t * hs) as i64, (rep * t * hs) as i64, (rep * t * t) as i64);
-        Batched { ta: true, tb: false, m: ti, n: rt, k: hsi, alpha, lda: hsi, stride_a: th, ldb: hsi, stride_b: rth, ldc: ti, stride_c: rtt, batch: groups as i32 }
+        Batched {
+            ta: true,
+            tb: false,
+            m: ti,
+            n: rt,
+            k: hsi,
+            alpha,
+            lda: hsi,
+            stride_a: th,
+            ldb: hsi,
+            stride_b: rth,
+            ldc: ti,
+            stride_c: rtt,
+            batch: groups as i32,
+        }
     }
 
     /// Attention's (T, hs) products per (sequence, kv head), with the `rep` query heads of a kv
@@ -550,10 +561,7 @@ impl Blas {
         if !unsafe { bs::is_culib_present() } {
             return Err(CudaError::MissingLibrary("cuBLAS (libcublas.so)"));
         }
-        let blas = cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| CudaError::Blas {
-            what: "cublasCreate",
-            status: format!("{e:?}"),
-        })?;
+        let blas = cudarc::cublas::CudaBlas::new(stream.clone()).map_err(|e| CudaError::Blas { what: "cublasCreate", status: format!("{e:?}") })?;
         Ok(Blas { blas, stream: stream.clone() })
     }
 
@@ -573,11 +581,7 @@ impl Blas {
     /// C (f32) = alpha · op(A) · op(B), A and B BF16, column-major, batched with strides.
     pub fn gemm_bf16_f32(&self, g: Batched, a: u64, b: u64, c: u64) -> Result<(), CudaError> {
         let op = |t: bool| {
-            if t {
-                bs::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                bs::cublasOperation_t::CUBLAS_OP_N
-            }
+            if t { bs::cublasOperation_t::CUBLAS_OP_T } else { bs::cublasOperation_t::CUBLAS_OP_N }
         };
         let beta = 0.0f32;
         // SAFETY: a, b, c are live device allocations large enough for the strides and batch.

@@ -18,7 +18,9 @@
 use super::blas::{OpType, Operand};
 use super::channels::ChannelTarget;
 use super::kernels::{self, CastLayout};
-use super::{CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, DevBuf, PendingGemm, PendingOp, SLOT_FLOATS, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type};
+use super::{
+    CAST_GRID_MAX, CAST_THREADS, CudaBackend, CudaError, DevBuf, PendingGemm, PendingOp, SLOT_FLOATS, STAT_FIELDS, Side, cfg, fmt_code, grid_for, grow, op_type,
+};
 use crate::backend::operands::{operand_shapes, outlier_indices};
 use crate::backend::{CastReport, GemmCall, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -125,7 +127,12 @@ pub(super) enum CastInput<'a> {
     /// A buffer that holds BF16 values already, taken as the BF16 operand as it is (no cast, no
     /// fault, nothing recorded): the lm_head's backward reads the cross-entropy's BF16 gradient so.
     Held(&'a DevBuf),
-    Computed { kind: i32, h: &'a DevBuf, b: Option<&'a DevBuf>, like: &'a DevBuf },
+    Computed {
+        kind: i32,
+        h: &'a DevBuf,
+        b: Option<&'a DevBuf>,
+        like: &'a DevBuf,
+    },
     Normed(NormSrc<'a>),
 }
 
@@ -273,7 +280,9 @@ impl CastInput<'_> {
             _ => return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}"))),
         };
         if !computable(kind, cols, h, b) {
-            return Err(CudaError::Unsupported(format!("computed cast source {kind} of {rows} x {cols}: needs BF16 inputs and rows of a multiple of 4 values")));
+            return Err(CudaError::Unsupported(format!(
+                "computed cast source {kind} of {rows} x {cols}: needs BF16 inputs and rows of a multiple of 4 values"
+            )));
         }
         let b_len = b.map(|b| b.len());
         if h.len() != want_h || b_len != want_b {
@@ -413,7 +422,18 @@ impl CudaBackend {
     /// scratch of `side`, or takes the site's kept cast of it. With `report`, the statistics land
     /// in a slot, returned for the step's report.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn cast(&mut self, x: CastInput, rows: usize, cols: usize, at: CastUse, how: OperandCast, fault: OperandFault, level: StatsLevel, report: bool, side: Side) -> Result<(Operand, Option<usize>), CudaError> {
+    pub(super) fn cast(
+        &mut self,
+        x: CastInput,
+        rows: usize,
+        cols: usize,
+        at: CastUse,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+        report: bool,
+        side: Side,
+    ) -> Result<(Operand, Option<usize>), CudaError> {
         let ty = op_type(how)?;
         let fmt = fmt_code(ty);
         x.check(rows, cols)?;
@@ -505,7 +525,16 @@ impl CudaBackend {
     /// other GEMM, with room for `bytes` of codes; returns the codes' device address, for the cast
     /// to write them there.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn keep_cast(&mut self, at: CastUse, key: CastKey, bytes: usize, slot: Option<usize>, recorded: bool, level: StatsLevel, straight: bool) -> Result<u64, CudaError> {
+    pub(super) fn keep_cast(
+        &mut self,
+        at: CastUse,
+        key: CastKey,
+        bytes: usize,
+        slot: Option<usize>,
+        recorded: bool,
+        level: StatsLevel,
+        straight: bool,
+    ) -> Result<u64, CudaError> {
         let kept_key = kept_key(at);
         if !self.kept.contains_key(&kept_key) {
             let codes = self.stream.alloc_zeros(bytes)?;
@@ -529,7 +558,15 @@ impl CudaBackend {
     /// partials of a recorded cast (`channels`: its slot) and the codes' column sums (`sums`, into
     /// `column_sums`), with the slots a column takes in them, those of the cast's grid
     /// (column-aligned where it can be: [`channel_slots`]); 0 and None for what is not summed.
-    pub(super) fn column_targets(&mut self, rows: usize, cols: usize, src: Option<i32>, level: StatsLevel, channels: Option<usize>, sums: bool) -> Result<(Option<ChannelTarget>, u64, usize), CudaError> {
+    pub(super) fn column_targets(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        src: Option<i32>,
+        level: StatsLevel,
+        channels: Option<usize>,
+        sums: bool,
+    ) -> Result<(Option<ChannelTarget>, u64, usize), CudaError> {
         let slots = if channels.is_some() || sums { channel_slots(rows, cols, self.tiled_cast_grid(rows, cols, src, true, level) as usize, src) } else { 0 };
         let fused = match channels {
             Some(s) => Some(self.channel_target(cols, slots, s)?),
@@ -556,7 +593,18 @@ impl CudaBackend {
     /// the column sums of a gradient whose bias gradient the site's wgrad takes next. The first of
     /// a site's two uses keeps it for the second, as any BF16 cast.
     #[allow(clippy::too_many_arguments)]
-    fn cast_bf16_as_is(&mut self, x: CastInput, h: &DevBuf, rows: usize, cols: usize, at: CastUse, key: CastKey, how: OperandCast, level: StatsLevel, report: bool) -> Result<(Operand, Option<usize>), CudaError> {
+    fn cast_bf16_as_is(
+        &mut self,
+        x: CastInput,
+        h: &DevBuf,
+        rows: usize,
+        cols: usize,
+        at: CastUse,
+        key: CastKey,
+        how: OperandCast,
+        level: StatsLevel,
+        report: bool,
+    ) -> Result<(Operand, Option<usize>), CudaError> {
         let ptr = self.ptr(h.raw());
         let slot = if report { Some(self.alloc_slot()?) } else { None };
         let keep = at.share && !at.transposed;
@@ -567,11 +615,15 @@ impl CudaBackend {
             let column_slots = sums.then_some(slots);
             match self.kept.get_mut(&kept_key(at)) {
                 Some(k) => {
-                    (k.key, k.held, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots) = (key, Some(ptr), slot, report, level, true, true, column_slots);
+                    (k.key, k.held, k.slot, k.recorded, k.level, k.live, k.straight, k.column_slots) =
+                        (key, Some(ptr), slot, report, level, true, true, column_slots);
                 }
                 None => {
                     let codes = self.stream.alloc_zeros(1)?;
-                    self.kept.insert(kept_key(at), KeptCast { key, codes, held: Some(ptr), slot, recorded: report, level, live: true, straight: true, column_slots });
+                    self.kept.insert(
+                        kept_key(at),
+                        KeptCast { key, codes, held: Some(ptr), slot, recorded: report, level, live: true, straight: true, column_slots },
+                    );
                 }
             }
         }
@@ -615,7 +667,23 @@ impl CudaBackend {
     /// Launches the cast kernel(s) of one cast: for current scaling an amax pass first, whose last
     /// block writes the scale to the slot.
     #[allow(clippy::too_many_arguments)]
-    fn launch_cast(&mut self, x: CastInput, rows: usize, cols: usize, layout: CastLayout, fmt: i32, how: OperandCast, fault: OperandFault, level: StatsLevel, record: Option<usize>, slot: Option<usize>, out: u64, out_t: u64, channels: Option<ChannelTarget>, ch_sum: u64) -> Result<(), CudaError> {
+    fn launch_cast(
+        &mut self,
+        x: CastInput,
+        rows: usize,
+        cols: usize,
+        layout: CastLayout,
+        fmt: i32,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+        record: Option<usize>,
+        slot: Option<usize>,
+        out: u64,
+        out_t: u64,
+        channels: Option<ChannelTarget>,
+        ch_sum: u64,
+    ) -> Result<(), CudaError> {
         let (ch_sq, ch_amax) = channels.map(|t| (t.part_sq, t.part_amax)).unwrap_or((0, 0));
         // Either per-column sum makes the grid column-aligned (`tiled_grid`).
         let aligned = channels.is_some() || ch_sum != 0;
@@ -722,7 +790,16 @@ impl CudaBackend {
     /// or FP8 codes; transposed if asked) and the cast report: the path every GEMM operand takes,
     /// exposed for the tests that hold it against the CPU emulation.
     #[allow(clippy::too_many_arguments)]
-    pub fn cast_for_test(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, how: OperandCast, fault: OperandFault, level: StatsLevel) -> Result<(Vec<u8>, CastReport), CudaError> {
+    pub fn cast_for_test(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        how: OperandCast,
+        fault: OperandFault,
+        level: StatsLevel,
+    ) -> Result<(Vec<u8>, CastReport), CudaError> {
         let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false, column_sums: false };
         let (p, slot) = self.cast(CastInput::Buf(x), rows, cols, at, how, fault, level, true, Side::P)?;
         let slot = slot.expect("a reported cast has a slot");
@@ -741,7 +818,14 @@ impl CudaBackend {
     /// (so that their channel reductions are batched and the record columns may grow while they
     /// wait), and returns their reports in order. With `prefetch_after` = Some(k), the channel
     /// records go to the host after the k-th cast, as `Backend::gemms_done` sends them.
-    pub fn casts_for_test(&mut self, xs: &[(&CudaSlice<f32>, usize, usize)], transpose: bool, how: OperandCast, level: StatsLevel, prefetch_after: Option<usize>) -> Result<Vec<CastReport>, CudaError> {
+    pub fn casts_for_test(
+        &mut self,
+        xs: &[(&CudaSlice<f32>, usize, usize)],
+        transpose: bool,
+        how: OperandCast,
+        level: StatsLevel,
+        prefetch_after: Option<usize>,
+    ) -> Result<Vec<CastReport>, CudaError> {
         let at = CastUse { site: (0, Module::Qkv), role: Role::Activation, transposed: transpose, share: false, column_sums: false };
         for (i, &(x, rows, cols)) in xs.iter().enumerate() {
             if prefetch_after == Some(i) {
@@ -782,7 +866,17 @@ impl CudaBackend {
     /// timed with CUDA events (after one warm-up cast): the cast kernels' speed on their own, for
     /// `cuda_layers`' throughput table. `dual` casts to both layouts at once.
     #[allow(clippy::too_many_arguments)]
-    pub fn time_cast(&mut self, x: &CudaSlice<f32>, rows: usize, cols: usize, transpose: bool, dual: bool, how: OperandCast, level: StatsLevel, reps: usize) -> Result<f64, CudaError> {
+    pub fn time_cast(
+        &mut self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+        transpose: bool,
+        dual: bool,
+        how: OperandCast,
+        level: StatsLevel,
+        reps: usize,
+    ) -> Result<f64, CudaError> {
         let ev = || self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
         let (a, b) = (ev()?, ev()?);
         let at = CastUse { site: (u32::MAX, Module::Qkv), role: Role::Activation, transposed: transpose && !dual, share: dual, column_sums: false };
@@ -821,7 +915,10 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIR_RUNS, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind, pair_runs_from};
+    use super::{
+        CAST_GRID_MAX, CAST_TILE, SRC_DSWIGLU, SRC_DSWIGLU_PAIR_RUNS, SRC_DSWIGLU_PAIRS, cast_src_grid, channel_slots, column_aligned, launch_kind,
+        pair_runs_from,
+    };
 
     /// Walks every block of a tiled cast of `n` tiles, `tiles_c` a row, over `g` blocks, as
     /// kernels/cast.cu's `cast_transposed` does: block b takes tiles b, b + g, b + 2g, ... in

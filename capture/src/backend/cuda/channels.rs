@@ -125,13 +125,20 @@ fn plan(rows: usize, cols: usize) -> (u32, usize, usize, usize) {
 }
 
 /// Grows `buf` to hold `n` values, keeping its first `used` (queued on `stream`, like every use).
-fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, used: usize, n: usize) -> Result<(), CudaError> {
+fn grow_keep<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    used: usize,
+    n: usize,
+) -> Result<(), CudaError> {
     if buf.len() >= n {
         return Ok(());
     }
     if super::step_graph::recording() {
         // Recorded ops not launched yet would write the old buffer after the copy.
-        return Err(CudaError::Unsupported("the channel records grew inside a step recorded into CUDA graphs (channel_target leaves the recording first)".into()));
+        return Err(CudaError::Unsupported(
+            "the channel records grew inside a step recorded into CUDA graphs (channel_target leaves the recording first)".into(),
+        ));
     }
     let mut bigger = stream.alloc_zeros::<T>(n.next_power_of_two())?;
     if used > 0 {

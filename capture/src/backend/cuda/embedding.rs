@@ -28,13 +28,7 @@ impl CudaBackend {
         offsets.push(order.len() as u32);
         let s = &self.stream;
         let up = |v: &[u32]| -> Result<CudaSlice<u32>, CudaError> { Ok(if v.is_empty() { s.alloc_zeros::<u32>(1) } else { s.clone_htod(v) }?) };
-        Ok(CudaTokens {
-            ids: up(tokens)?,
-            n_uniq: uniq.len(),
-            uniq: up(&uniq)?,
-            offsets: up(&offsets)?,
-            positions: up(&order)?,
-        })
+        Ok(CudaTokens { ids: up(tokens)?, n_uniq: uniq.len(), uniq: up(&uniq)?, offsets: up(&offsets)?, positions: up(&order)? })
     }
 
     /// out (N, C) `=` wte[tokens].

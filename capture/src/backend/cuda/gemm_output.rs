@@ -66,7 +66,15 @@ impl CudaBackend {
     /// with a NaN planted at 0 if `nan_output`, and counts the output's non-finite values into the
     /// device word at `nonfinite` (0: not counted).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn linear_output(&mut self, g: &LinearGemm, out: &mut DevBuf, bias: Option<&CudaSlice<f32>>, accumulate: bool, nan_output: bool, nonfinite: u64) -> Result<(), CudaError> {
+    pub(super) fn linear_output(
+        &mut self,
+        g: &LinearGemm,
+        out: &mut DevBuf,
+        bias: Option<&CudaSlice<f32>>,
+        accumulate: bool,
+        nan_output: bool,
+        nonfinite: u64,
+    ) -> Result<(), CudaError> {
         let n_out = g.rows * g.cols;
         if out.len() < n_out {
             return Err(CudaError::Unsupported(format!("a GEMM of {} × {} into a buffer of {}", g.rows, g.cols, out.len())));
@@ -81,7 +89,23 @@ impl CudaBackend {
             return Ok(());
         }
         let bias_ptr = if d.bias_added { 0 } else { bias.map(|b| self.ptr(b)).unwrap_or(0) };
-        self.span("gemm.epilogue", |me| launch!(me, "gemm_epilogue", grid_for(n_out, 256), outp, d.ptr, d.bf16 as i32, g.rows as u64, g.cols as i32, bias_ptr, accumulate as i32, nan_output as i32, nonfinite, out.is_bf16() as i32))
+        self.span("gemm.epilogue", |me| {
+            launch!(
+                me,
+                "gemm_epilogue",
+                grid_for(n_out, 256),
+                outp,
+                d.ptr,
+                d.bf16 as i32,
+                g.rows as u64,
+                g.cols as i32,
+                bias_ptr,
+                accumulate as i32,
+                nan_output as i32,
+                nonfinite,
+                out.is_bf16() as i32
+            )
+        })
     }
 
     /// cuBLASLt's `D = P · Qᵀ` of `g` into `d` (BF16 or f32, with the BF16 bias at `bias` or
@@ -178,7 +202,20 @@ impl CudaBackend {
     fn count_nonfinite_output(&mut self, g: &LinearGemm, outp: u64, n: usize, bias_added: bool, nonfinite: u64) -> Result<(), CudaError> {
         let flag = if bias_added { self.ptr(&self.bias_flag) } else { 0 };
         let blocks = (n.div_ceil(8 * 256) as u32).clamp(1, COUNT_BLOCKS);
-        launch!(self, "gemm_nonfinite_count", cfg((blocks, 1, 1), 256), outp, n as u64, g.p.slot, fp8_max(g.p.ty), g.q.slot, fp8_max(g.q.ty), g.k as i32, flag, nonfinite)
+        launch!(
+            self,
+            "gemm_nonfinite_count",
+            cfg((blocks, 1, 1), 256),
+            outp,
+            n as u64,
+            g.p.slot,
+            fp8_max(g.p.ty),
+            g.q.slot,
+            fp8_max(g.q.ty),
+            g.k as i32,
+            flag,
+            nonfinite
+        )
     }
 
     /// Clears the RISKY flags of the scale slots the step used, before the next step reuses them.

@@ -109,12 +109,7 @@ fn candidates_from(value: Option<&str>) -> Result<Option<usize>, String> {
 
 /// The entries of the file at `path`; nothing when it is absent, unreadable or of another format.
 fn read(path: &Path) -> BTreeMap<String, [u64; 8]> {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<File>(&b).ok())
-        .filter(|f| f.format == FORMAT)
-        .map(|f| f.algorithms)
-        .unwrap_or_default()
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice::<File>(&b).ok()).filter(|f| f.format == FORMAT).map(|f| f.algorithms).unwrap_or_default()
 }
 
 /// Adds one entry to the file at `path`: reads what is there, inserts, writes a temporary file

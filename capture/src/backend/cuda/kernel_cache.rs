@@ -100,11 +100,7 @@ impl KernelCache {
 
     /// The CUBIN kept for `inputs`, or `compile`'s, then kept; and whether it came from the disk.
     /// A failed compilation is returned as it is, and nothing is kept.
-    pub fn get_or_compile(
-        &self,
-        inputs: &KeyInputs,
-        compile: impl FnOnce() -> Result<Vec<u8>, CudaError>,
-    ) -> Result<(Vec<u8>, bool), CudaError> {
+    pub fn get_or_compile(&self, inputs: &KeyInputs, compile: impl FnOnce() -> Result<Vec<u8>, CudaError>) -> Result<(Vec<u8>, bool), CudaError> {
         let Some(dir) = &self.dir else { return compile().map(|c| (c, false)) };
         let key = inputs.key();
         let path = Self::entry_path(dir, inputs, &key);
@@ -160,12 +156,10 @@ fn prune(dir: &Path, prefix: &str, keep: &Path) {
     let mut entries: Vec<(std::time::SystemTime, PathBuf)> = rd
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{prefix}-")) && n.ends_with(".cubin"))
-        })
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{prefix}-")) && n.ends_with(".cubin")))
         .filter_map(|p| Some((std::fs::metadata(&p).and_then(|m| m.modified()).ok()?, p)))
         .collect();
-    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.0));
     let mut kept = 1;
     for (_, p) in entries.into_iter().filter(|(_, p)| p != keep) {
         if kept < KEEP {

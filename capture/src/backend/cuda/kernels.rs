@@ -178,7 +178,9 @@ impl Family {
             Family::CastSrc => &CAST_SRC_KERNELS,
             Family::GemmOutput => &["gemm_epilogue", "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear"],
             Family::BiasGrad => &["rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce"],
-            Family::Stats => &["sumsq_partial", "sumsq_multi", "zero_multi", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"],
+            Family::Stats => {
+                &["sumsq_partial", "sumsq_multi", "zero_multi", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"]
+            }
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
@@ -284,11 +286,7 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
     if let Err(e) = r {
         // SAFETY: prog is live and destroyed once.
         unsafe { nr::destroy_program(prog).ok() };
-        let hint = if includes.is_empty() {
-            " (no CUDA include directory found: set CUDA_INCLUDE or CUDA_HOME)"
-        } else {
-            ""
-        };
+        let hint = if includes.is_empty() { " (no CUDA include directory found: set CUDA_INCLUDE or CUDA_HOME)" } else { "" };
         return Err(fail(format!("{e:?}{hint}: {}", log.trim())));
     }
     let mut size = 0usize;
@@ -296,9 +294,7 @@ pub fn compile_cubin(family: Family, arch: &str, includes: &[String]) -> Result<
     let cubin = unsafe {
         ns::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| fail(format!("{e:?}")))?;
         let mut buf = vec![0u8; size];
-        ns::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
-            .result()
-            .map_err(|e| fail(format!("{e:?}")))?;
+        ns::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char).result().map_err(|e| fail(format!("{e:?}")))?;
         nr::destroy_program(prog).map_err(|e| fail(format!("{e:?}")))?;
         buf
     };
@@ -314,21 +310,16 @@ type CubinCache = Mutex<Vec<(String, Family, std::sync::Arc<Vec<u8>>)>>;
 pub fn compile_all(arch: &str, includes: &[String]) -> Result<Vec<(Family, std::sync::Arc<Vec<u8>>)>, CudaError> {
     static CACHE: OnceLock<CubinCache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
-    let cached = |f: Family| {
-        cache
-            .lock()
-            .ok()
-            .and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()))
-    };
+    let cached = |f: Family| cache.lock().ok().and_then(|c| c.iter().find(|(a, g, _)| a == arch && *g == f).map(|(_, _, b)| b.clone()));
     let disk = KernelCache::from_env();
     let version = nvrtc_version();
     let options = compile_options(arch, includes);
     let (disk, options) = (&disk, &options);
     // One family's CUBIN: from the disk cache when NVRTC says its version, else compiled.
     let build = move |f: Family| match version {
-        Some(nvrtc_version) => disk
-            .get_or_compile(&KeyInputs { family: f, arch, nvrtc_version, options }, || compile_cubin(f, arch, includes))
-            .map(|(cubin, _)| cubin),
+        Some(nvrtc_version) => {
+            disk.get_or_compile(&KeyInputs { family: f, arch, nvrtc_version, options }, || compile_cubin(f, arch, includes)).map(|(cubin, _)| cubin)
+        }
         None => compile_cubin(f, arch, includes),
     };
     // The cached families as they are, the others each on its own thread.

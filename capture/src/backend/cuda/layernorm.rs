@@ -58,7 +58,19 @@ impl CudaBackend {
             return Ok(());
         }
         let (o, m, r, ap, bp) = (self.ptr(out), self.ptr(mean), self.ptr(rstd), self.ptr(a), self.ptr(b.raw()));
-        launch!(self, "layernorm_add_stats", cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK), o, m, r, ap, bp, b.is_bf16() as i32, n as i32, c as i32)
+        launch!(
+            self,
+            "layernorm_add_stats",
+            cfg(((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), 32 * ROWS_PER_BLOCK),
+            o,
+            m,
+            r,
+            ap,
+            bp,
+            b.is_bf16() as i32,
+            n as i32,
+            c as i32
+        )
     }
 
     /// dinp (N, C) `+=`, dw (C) `+=` and db (C) `+=` (`layernorm_bwd`, then `layernorm_bwd_reduce`);

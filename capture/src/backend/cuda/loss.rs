@@ -56,7 +56,14 @@ impl CudaBackend {
     /// losses (N) `=` −log softmax(logits)[target]; `logits` (N, V) is then overwritten with the
     /// dlogits (softmax − onehot)·dloss, in the logits' storage: f32, or BF16 (rounded to nearest
     /// even, the operand the lm_head's backward takes as it is).
-    pub(super) fn crossentropy_fwd_impl(&mut self, losses: &mut CudaSlice<f32>, logits: &mut DevBuf, targets: &CudaTokens, v: usize, dloss: f32) -> Result<(), CudaError> {
+    pub(super) fn crossentropy_fwd_impl(
+        &mut self,
+        losses: &mut CudaSlice<f32>,
+        logits: &mut DevBuf,
+        targets: &CudaTokens,
+        v: usize,
+        dloss: f32,
+    ) -> Result<(), CudaError> {
         let n = logits.len().checked_div(v).ok_or_else(|| CudaError::Unsupported("crossentropy_fwd with V = 0".into()))?;
         let (l, x, t, bf16) = (self.ptr(losses), self.ptr(logits.raw()), self.ptr(&targets.ids), logits.is_bf16() as i32);
         let row_bytes = 4 * v;
@@ -85,7 +92,7 @@ mod tests {
         assert_eq!(Family::Loss.define("LOSS_THREADS"), THREADS as usize);
         assert_eq!(Family::Loss.define("LOSS_REG") * Family::Loss.define("LOSS_THREADS"), SPLIT_SPAN);
         // Two blocks an SM: their dynamic and static shared memory within 228 KiB.
-        assert!(2 * (SPLIT_SMEM_MAX + 1024) <= 228 * 1024);
+        const { assert!(2 * (SPLIT_SMEM_MAX + 1024) <= 228 * 1024) };
         assert_eq!(SPLIT_SPAN + SPLIT_SMEM_MAX / 4, 36_352);
     }
 }

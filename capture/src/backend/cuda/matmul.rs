@@ -88,21 +88,12 @@ impl CudaBackend {
             self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
             let want = self.stream.clone_dtoh(&*reference)?;
             let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
-            Some(ShadowError {
-                numel: n_out as u64,
-                cosine,
-                mse,
-                rel_l2,
-                max_abs_diff,
-            })
+            Some(ShadowError { numel: n_out as u64, cosine, mse, rel_l2, max_abs_diff })
         } else {
             None
         };
         let given = |c: OperandCast| match c {
-            OperandCast::Fp8Tensor {
-                scale: ScaleSource::Given { amax_used, .. },
-                ..
-            } => Some(amax_used),
+            OperandCast::Fp8Tensor { scale: ScaleSource::Given { amax_used, .. }, .. } => Some(amax_used),
             _ => None,
         };
         let (sa, sb) = (slot_a.unwrap_or(0), slot_b.unwrap_or(0));

@@ -37,9 +37,9 @@
 
 pub mod blas;
 mod buffer;
-pub mod kernels;
-pub mod kernel_cache;
 mod host_gap;
+pub mod kernel_cache;
+pub mod kernels;
 mod prof;
 
 pub use buffer::DevBuf;
@@ -273,19 +273,11 @@ fn verbose() -> bool {
 
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 132 * 16) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
 fn cfg(grid: (u32, u32, u32), block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: grid,
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// Launches kernel `$name` with `$cfg`; every argument is passed by value (device pointers as u64).
@@ -320,7 +312,11 @@ mod gemm_output;
 mod stat_batch;
 pub mod step_graph;
 
-fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'static>(stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, n: usize) -> Result<(), CudaError> {
+fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'static>(
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<T>,
+    n: usize,
+) -> Result<(), CudaError> {
     if buf.len() < n {
         // The old buffer outlives the recorded ops that may still name it (step_graph/).
         step_graph::defer_drop(std::mem::replace(buf, stream.alloc_zeros::<T>(n.next_power_of_two())?));
@@ -355,13 +351,7 @@ impl CudaBackend {
         let lt = Lt::new(&stream)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let info = DeviceInfo {
-            kind: "cuda".into(),
-            name,
-            compute_capability: Some(format!("{major}.{minor}")),
-            parallelism: sms as u32,
-            block_gemm: None,
-        };
+        let info = DeviceInfo { kind: "cuda".into(), name, compute_capability: Some(format!("{major}.{minor}")), parallelism: sms as u32, block_gemm: None };
         let prof = prof::Profiler::from_env(&ctx);
         let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref(), prof.is_some())?;
         let s = &stream;
@@ -510,7 +500,15 @@ impl CudaBackend {
             // The whole words that hold values offset..end, two BF16 values per word.
             let words = self.stream.clone_dtoh(&buf.raw().slice(offset / 2..end.div_ceil(2)))?;
             let skip = offset % 2;
-            words.iter().flat_map(|w| { let b = w.to_bits(); [f32::from_bits(b << 16), f32::from_bits(b & 0xffff_0000)] }).skip(skip).take(end - offset).collect()
+            words
+                .iter()
+                .flat_map(|w| {
+                    let b = w.to_bits();
+                    [f32::from_bits(b << 16), f32::from_bits(b & 0xffff_0000)]
+                })
+                .skip(skip)
+                .take(end - offset)
+                .collect()
         } else {
             self.stream.clone_dtoh(&buf.slice(offset..end))?
         };

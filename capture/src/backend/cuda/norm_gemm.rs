@@ -15,7 +15,8 @@ use crate::backend::{Backend, GemmCall, NormFwd, NormStats};
 /// of whole rows, a gain per column and a statistic per row.
 fn computable(n: &NormSrc, c: usize) -> bool {
     let rows = n.x.len().checked_div(c).filter(|r| r * c == n.x.len());
-    rows.is_some_and(|rows| n.gain.len() == c && n.rstd.len() == rows && n.mean.is_none_or(|m| m.len() == rows) && n.shift.is_none_or(|b| b.len() == c)) && n.computable()
+    rows.is_some_and(|rows| n.gain.len() == c && n.rstd.len() == rows && n.mean.is_none_or(|m| m.len() == rows) && n.shift.is_none_or(|b| b.len() == c))
+        && n.computable()
 }
 
 impl CudaBackend {
@@ -29,7 +30,15 @@ impl CudaBackend {
     }
 
     /// See [`Backend::gemm_of_norm`].
-    pub(super) fn gemm_of_norm_impl(&mut self, call: &GemmCall, out: &mut DevBuf, ln: &mut DevBuf, norm: NormFwd<'_, DevBuf>, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+    pub(super) fn gemm_of_norm_impl(
+        &mut self,
+        call: &GemmCall,
+        out: &mut DevBuf,
+        ln: &mut DevBuf,
+        norm: NormFwd<'_, DevBuf>,
+        w: &DevBuf,
+        bias: Option<&DevBuf>,
+    ) -> bool {
         let (inp, gain, shift) = match &norm {
             NormFwd::Rms { inp, w, .. } => (*inp, *w, None),
             NormFwd::Layer { inp, w, b, .. } => (*inp, *w, Some(*b)),

@@ -4,9 +4,9 @@
 //! value in place of its result (an empty buffer, NaN values, NaN sums, every value counted as
 //! non-finite, no reports), and while an error is kept no primitive touches the device.
 
-use super::*;
 use super::attention::AttentionShape;
 use super::rope::RopeDir;
+use super::*;
 use crate::backend::{Activation, NormFwd, NormStats};
 
 impl Backend for CudaBackend {
@@ -84,16 +84,7 @@ impl Backend for CudaBackend {
         self.spanned("embedding_bwd", |me| me.embedding_bwd_impl(dwte, dout, tokens, c));
     }
 
-    fn layernorm_fwd(
-        &mut self,
-        out: &mut DevBuf,
-        mean: &mut DevBuf,
-        rstd: &mut DevBuf,
-        inp: &DevBuf,
-        w: &DevBuf,
-        b: &DevBuf,
-        c: usize,
-    ) {
+    fn layernorm_fwd(&mut self, out: &mut DevBuf, mean: &mut DevBuf, rstd: &mut DevBuf, inp: &DevBuf, w: &DevBuf, b: &DevBuf, c: usize) {
         self.spanned("layernorm_fwd", |me| me.layernorm_fwd_impl(Some(out), mean, rstd, inp, w, b, c));
     }
 
@@ -116,16 +107,7 @@ impl Backend for CudaBackend {
         self.spanned("rmsnorm_fwd", |me| me.rmsnorm_fwd_impl(Some(out), rstd, inp, w, c, eps));
     }
 
-    fn rmsnorm_bwd(
-        &mut self,
-        dinp: &mut DevBuf,
-        dw: &mut DevBuf,
-        dout: &DevBuf,
-        inp: &DevBuf,
-        w: &DevBuf,
-        rstd: &DevBuf,
-        c: usize,
-    ) {
+    fn rmsnorm_bwd(&mut self, dinp: &mut DevBuf, dw: &mut DevBuf, dout: &DevBuf, inp: &DevBuf, w: &DevBuf, rstd: &DevBuf, c: usize) {
         self.spanned("rmsnorm_bwd", |me| me.rmsnorm_bwd_impl(dinp, dw, dout, inp, w, rstd, c));
     }
 
@@ -149,18 +131,7 @@ impl Backend for CudaBackend {
         self.attention_saved(b, t, c, nh)
     }
 
-    fn attention_fwd(
-        &mut self,
-        out: &mut DevBuf,
-        att: &mut DevBuf,
-        qkv: &DevBuf,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
-        kvh: usize,
-        causal: bool,
-    ) {
+    fn attention_fwd(&mut self, out: &mut DevBuf, att: &mut DevBuf, qkv: &DevBuf, b: usize, t: usize, c: usize, nh: usize, kvh: usize, causal: bool) {
         self.spanned("attention_fwd", |me| me.attention_fwd_impl(out, att, qkv, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
@@ -182,7 +153,20 @@ impl Backend for CudaBackend {
         self.spanned("attention_bwd", |me| me.attention_bwd_impl(dqkv, datt, dout, out, qkv, att, AttentionShape { b, t, c, nh, kvh, causal }));
     }
 
-    fn rope_attention_fwd(&mut self, out: &mut DevBuf, att: &mut DevBuf, saved: &mut DevBuf, qkv: &DevBuf, b: usize, t: usize, nh: usize, kvh: usize, hd: usize, theta: f32, causal: bool) {
+    fn rope_attention_fwd(
+        &mut self,
+        out: &mut DevBuf,
+        att: &mut DevBuf,
+        saved: &mut DevBuf,
+        qkv: &DevBuf,
+        b: usize,
+        t: usize,
+        nh: usize,
+        kvh: usize,
+        hd: usize,
+        theta: f32,
+        causal: bool,
+    ) {
         let shape = AttentionShape { b, t, c: nh * hd, nh, kvh, causal };
         self.spanned("attention_fwd", |me| me.rope_attention_fwd_impl(out, att, saved, qkv, shape, theta));
     }
@@ -232,15 +216,7 @@ impl Backend for CudaBackend {
         self.spanned("matmul_bf16_fwd", |me| me.matmul_bf16_fwd_impl(out, inp, w, dims));
     }
 
-    fn matmul_bf16_bwd(
-        &mut self,
-        dinp: &mut DevBuf,
-        dw: &mut DevBuf,
-        dout: &DevBuf,
-        inp: &DevBuf,
-        w: &DevBuf,
-        dims: LinearDims,
-    ) {
+    fn matmul_bf16_bwd(&mut self, dinp: &mut DevBuf, dw: &mut DevBuf, dout: &DevBuf, inp: &DevBuf, w: &DevBuf, dims: LinearDims) {
         self.spanned("matmul_bf16_bwd", |me| me.matmul_bf16_bwd_impl(dinp, dw, dout, inp, w, dims));
     }
 
@@ -280,20 +256,21 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn gemm(
-        &mut self,
-        call: &GemmCall,
-        out: &mut DevBuf,
-        a: &DevBuf,
-        b: &DevBuf,
-        bias: Option<&DevBuf>,
-        dbias: Option<&mut DevBuf>,
-    ) {
+    fn gemm(&mut self, call: &GemmCall, out: &mut DevBuf, a: &DevBuf, b: &DevBuf, bias: Option<&DevBuf>, dbias: Option<&mut DevBuf>) {
         let (bias, dbias) = (bias.map(|b| &**b), dbias.map(|d| &mut **d));
         self.spanned("gemm", |me| me.gemm_of_buffers(call, out, a, b, bias, dbias));
     }
 
-    fn gemm_of_activation(&mut self, call: &GemmCall, out: &mut DevBuf, act: &mut DevBuf, h: &DevBuf, kind: Activation, w: &DevBuf, bias: Option<&DevBuf>) -> bool {
+    fn gemm_of_activation(
+        &mut self,
+        call: &GemmCall,
+        out: &mut DevBuf,
+        act: &mut DevBuf,
+        h: &DevBuf,
+        kind: Activation,
+        w: &DevBuf,
+        bias: Option<&DevBuf>,
+    ) -> bool {
         self.gemm_of_activation_impl(call, out, act, h, kind, w, bias)
     }
 

@@ -5,7 +5,6 @@
 use super::{CudaBackend, CudaError, PendingOp, SLOT_FLOATS, STAT_FIELDS, stat};
 use crate::backend::{CastReport, GemmReport, Moments, StatsLevel};
 
-
 impl CudaBackend {
     pub(super) fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
         let t0 = std::time::Instant::now();
@@ -38,21 +37,9 @@ impl CudaBackend {
     fn download_reports(&mut self, chans: Vec<Option<crate::channel_stats::ChannelStats>>) -> Result<Vec<GemmReport>, CudaError> {
         let ns = self.next_slot;
         let ng = self.next_gemm;
-        let recs = if ns > 0 {
-            self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))?
-        } else {
-            Vec::new()
-        };
-        let scales = if ns > 0 {
-            self.stream.clone_dtoh(&self.scales.slice(0..ns * SLOT_FLOATS))?
-        } else {
-            Vec::new()
-        };
-        let nf = if ng > 0 {
-            self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))?
-        } else {
-            Vec::new()
-        };
+        let recs = if ns > 0 { self.stream.clone_dtoh(&self.records.slice(0..ns * STAT_FIELDS))? } else { Vec::new() };
+        let scales = if ns > 0 { self.stream.clone_dtoh(&self.scales.slice(0..ns * SLOT_FLOATS))? } else { Vec::new() };
+        let nf = if ng > 0 { self.stream.clone_dtoh(&self.nonfinite.slice(0..ng))? } else { Vec::new() };
         if ng > 0 {
             let mut v = self.nonfinite.slice_mut(0..ng);
             self.stream.memset_zeros(&mut v)?;
@@ -74,18 +61,8 @@ impl CudaBackend {
                 let mean = r[stat::SUM] / n;
                 let var = (r[stat::SUMSQ] / n - mean * mean).max(0.0);
                 let minabs = r[stat::MINABS];
-                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() {
-                    (amax as f64 / minabs).log2()
-                } else {
-                    0.0
-                };
-                Moments {
-                    min: r[stat::MIN] as f32,
-                    max: r[stat::MAX] as f32,
-                    mean,
-                    std: var.sqrt(),
-                    dynamic_range_log2,
-                }
+                let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() { (amax as f64 / minabs).log2() } else { 0.0 };
+                Moments { min: r[stat::MIN] as f32, max: r[stat::MAX] as f32, mean, std: var.sqrt(), dynamic_range_log2 }
             });
             let quant_error = (p.level >= StatsLevel::Full).then(|| {
                 let np = r[stat::NP];
@@ -111,15 +88,6 @@ impl CudaBackend {
                 block_scales: None,
             }
         };
-        Ok(pending
-            .into_iter()
-            .map(|g| GemmReport {
-                id: g.id,
-                output_nonfinite: nf[g.gemm_slot],
-                shadow: g.shadow,
-                a: report(g.a),
-                b: report(g.b),
-            })
-            .collect())
+        Ok(pending.into_iter().map(|g| GemmReport { id: g.id, output_nonfinite: nf[g.gemm_slot], shadow: g.shadow, a: report(g.a), b: report(g.b) }).collect())
     }
 }

@@ -53,10 +53,25 @@ impl CudaBackend {
 
     /// out (N, C) `=` a + b (b in f32 or BF16 storage) and rstd (N) of out, in one pass
     /// (`rmsnorm_add_stats`: the residual add and the statistics `rmsnorm_fwd` would compute).
-    pub(super) fn rmsnorm_add_stats_impl(&mut self, out: &mut CudaSlice<f32>, rstd: &mut CudaSlice<f32>, a: &CudaSlice<f32>, b: &DevBuf, c: usize, eps: f32) -> Result<(), CudaError> {
+    pub(super) fn rmsnorm_add_stats_impl(
+        &mut self,
+        out: &mut CudaSlice<f32>,
+        rstd: &mut CudaSlice<f32>,
+        a: &CudaSlice<f32>,
+        b: &DevBuf,
+        c: usize,
+        eps: f32,
+    ) -> Result<(), CudaError> {
         let n = rows("rmsnorm_add_stats", a.len(), c)?;
         if b.len() != a.len() || out.len() != a.len() || rstd.len() < n {
-            return Err(CudaError::Unsupported(format!("rmsnorm_add_stats: {} + {} values into {}, {} rows' rstd into {}", a.len(), b.len(), out.len(), n, rstd.len())));
+            return Err(CudaError::Unsupported(format!(
+                "rmsnorm_add_stats: {} + {} values into {}, {} rows' rstd into {}",
+                a.len(),
+                b.len(),
+                out.len(),
+                n,
+                rstd.len()
+            )));
         }
         if n == 0 {
             return Ok(());
@@ -85,15 +100,8 @@ impl CudaBackend {
         let chunks = n.div_ceil(RMS_CHUNK);
         // Shared with LayerNorm's backward: the stream runs one kernel after the other.
         grow(&self.stream, &mut self.ln_partial, chunks * c)?;
-        let (di, dwp, g, x, wp, r, part) = (
-            self.ptr(dinp),
-            self.ptr(dw),
-            self.ptr(dout.raw()),
-            self.ptr(inp),
-            self.ptr(w),
-            self.ptr(rstd),
-            self.ptr(&self.ln_partial),
-        );
+        let (di, dwp, g, x, wp, r, part) =
+            (self.ptr(dinp), self.ptr(dw), self.ptr(dout.raw()), self.ptr(inp), self.ptr(w), self.ptr(rstd), self.ptr(&self.ln_partial));
         let g16 = dout.is_bf16() as i32;
         #[rustfmt::skip]
         launch!(self, "rmsnorm_bwd", cfg((chunks as u32, 1, 1), 32 * RMS_CHUNK as u32), di, part, g, g16, x, wp, r, n as i32, c as i32)?;
@@ -115,7 +123,11 @@ mod tests {
     #[test]
     fn the_reduction_launch_matches_the_kernel() {
         let norms = include_str!("../../../../kernels/norms.cuh");
-        assert!(norms.lines().any(|l| l == format!("#define NORM_REDUCE_WARPS {}", super::NORM_REDUCE_WARPS)), "kernels/norms.cuh: #define NORM_REDUCE_WARPS {}", super::NORM_REDUCE_WARPS);
+        assert!(
+            norms.lines().any(|l| l == format!("#define NORM_REDUCE_WARPS {}", super::NORM_REDUCE_WARPS)),
+            "kernels/norms.cuh: #define NORM_REDUCE_WARPS {}",
+            super::NORM_REDUCE_WARPS
+        );
         let cfg = super::norm_reduce_cfg(1000);
         assert_eq!((cfg.grid_dim.0, cfg.block_dim), (32, (32, super::NORM_REDUCE_WARPS, 1)));
     }

@@ -43,7 +43,8 @@ impl CudaBackend {
         grow(&self.stream, &mut self.red, total + 1)?;
         let base = self.ptr(&self.red);
         if one_launch {
-            let entries: Vec<Entry> = xs.iter().zip(&blocks).map(|(x, &nb)| Entry { blocks: nb, n: x.len(), bf16: x.is_bf16(), ptrs: [self.ptr(x.raw()), 0, 0, 0] }).collect();
+            let entries: Vec<Entry> =
+                xs.iter().zip(&blocks).map(|(x, &nb)| Entry { blocks: nb, n: x.len(), bf16: x.is_bf16(), ptrs: [self.ptr(x.raw()), 0, 0, 0] }).collect();
             let t = self.mt_sumsq.upload(&self.stream, &entries)?;
             launch!(self, "sumsq_multi", cfg((t.blocks, 1, 1), THREADS), t.table, t.count, base)?;
         } else {
@@ -69,7 +70,12 @@ impl CudaBackend {
             .iter()
             .map(|x| {
                 let words = x.raw().len();
-                Entry { blocks: words.div_ceil(THREADS as usize * ZERO_PER_THREAD).clamp(1, MAX_BLOCKS), n: words, bf16: false, ptrs: [self.ptr(x.raw()), 0, 0, 0] }
+                Entry {
+                    blocks: words.div_ceil(THREADS as usize * ZERO_PER_THREAD).clamp(1, MAX_BLOCKS),
+                    n: words,
+                    bf16: false,
+                    ptrs: [self.ptr(x.raw()), 0, 0, 0],
+                }
             })
             .collect();
         let t = self.mt_zero.upload(&self.stream, &entries)?;

@@ -67,7 +67,9 @@ fn batched(value: Option<&str>) -> Result<bool, CudaError> {
     match value.map(str::trim) {
         None | Some("batched") => Ok(true),
         Some("each") => Ok(false),
-        Some(v) => Err(CudaError::Setting(format!("FP8SCOPE_WEIGHT_CASTS={v}: expected batched (one launch for the step's FP8 weights, the default) or each (each weight cast at its GEMM)"))),
+        Some(v) => Err(CudaError::Setting(format!(
+            "FP8SCOPE_WEIGHT_CASTS={v}: expected batched (one launch for the step's FP8 weights, the default) or each (each weight cast at its GEMM)"
+        ))),
     }
 }
 
@@ -100,7 +102,11 @@ struct Launch {
 /// shadow GEMM (which casts the weight again, from the buffer).
 fn given_scale(call: &GemmCall) -> Option<f32> {
     match call.cast_b {
-        OperandCast::Fp8Tensor { scale: ScaleSource::Given { scale, .. }, .. } if call.id.gemm == Gemm::Fprop && !call.shadow && call.fault_b == OperandFault::NONE => Some(scale),
+        OperandCast::Fp8Tensor { scale: ScaleSource::Given { scale, .. }, .. }
+            if call.id.gemm == Gemm::Fprop && !call.shadow && call.fault_b == OperandFault::NONE =>
+        {
+            Some(scale)
+        }
         _ => None,
     }
 }
@@ -164,7 +170,8 @@ impl CudaBackend {
 
     /// One launch of `cast_weights_l{L}_f{F}` over `l`'s entries, from the step's next table.
     fn launch_weight_casts(&mut self, l: Launch) -> Result<(), CudaError> {
-        let name = kernels::cast_weights_kernel(level_code(l.level), l.fmt as usize).ok_or_else(|| CudaError::Unsupported("a BF16 weight in the FP8 weights' launch".into()))?;
+        let name = kernels::cast_weights_kernel(level_code(l.level), l.fmt as usize)
+            .ok_or_else(|| CudaError::Unsupported("a BF16 weight in the FP8 weights' launch".into()))?;
         let mut host = Vec::with_capacity(l.entries.len() * WORDS);
         let mut first = 0;
         for e in &l.entries {

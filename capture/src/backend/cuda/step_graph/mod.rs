@@ -37,8 +37,8 @@
 
 mod device;
 
-use super::blas::{Batched, LtCall};
 use super::CudaError;
+use super::blas::{Batched, LtCall};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaGraph, DeviceRepr, LaunchConfig};
 use std::any::Any;
@@ -149,9 +149,17 @@ pub(super) enum Op {
     /// A cuBLASLt product.
     Lt(LtCall),
     /// A cuBLAS strided-batched product (the unfused attention).
-    Blas { g: Batched, a: u64, b: u64, c: u64 },
+    Blas {
+        g: Batched,
+        a: u64,
+        b: u64,
+        c: u64,
+    },
     /// `bytes` zero bytes at `ptr`.
-    Zero { ptr: u64, bytes: usize },
+    Zero {
+        ptr: u64,
+        bytes: usize,
+    },
 }
 
 /// How a segment's recorded ops compare with those its graph was captured from.
@@ -380,9 +388,7 @@ impl<G> StepGraphs<G> {
             Some(Match::Patch(idx)) => {
                 let seg = self.segments.get_mut(&key).expect("compared above");
                 for &i in &idx {
-                    let (Op::Kernel(k), Some(node)) = (&ops[i], seg.nodes[i]) else {
-                        unreachable!("compare patches kernels only, and only those with a node")
-                    };
+                    let (Op::Kernel(k), Some(node)) = (&ops[i], seg.nodes[i]) else { unreachable!("compare patches kernels only, and only those with a node") };
                     dev.patch(&seg.graph, node, k)?;
                     seg.ops[i] = ops[i].clone();
                 }
@@ -555,10 +561,7 @@ mod tests {
         assert!(!step(&mut g, &dev, Some(2), 20, 6), "another kind's first step");
         assert!(step(&mut g, &dev, Some(1), 21, 6));
         assert_eq!(dev.take(), ["launch 0", "capture 2: 13 ops", "launch 2"]);
-        assert_eq!(
-            g.counts(),
-            GraphCounts { graphed_steps: 4, ungraphed_steps: 3, captured: 3, replayed: 5, patched_nodes: 1, left_steps: 0 }
-        );
+        assert_eq!(g.counts(), GraphCounts { graphed_steps: 4, ungraphed_steps: 3, captured: 3, replayed: 5, patched_nodes: 1, left_steps: 0 });
         assert_eq!(g.failure(), None);
     }
 
