@@ -7,7 +7,7 @@ mod ranks_common;
 
 use common::{analyze, p};
 use fp8scope_schemas::config::RecipeKind;
-use fp8scope_schemas::manifest::Manifest;
+use fp8scope_schemas::manifest::{Manifest, RunSource};
 use fp8scope_schemas::ranks::GroupKind;
 use ranks_common::{Ending, Plant, Spec, write};
 use serde_json::Value;
@@ -137,7 +137,7 @@ fn a_rank_that_skips_the_tp_reduction_disagrees_on_its_scale_and_reduced_locally
     assert!(out.stdout.lines().next().unwrap().contains("2 finding(s)"), "{}", out.stdout);
     let cells = |l: &str| -> Vec<String> { l.split('|').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect() };
     assert!(
-        out.stdout.lines().any(|l| cells(l).starts_with(&["7", "scale_disagrees", "layers.1.fc1.activation", "3", "tp"].map(String::from))),
+        out.stdout.lines().any(|l| cells(l).starts_with(&["7", "scale_disagrees", "layers.1.fc1.activation (fprop)", "3", "tp"].map(String::from))),
         "{}",
         out.stdout
     );
@@ -198,11 +198,25 @@ fn delayed_scaling_is_not_held_to_this_steps_amaxes() {
     let mut spec = dp2tp2("delayed");
     spec.recipe = RecipeKind::Delayed;
     spec.plants.push(Plant::LocalAmax { rank: 3, step: 7, layer: 1, site: "fc1", role: "activation" });
-    let (code, j) = ranks_json(&written(tmp.path(), &spec));
+    let run = written(tmp.path(), &spec);
+    // Casts that fp8-capture made under delayed scaling: their amax_used is a history's.
+    let mut m = Manifest::read(&run).unwrap();
+    m.source = RunSource::Fp8Capture;
+    m.write(&run).unwrap();
+    let (code, j) = ranks_json(&run);
     assert_eq!(code, 1);
     assert_eq!(checks(&j), ["scale_disagrees"]);
     let nc = j["checked"]["not_checked"].as_array().unwrap();
     assert!(nc.iter().any(|n| n.as_str().unwrap().contains("delayed scaling")), "{nc:?}");
+    // A PyTorch run's casts are the module's own (torchao: dynamic scaling), whatever recipe
+    // fp8scope's statistics emulate: the unreduced amax is named as such.
+    m.source = RunSource::Pytorch;
+    m.write(&run).unwrap();
+    let (code, j) = ranks_json(&run);
+    assert_eq!(code, 1);
+    assert!(checks(&j).contains(&"amax_group".to_string()), "{:#}", j["findings"]);
+    let f = findings(&j, "amax_group");
+    assert!(f.iter().all(|f| f["module"] == "layers.1.fc1" && f["role"] == "activation" && f["value"] == "local" && f["step"] == 7), "{:#}", j["findings"]);
 }
 
 #[test]

@@ -278,7 +278,7 @@ fn ranks_job(run: &Run, file_stem: &str) -> Result<Option<Job>, AnalyzeError> {
     };
     let how = if series.len() > ranks::MAX_LINES { "the minimum, median and maximum over the ranks at each step" } else { "one line per rank" };
     let caption = format!(
-        "Each rank's loss (its own shard of the batch) and step time, {how}; a rank that leaves the bundle, stops early or runs slow stands out. `fp8-analyze ranks` checks what must agree across ranks.{spread}"
+        "Each rank's loss as it recorded it (the PyTorch recorder: its own shard of the batch; fp8-capture: the global batch's, the same on every rank) and step time, {how}; a rank that leaves the bundle, stops early or runs slow stands out. `fp8-analyze ranks` checks what must agree across ranks.{spread}"
     );
     let title = format!("{}: loss and step time per rank", run.name);
     Ok(Some(Job::Ranks { chart: chart(format!("{file_stem}_ranks.png"), "ranks", &run.name, report::RANKS_SIZE, title, caption), series }))

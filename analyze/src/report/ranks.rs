@@ -1,6 +1,7 @@
 //! The per-rank chart of a run recorded by several ranks: above, each rank's loss over the steps
-//! (each rank sees its own shard of the batch, so the curves differ by the data; one that leaves the
-//! bundle, or stops early, stands out); below, each rank's step time, where a straggler sits above
+//! as it recorded it (the PyTorch recorder's ranks each their own shard of the batch, so the curves
+//! differ by the data; fp8-capture's the global batch's; one that leaves the bundle, or stops
+//! early, stands out); below, each rank's step time, where a straggler sits above
 //! the rest. Up to [`MAX_LINES`] ranks get a line each; past that the chart draws the minimum,
 //! median and maximum over the ranks at each step, and the ranks of the extremes are in the caption.
 
@@ -88,6 +89,7 @@ pub fn draw(path: &Path, run: &str, series: &[RankSeries]) -> Result<(), DrawErr
             chart
                 .configure_mesh()
                 .x_desc("step")
+                .x_label_formatter(&|x| format!("{}", x.round() as i64))
                 .y_desc(label)
                 .label_style((FONT, TICK_PX))
                 .axis_desc_style((FONT, LABEL_PX))

@@ -32,7 +32,9 @@ pub mod store;
 use crate::error::AnalyzeError;
 use crate::load::Run;
 use finding::Finding;
+use fp8scope_schemas::config::RecipeKind;
 use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::manifest::RunSource;
 use liveness::RankLive;
 use mesh::Mesh;
 use serde::Serialize;
@@ -115,7 +117,11 @@ pub fn check_ranks(run: &Run, lenient: bool) -> Result<RanksReport, AnalyzeError
         if mesh.checked.is_empty() {
             checked.not_checked.push("agreement across groups: the manifest declares no dp, fsdp or tp group".into());
         }
-        let r = casts::check(&run.name, &casts_parts, &mesh, &run.naming, m.config.recipe.kind)?;
+        // The scaling behind the casts: fp8-capture's casts follow its recipe; a PyTorch run's casts
+        // are the module's own (torchao's Float8Linear: dynamic scaling from this step's amax),
+        // whatever recipe fp8scope's own statistics emulate beside them.
+        let cast_scaling = if m.source == RunSource::Pytorch { RecipeKind::Current } else { m.config.recipe.kind };
+        let r = casts::check(&run.name, &casts_parts, &mesh, &run.naming, cast_scaling)?;
         checked.casts_rows = r.rows;
         checked.casts_windows = r.windows;
         checked.agreement_groups = r.agreement_compared;
