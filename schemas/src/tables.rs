@@ -268,6 +268,11 @@ fn batch(table: Table, columns: Vec<ArrayRef>) -> RecordBatch {
     RecordBatch::try_new(schema(table).clone(), columns).expect("row builder matches its schema")
 }
 
+/// The `rank` column every table ends with: each row's process rank, null for one process.
+fn ranks(it: impl Iterator<Item = Option<u32>>) -> ArrayRef {
+    Arc::new(Int32Array::from(it.map(|k| k.map(|k| k as i32)).collect::<Vec<_>>()))
+}
+
 fn strs<'a>(it: impl Iterator<Item = &'a str>) -> ArrayRef {
     Arc::new(StringArray::from_iter_values(it))
 }
@@ -300,7 +305,7 @@ impl Row for StepRow {
                 Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.step_ms))),
                 Arc::new(BooleanArray::from(rows.iter().map(|r| r.loss.is_finite()).collect::<Vec<_>>())),
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.nonfinite_tensors as i32))),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -373,7 +378,7 @@ impl Row for StatRow {
                 opt(|r| r.quant_cos),
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
                 opt(|r| r.top_channel_sq_frac),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -479,7 +484,7 @@ impl Row for ExternalStatRow {
                 f64s(|r| r.quant_cos),
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
                 f64s(|r| r.top_channel_sq_frac),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -507,7 +512,7 @@ impl Row for ExtraStatRow {
             Table::ExtraStats,
             vec![
                 Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
                 strs(rows.iter().map(|r| r.module.as_str())),
                 strs(rows.iter().map(|r| r.tensor.as_str())),
@@ -592,7 +597,7 @@ impl Row for TensorRow {
                 Arc::new(block_scales.finish()),
                 Arc::new(block_rows.finish()),
                 Arc::new(block_cols.finish()),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -628,7 +633,7 @@ impl Row for EventRow {
                 Arc::new(StringArray::from(rows.iter().map(|r| r.role.map(|g| g.as_str())).collect::<Vec<_>>())),
                 Arc::new(Float64Array::from(rows.iter().map(|r| r.value).collect::<Vec<_>>())),
                 strs(rows.iter().map(|r| r.message.as_str())),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -666,7 +671,7 @@ impl Row for ShadowRow {
                 f64s(|r| r.mse),
                 f64s(|r| r.rel_l2),
                 f64s(|r| r.max_abs_diff),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
             ],
         )
     }
@@ -711,7 +716,7 @@ impl Row for CastRow {
             Table::Casts,
             vec![
                 Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.rank.map(|k| k as i32)).collect::<Vec<_>>())),
+                ranks(rows.iter().map(|r| r.rank)),
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
                 strs(rows.iter().map(|r| r.module.as_str())),
                 strs(rows.iter().map(|r| r.gemm.as_str())),
