@@ -56,6 +56,15 @@ pub enum Command {
     #[command(after_help = "Example:\n  fp8-analyze locate runs/fp8 --baseline runs/bf16 --top 5")]
     Locate(crate::commands::locate::LocateArgs),
 
+    /// Predicts, from one FP8 run recorded with --shadow (CPU backend), the share of its loss gap
+    /// each set of GEMMs routed back to BF16 would recover: each kind, the top GEMMs, any set you
+    /// name, and the fewest GEMMs that hold 90% of the first-order mass, with the share of the
+    /// GEMM FLOPs each set would run in BF16. No run is recorded.
+    #[command(after_help = "Example:
+  fp8-analyze predict runs/fp8
+                              fp8-analyze predict runs/fp8 --set mlp=layers.1.fc1.dgrad,layers.1.fc2.dgrad --json")]
+    Predict(crate::commands::predict::PredictArgs),
+
     /// SQL over the tables steps, stats, tensors, events, shadow and extra_stats of one or many
     /// runs; a `run` column holds each row's run name. Quote the column "values" (an SQL keyword).
     #[command(after_help = "Example:\n  fp8-analyze query runs/fp8 runs/bf16 --format csv \\\n    \

@@ -122,6 +122,35 @@ pub fn quant_error(exact: &[f32], approx: &[f32]) -> (f64, f64) {
     (mse, cosine_from(dot, a2, b2))
 }
 
+/// The error's signed first-order effect: (⟨test − reference, dual⟩, ‖dual‖), in f64 over the
+/// elements where all three are finite. A non-finite value in `test` makes the inner product NaN,
+/// as in [`output_error`].
+pub fn error_inner(test: &[f32], reference: &[f32], dual: &[f32]) -> (f64, f64) {
+    let (inner, d2, nonfinite) = test
+        .par_chunks(CHUNK)
+        .zip(reference.par_chunks(CHUNK))
+        .zip(dual.par_chunks(CHUNK))
+        .map(|((t, r), g)| {
+            let mut s = (0.0f64, 0.0f64, false);
+            for ((&x, &y), &z) in t.iter().zip(r).zip(g) {
+                if !x.is_finite() {
+                    s.2 = true;
+                    continue;
+                }
+                if !y.is_finite() || !z.is_finite() {
+                    continue;
+                }
+                s.0 += (x as f64 - y as f64) * z as f64;
+                s.1 += z as f64 * z as f64;
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .fold((0.0, 0.0, false), |s, p| (s.0 + p.0, s.1 + p.1, s.2 || p.2));
+    (if nonfinite { f64::NAN } else { inner }, d2.sqrt())
+}
+
 /// Error of `test` against `reference`: (cosine, MSE, relative L2 ‖t−r‖/‖r‖, max |t−r|), over
 /// finite pairs. Non-finite values in `test` make every metric NaN: an error must not hide them.
 pub fn output_error(test: &[f32], reference: &[f32]) -> (f64, f64, f64, f64) {
@@ -137,6 +166,22 @@ pub fn output_error(test: &[f32], reference: &[f32]) -> (f64, f64, f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_inner_is_the_signed_pairing_of_the_error_with_its_dual() {
+        // A gradient clipped at 1: the error points against the gradient, so its pairing with the
+        // gradient (the descent signal lost) is negative and equals -Σ (|g| - 1)·|g| over the clipped.
+        let g: Vec<f32> = (0..1000).map(|i| ((i as f32) * 0.013).sin() * 2.0).collect();
+        let clipped: Vec<f32> = g.iter().map(|v| v.clamp(-1.0, 1.0)).collect();
+        let (inner, norm) = error_inner(&clipped, &g, &g);
+        let want: f64 = g.iter().map(|&v| v as f64).filter(|v| v.abs() > 1.0).map(|v| -(v.abs() - 1.0) * v.abs()).sum();
+        assert!(inner < 0.0 && (inner - want).abs() < 1e-9 * want.abs(), "{inner} vs {want}");
+        assert!((norm - g.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()).abs() < 1e-9);
+        // A non-finite result cannot hide behind the sum.
+        let mut bad = clipped.clone();
+        bad[3] = f32::INFINITY;
+        assert!(error_inner(&bad, &g, &g).0.is_nan());
+    }
 
     #[test]
     fn moments_match_a_direct_f64_computation() {

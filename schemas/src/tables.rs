@@ -80,6 +80,8 @@ pub mod col {
     pub const MSE: &str = "mse";
     pub const REL_L2: &str = "rel_l2";
     pub const MAX_ABS_DIFF: &str = "max_abs_diff";
+    pub const DUAL_INNER: &str = "dual_inner";
+    pub const DUAL_NORM: &str = "dual_norm";
 }
 
 fn f(name: &str, dt: DataType, nullable: bool) -> Field {
@@ -196,6 +198,8 @@ static SHADOW: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(REL_L2, DataType::Float64, false),
         f(MAX_ABS_DIFF, DataType::Float64, false),
         f(RANK, DataType::Int32, true),
+        f(DUAL_INNER, DataType::Float64, true),
+        f(DUAL_NORM, DataType::Float64, true),
     ]))
 });
 
@@ -653,6 +657,13 @@ pub struct ShadowRow {
     pub max_abs_diff: f64,
     /// The process rank; None for a run of one process.
     pub rank: Option<u32>,
+    /// ⟨δ, dual⟩, δ = FP8 result − BF16 result: the signed first-order effect of the GEMM's error
+    /// (fprop: δY paired with the loss gradient dY, a loss change; dgrad and wgrad: the error paired
+    /// with the BF16 result itself, the descent signal it adds along its own direction, negative
+    /// when it loses some). None where the backend does not compute it (the GPU) and in older runs.
+    pub dual_inner: Option<f64>,
+    /// ‖dual‖, so that ‖δ‖·‖dual‖ (the bound `locate` ranks by) sits beside the signed value.
+    pub dual_norm: Option<f64>,
 }
 
 impl Row for ShadowRow {
@@ -672,6 +683,8 @@ impl Row for ShadowRow {
                 f64s(|r| r.rel_l2),
                 f64s(|r| r.max_abs_diff),
                 ranks(rows.iter().map(|r| r.rank)),
+                Arc::new(Float64Array::from(rows.iter().map(|r| r.dual_inner).collect::<Vec<_>>())),
+                Arc::new(Float64Array::from(rows.iter().map(|r| r.dual_norm).collect::<Vec<_>>())),
             ],
         )
     }

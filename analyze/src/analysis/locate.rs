@@ -68,6 +68,9 @@ pub struct StepError {
     pub added: f64,
     /// ‖δ‖ · ‖dual‖ (shadow records and stats only).
     pub harm: Option<f64>,
+    /// ⟨δ, dual⟩, the signed first-order effect the bound `harm` holds (shadow records of the CPU
+    /// backend: `shadow.dual_inner`; None elsewhere). See `crate::analysis::predict`.
+    pub signed: Option<f64>,
     /// A step of delayed scaling's warm-up (scales not yet from a real amax): never scored.
     pub warmup: bool,
 }
@@ -137,6 +140,11 @@ pub struct LocatedGemm {
     pub first_crossed: Option<i64>,
     /// The last step of delayed scaling's warm-up for this GEMM (None: no warm-up).
     pub warmup_until: Option<i64>,
+    /// Σ harm over the scored steps (after warm-up): the bound on the GEMM's accumulated first-order
+    /// effect, in loss units per recorded step (None without harm).
+    pub harm_total: Option<f64>,
+    /// Σ ⟨δ, dual⟩ over the scored steps (None unless every scored step has it).
+    pub signed_total: Option<f64>,
     /// The step this GEMM's operand went non-finite first of all tensors (its score is then ∞).
     pub nonfinite_at: Option<i64>,
     /// Operand roles whose error was subtracted (empty with shadow records).
@@ -195,7 +203,7 @@ pub fn dual_role(g: Gemm) -> Role {
 
 /// Per GEMM, per step errors from the shadow table, with ‖δ‖ (None when mse or numel is missing).
 fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f64>)>>, AnalyzeError> {
-    let lf = run.scan(Table::Shadow, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::COSINE, col::MSE, col::NUMEL])?;
+    let lf = run.scan(Table::Shadow, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::COSINE, col::MSE, col::NUMEL, col::DUAL_INNER])?;
     let df = run.collect(Table::Shadow, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "shadow", e);
     let (st, la, mo, ge, co) = (
@@ -205,7 +213,7 @@ fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f6
         strs(&df, col::GEMM).map_err(e)?,
         f64s(&df, col::COSINE).map_err(e)?,
     );
-    let (ms, nu) = (f64s(&df, col::MSE).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?);
+    let (ms, nu, inner) = (f64s(&df, col::MSE).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::DUAL_INNER).map_err(e)?);
     let mut out: BTreeMap<GemmId, Vec<(StepError, Option<f64>)>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm)) = (st[i], la[i], mo[i].clone(), ge[i].clone()) else { continue };
@@ -217,7 +225,7 @@ fn shadow_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<(StepError, Option<f6
         };
         out.entry((layer, module, gemm))
             .or_default()
-            .push((StepError { step, output_error: err, input_error: 0.0, added: err, harm: None, warmup: false }, delta));
+            .push((StepError { step, output_error: err, input_error: 0.0, added: err, harm: None, signed: inner[i], warmup: false }, delta));
     }
     Ok(out)
 }
@@ -299,7 +307,7 @@ fn tensor_errors(
             let input_error = ops.iter().map(|o| o.1).fold(0.0, f64::max);
             let id = (layer, module.clone(), g.as_str().to_string());
             inputs.entry(id.clone()).or_insert_with(|| ops.iter().map(|o| o.0.as_str().to_string()).collect());
-            out.entry(id).or_default().push(StepError { step, output_error, input_error, added: output_error - input_error, harm: None, warmup: false });
+            out.entry(id).or_default().push(StepError { step, output_error, input_error, added: output_error - input_error, harm: None, signed: None, warmup: false });
         }
     }
     Ok((out, inputs, report.warnings))
@@ -327,7 +335,7 @@ fn stats_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<StepError>>, AnalyzeEr
     let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm), Some(lost)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), lo[i]) else { continue };
-        out.entry((layer, module, gemm)).or_default().push(StepError { step, output_error: lost, input_error: 0.0, added: lost, harm: None, warmup: false });
+        out.entry((layer, module, gemm)).or_default().push(StepError { step, output_error: lost, input_error: 0.0, added: lost, harm: None, signed: None, warmup: false });
     }
     Ok(out)
 }
@@ -531,6 +539,8 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
                 (by_error.added, by_error.step)
             };
             let first_crossed = scored.iter().find(|e| e.added > limit).map(|e| e.step);
+            let harm_total = by_harm.then(|| scored.iter().map(|e| e.harm.unwrap_or(0.0)).sum::<f64>());
+            let signed_total = scored.iter().map(|e| e.signed).sum::<Option<f64>>();
             let (peak_error, peak_error_step) = (by_error.added, by_error.step);
             let (layer, module, gemm) = id.clone();
             LocatedGemm {
@@ -538,6 +548,8 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
                 site: naming.site(layer, &module),
                 execution_rank: rank_of(naming, &id),
                 warmup_until: warm.get(&id).copied(),
+                harm_total,
+                signed_total,
                 nonfinite_at: None,
                 layer,
                 module,

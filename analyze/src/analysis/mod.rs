@@ -8,7 +8,8 @@
 //! - [`anomalies`]: the detectors applied to recorded runs;
 //! - [`compare`] and [`metrics`]: tensors against the baseline's; [`compat`]: whether two runs
 //!   can be compared;
-//! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence;
+//! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence; [`predict`]:
+//!   the share of the loss gap each BF16 routing would recover, from the same records;
 //! - [`bisect`]: the order of candidate GEMMs and the search for a minimal curing set;
 //! - [`summary`]: what was run and the worst tensors; [`params`]: the documented defaults;
 //! - [`provenance`]: where a run came from, what it lacks, and the caveat of rounded statistics.
@@ -24,6 +25,7 @@ pub mod locate;
 pub mod metrics;
 pub mod noise;
 pub mod params;
+pub mod predict;
 pub mod provenance;
 pub mod ranks;
 pub mod summary;

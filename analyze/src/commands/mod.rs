@@ -5,6 +5,7 @@
 pub mod anomalies;
 pub mod compare;
 pub mod locate;
+pub mod predict;
 pub mod query;
 pub mod ranks;
 pub mod regress;

@@ -198,6 +198,11 @@ pub struct ShadowError {
     pub mse: f64,
     pub rel_l2: f64,
     pub max_abs_diff: f64,
+    /// ⟨δ, dual⟩ and ‖dual‖ (`tables::ShadowRow::dual_inner`): for a gradient GEMM the dual is its
+    /// BF16 result; for an fprop the loss gradient dY of its output, which the backend pairs with
+    /// δY when the step's backward reaches the GEMM's site. None where not computed.
+    pub dual_inner: Option<f64>,
+    pub dual_norm: Option<f64>,
 }
 
 /// Everything measured about one GEMM.

@@ -132,6 +132,8 @@ pub fn shadow_rows(step: u32, reports: &[GemmReport]) -> Vec<ShadowRow> {
                 rel_l2: s.rel_l2,
                 max_abs_diff: s.max_abs_diff,
                 rank: None,
+                dual_inner: s.dual_inner,
+                dual_norm: s.dual_norm,
             })
         })
         .collect()

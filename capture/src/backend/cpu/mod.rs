@@ -5,18 +5,22 @@
 pub mod cast;
 
 use crate::backend::operands::operand_shapes;
-use crate::backend::{AdamW, Backend, GemmCall, GemmReport, LinearDims, OperandCast, ShadowError};
+use crate::backend::{AdamW, Backend, GemmCall, GemmId, GemmReport, LinearDims, OperandCast, ShadowError};
 use crate::layers;
 use crate::tensor_stats;
 use cast::{cast_operand, round_bf16_inplace};
 use fp8scope_schemas::manifest::DeviceInfo;
-use fp8scope_schemas::names::Gemm;
+use fp8scope_schemas::names::{Gemm, Module};
+use std::collections::HashMap;
 use rayon::prelude::*;
 
 /// The CPU device: holds the queue of GEMM reports and the last RoPE table.
 #[derive(Default)]
 pub struct CpuBackend {
     reports: Vec<GemmReport>,
+    /// The shadowed fprops of this step that wait for their output's gradient: (FP8 output, BF16
+    /// output) by site, paired with dY by the first gradient GEMM of the site (`pair_fprop_error`).
+    fprop_errors: HashMap<(u32, Module), (Vec<f32>, Vec<f32>)>,
     /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
     rope: Option<((usize, usize, u32), Vec<f32>)>,
     /// Tests only: `take_error` reports a planted failure once `take_reports` has run this many
@@ -30,6 +34,19 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// Pairs the error of the site's shadowed fprop of this step, if one waits, with its output's
+    /// gradient `dy` (operand a of the site's dgrad and wgrad): ⟨δY, dY⟩, the change of the step's
+    /// loss the fprop's FP8 error makes, to first order.
+    fn pair_fprop_error(&mut self, layer: u32, module: Module, dy: &[f32]) {
+        let Some((test, reference)) = self.fprop_errors.remove(&(layer, module)) else { return };
+        let (inner, norm) = tensor_stats::error_inner(&test, &reference, dy);
+        let fprop = GemmId { layer, module, gemm: Gemm::Fprop };
+        if let Some(s) = self.reports.iter_mut().rev().find(|r| r.id == fprop).and_then(|r| r.shadow.as_mut()) {
+            s.dual_inner = Some(inner);
+            s.dual_norm = Some(norm);
+        }
     }
 
     /// The RoPE table for (t, hd, theta), computed on the first call with these dimensions.
@@ -243,8 +260,22 @@ impl Backend for CpuBackend {
             raw_gemm(call.id.gemm, &mut reference, &ra.dequantized, &rb.dequantized, bias_bf16.as_deref(), call.dims);
             round_bf16_inplace(&mut reference);
             let (cosine, mse, rel_l2, max_abs_diff) = tensor_stats::output_error(out, &reference);
-            ShadowError { numel: out.len() as u64, cosine, mse, rel_l2, max_abs_diff }
+            // A gradient's dual is its BF16 value; an fprop's, dY, comes with the backward.
+            let (dual_inner, dual_norm) = match call.id.gemm {
+                Gemm::Fprop => {
+                    self.fprop_errors.insert((call.id.layer, call.id.module), (out.clone(), reference));
+                    (None, None)
+                }
+                _ => {
+                    let (inner, norm) = tensor_stats::error_inner(out, &reference, &reference);
+                    (Some(inner), Some(norm))
+                }
+            };
+            ShadowError { numel: out.len() as u64, cosine, mse, rel_l2, max_abs_diff, dual_inner, dual_norm }
         });
+        if call.id.gemm != Gemm::Fprop {
+            self.pair_fprop_error(call.id.layer, call.id.module, a);
+        }
         if call.nan_output && !out.is_empty() {
             out[0] = f32::NAN;
         }
@@ -258,6 +289,7 @@ impl Backend for CpuBackend {
     }
 
     fn take_reports(&mut self) -> Vec<GemmReport> {
+        self.fprop_errors.clear();
         #[cfg(test)]
         {
             self.steps_taken += 1;

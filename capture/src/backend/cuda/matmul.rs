@@ -88,7 +88,7 @@ impl CudaBackend {
             self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
             let want = self.stream.clone_dtoh(&*reference)?;
             let (cosine, mse, rel_l2, max_abs_diff) = crate::tensor_stats::output_error(&got, &want);
-            Some(ShadowError { numel: n_out as u64, cosine, mse, rel_l2, max_abs_diff })
+            Some(ShadowError { numel: n_out as u64, cosine, mse, rel_l2, max_abs_diff, dual_inner: None, dual_norm: None })
         } else {
             None
         };

@@ -1,0 +1,233 @@
+//! What each BF16 routing would recover, predicted from one recorded FP8 run (its shadow GEMMs),
+//! before any routed run is recorded.
+//!
+//! Each GEMM's error at a shadow step is δ = FP8 result − BF16 result on the same inputs. Paired
+//! with its dual (`locate`), it has a signed first-order effect ⟨δ, dual⟩ (`shadow.dual_inner`) and
+//! a bound ‖δ‖·‖dual‖ (`locate`'s harm). Summed over the scored steps (after delayed scaling's
+//! warm-up), each GEMM gets:
+//! - its **bound mass** Σ‖δ‖·‖dual‖, the most its error can have moved the loss to first order;
+//! - its **harmful signed mass**: Σ⟨δY, dY⟩ for an fprop (> 0 raises the loss), −Σ⟨δ, g⟩ for a
+//!   gradient GEMM (> 0: the FP8 gradient lost descent signal along its own direction), clamped
+//!   at 0.
+//!
+//! The predicted recovery of a set of GEMMs routed to BF16 is its share of the run's mass:
+//! Σ_set / Σ_all (1 when the set holds the GEMM that went non-finite first). Both shares are
+//! reported; the bound share is the one `triage` uses, the signed share is kept beside it. These
+//! are first-order: an error whose harm comes through the optimizer's state (a gradient spike that
+//! inflates Adam's second moment for many steps) or through the operands of later GEMMs is seen only
+//! where it lands, which `bench/predict_library.sh` measures against real routed runs.
+//!
+//! Beside each set: the share of the run's GEMM FLOPs it would run in BF16 (each site's three GEMMs
+//! cost 2·N·in·out FLOPs each).
+
+use crate::analysis::locate::{LocateReport, LocatedGemm};
+use fp8scope_schemas::config::ModelDims;
+use fp8scope_schemas::names::{Gemm, Module};
+use serde::Serialize;
+
+/// Share of the run's mass the recommended set must hold.
+pub const RECOMMENDED_SHARE: f64 = 0.9;
+
+/// One GEMM's accumulated first-order mass.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GemmMass {
+    pub gemm_name: String,
+    pub site: String,
+    pub gemm: String,
+    /// Σ ‖δ‖·‖dual‖ over the scored steps (∞ for the GEMM that went non-finite first).
+    pub bound: f64,
+    /// The harmful part of Σ ⟨δ, dual⟩ (see the module); None without signed records.
+    pub signed: Option<f64>,
+}
+
+/// The predicted recovery of one set of GEMMs routed to BF16.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SetPrediction {
+    pub name: String,
+    /// `layers.1.fc2.dgrad`, …
+    pub gemms: Vec<String>,
+    /// Share of the bound mass the set holds: the predicted share of the loss gap it recovers.
+    pub recovery: f64,
+    /// Share of the harmful signed mass (None without signed records).
+    pub signed_recovery: Option<f64>,
+    /// Share of the run's GEMM FLOPs the set runs in BF16.
+    pub bf16_flops_share: f64,
+}
+
+/// Everything `predict` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Prediction {
+    pub run: String,
+    pub masses: Vec<GemmMass>,
+    /// The three kinds, then the top 1, 2 and 3 GEMMs by bound mass, then the sets asked for.
+    pub sets: Vec<SetPrediction>,
+    /// The fewest GEMMs, largest mass first, that hold [`RECOMMENDED_SHARE`] of the bound mass.
+    pub recommended: SetPrediction,
+}
+
+/// The harmful part of a GEMM's signed total: an fprop's raises the loss when positive, a gradient
+/// GEMM's loses descent when negative.
+fn harmful(gemm: &str, signed_total: f64) -> f64 {
+    let v = if gemm == Gemm::Fprop.as_str() { signed_total } else { -signed_total };
+    v.max(0.0)
+}
+
+fn mass_of(g: &LocatedGemm) -> GemmMass {
+    let bound = if g.nonfinite_at.is_some() { f64::INFINITY } else { g.harm_total.unwrap_or(0.0) };
+    GemmMass {
+        gemm_name: g.gemm_name.clone(),
+        site: g.site.clone(),
+        gemm: g.gemm.clone(),
+        bound,
+        signed: g.signed_total.map(|s| if g.nonfinite_at.is_some() { f64::INFINITY } else { harmful(&g.gemm, s) }),
+    }
+}
+
+/// Share of `total` held by `part`, where an infinite total is held only by infinite parts.
+fn share(part: f64, total: f64) -> f64 {
+    if total.is_infinite() {
+        if part.is_infinite() { 1.0 } else { 0.0 }
+    } else if total > 0.0 {
+        part / total
+    } else {
+        0.0
+    }
+}
+
+/// The FLOPs of one GEMM of `site` (`layers.1.fc2`) in `dims`, up to the common factor 2·N.
+fn site_flops(dims: &ModelDims, g: &LocatedGemm) -> f64 {
+    Module::parse(&g.module).map(|m| dims.site_features(m)).map(|(i, o)| (i * o) as f64).unwrap_or(0.0)
+}
+
+/// Predicts the recovery of `gemms` (names as `locate` gives them) routed to BF16.
+pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[String]) -> SetPrediction {
+    let masses: Vec<GemmMass> = loc.ranked.iter().map(mass_of).collect();
+    let total_bound: f64 = masses.iter().map(|m| m.bound).sum();
+    let signed_ok = masses.iter().all(|m| m.signed.is_some());
+    let total_signed: f64 = masses.iter().filter_map(|m| m.signed).sum();
+    let inside = |m: &&GemmMass| gemms.contains(&m.gemm_name);
+    let part_bound: f64 = masses.iter().filter(inside).map(|m| m.bound).sum();
+    let part_signed: f64 = masses.iter().filter(inside).filter_map(|m| m.signed).sum();
+    // Every GEMM of every kind of every layer: 3 kinds × sites, each of its site's FLOPs.
+    let all_flops: f64 = 3.0 * (0..dims.layers).flat_map(|_| Module::ALL).map(|m| dims.site_features(m)).map(|(i, o)| (i * o) as f64).sum::<f64>();
+    let set_flops: f64 = loc.ranked.iter().filter(|g| gemms.contains(&g.gemm_name)).map(|g| site_flops(dims, g)).sum();
+    SetPrediction {
+        name: name.to_string(),
+        gemms: gemms.to_vec(),
+        recovery: share(part_bound, total_bound),
+        signed_recovery: signed_ok.then(|| share(part_signed, total_signed)),
+        bf16_flops_share: if all_flops > 0.0 { set_flops / all_flops } else { 0.0 },
+    }
+}
+
+/// The predictions for the kinds, the top GEMMs and `extra` named sets.
+pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<String>)]) -> Prediction {
+    let mut masses: Vec<GemmMass> = loc.ranked.iter().map(mass_of).collect();
+    masses.sort_by(|a, b| b.bound.total_cmp(&a.bound).then(a.gemm_name.cmp(&b.gemm_name)));
+    let mut sets = Vec::new();
+    for k in Gemm::ALL {
+        let names: Vec<String> = loc.ranked.iter().filter(|g| g.gemm == k.as_str()).map(|g| g.gemm_name.clone()).collect();
+        sets.push(predict_set(loc, dims, &format!("bf16-{}", k.as_str()), &names));
+    }
+    for n in 1..=3.min(masses.len()) {
+        let names: Vec<String> = masses.iter().take(n).map(|m| m.gemm_name.clone()).collect();
+        sets.push(predict_set(loc, dims, &format!("top-{n}"), &names));
+    }
+    for (name, gemms) in extra {
+        sets.push(predict_set(loc, dims, name, gemms));
+    }
+    let total: f64 = masses.iter().map(|m| m.bound).sum();
+    let mut chosen = Vec::new();
+    let mut held = 0.0;
+    for m in &masses {
+        if share(held, total) >= RECOMMENDED_SHARE || m.bound <= 0.0 {
+            break;
+        }
+        chosen.push(m.gemm_name.clone());
+        held += m.bound;
+    }
+    let recommended = predict_set(loc, dims, "recommended", &chosen);
+    Prediction { run: loc.run.clone(), masses, sets, recommended }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims() -> ModelDims {
+        serde_json::from_str(r#"{"vocab":512,"channels":64,"ffn":256,"heads":4,"layers":1,"batch":8,"seq":64,"attn_mask":"causal"}"#).unwrap()
+    }
+
+    fn gemm(name: &str, module: &str, kind: &str, harm: f64, signed: f64) -> LocatedGemm {
+        LocatedGemm {
+            gemm_name: name.into(),
+            site: name.rsplit_once('.').unwrap().0.into(),
+            layer: 0,
+            module: module.into(),
+            gemm: kind.into(),
+            execution_rank: 0,
+            score: harm,
+            peak_step: 0,
+            peak_error: 0.0,
+            peak_error_step: 0,
+            first_crossed: None,
+            warmup_until: None,
+            harm_total: Some(harm),
+            signed_total: Some(signed),
+            nonfinite_at: None,
+            inputs: Vec::new(),
+            errors: Vec::new(),
+            evidence: Vec::new(),
+            evidence_at_peak: Vec::new(),
+        }
+    }
+
+    fn report(ranked: Vec<LocatedGemm>) -> LocateReport {
+        LocateReport {
+            run: "r".into(),
+            baseline: None,
+            method: "shadow",
+            ranked_by: "harm",
+            note: None,
+            stats_caveat: None,
+            threshold: 0.99,
+            first: None,
+            ranked,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_set_is_predicted_to_recover_its_share_of_the_mass_and_the_recommendation_holds_ninety_percent() {
+        let dims = dims();
+        let loc = report(vec![
+            gemm("layers.0.fc2.dgrad", "fc2", "dgrad", 8.0, -6.0),
+            gemm("layers.0.fc1.wgrad", "fc1", "wgrad", 1.5, 1.0),
+            gemm("layers.0.qkv.fprop", "qkv", "fprop", 0.5, 2.0),
+        ]);
+        let p = predict(&loc, &dims, &[]);
+        let dgrad = p.sets.iter().find(|s| s.name == "bf16-dgrad").unwrap();
+        assert!((dgrad.recovery - 0.8).abs() < 1e-12, "{}", dgrad.recovery);
+        // Harmful signed mass: dgrad 6 (descent lost), wgrad 0 (gained), fprop 2 (raised the loss).
+        assert!((dgrad.signed_recovery.unwrap() - 0.75).abs() < 1e-12);
+        // fc2's FLOPs: 256·64 of (64·192 + 64·64 + 64·256 + 256·64) per kind, one kind of three.
+        let site = (256 * 64) as f64;
+        let all = 3.0 * (64 * 192 + 64 * 64 + 64 * 256 + 256 * 64) as f64;
+        assert!((dgrad.bf16_flops_share - site / all).abs() < 1e-12);
+        // 80% is short of 90%: the recommendation takes the second GEMM too (95%).
+        assert_eq!(p.recommended.gemms, vec!["layers.0.fc2.dgrad".to_string(), "layers.0.fc1.wgrad".to_string()]);
+        assert!((p.recommended.recovery - 0.95).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_gemm_that_went_non_finite_first_holds_all_of_it() {
+        let dims = dims();
+        let mut nan = gemm("layers.0.fc1.fprop", "fc1", "fprop", 0.1, 0.0);
+        nan.nonfinite_at = Some(40);
+        let loc = report(vec![gemm("layers.0.fc2.dgrad", "fc2", "dgrad", 8.0, -6.0), nan]);
+        let p = predict(&loc, &dims, &[]);
+        assert_eq!(p.recommended.gemms, vec!["layers.0.fc1.fprop".to_string()]);
+        assert_eq!(p.sets.iter().find(|s| s.name == "bf16-dgrad").unwrap().recovery, 0.0);
+        assert_eq!(p.sets.iter().find(|s| s.name == "bf16-fprop").unwrap().recovery, 1.0);
+    }
+}
