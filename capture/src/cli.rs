@@ -275,6 +275,14 @@ pub struct TrainArgs {
     /// Sites or single GEMMs in BF16: layers.7.fc2 or layers.7.fc2:dgrad (comma-separated).
     #[arg(long, value_delimiter = ',', value_parser = parse_site_selector, help_heading = "GEMM routing")]
     pub bf16_sites: Vec<SiteSelector>,
+    /// A precision-switch schedule: the BF16 routing above holds from this step on; before it,
+    /// those GEMMs run in FP8 (e.g. --bf16-gemms fprop --from-step 800: the forward GEMMs in BF16
+    /// for the last part of the run, as before a learning-rate decay).
+    #[arg(long, value_name = "STEP", help_heading = "GEMM routing")]
+    pub from_step: Option<u32>,
+    /// The BF16 routing holds before this step; from it on, FP8 again.
+    #[arg(long, value_name = "STEP", help_heading = "GEMM routing")]
+    pub until_step: Option<u32>,
 
     // ---- data and training
     /// Training data.
@@ -558,7 +566,21 @@ impl TrainArgs {
                 bail!("--bf16-sites: '{s}' names no GEMM of this model (layers 0-{})", model.layers - 1);
             }
         }
-        let routing = RoutingConfig { bf16_gemms, bf16_layers: parse_layers(&self.bf16_layers, model.layers)?, bf16_sites: self.bf16_sites.clone() };
+        let routing = RoutingConfig {
+            bf16_gemms,
+            bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
+            bf16_sites: self.bf16_sites.clone(),
+            from_step: self.from_step,
+            until_step: self.until_step,
+        };
+        if (routing.from_step.is_some() || routing.until_step.is_some()) && routing.is_empty() {
+            bail!("--from-step / --until-step schedule a BF16 routing: give --bf16-gemms, --bf16-layers or --bf16-sites too");
+        }
+        if let (Some(f), Some(u)) = (routing.from_step, routing.until_step)
+            && f >= u
+        {
+            bail!("--from-step {f} must come before --until-step {u}");
+        }
         crate::selection::dumped_sites(&self.dump_layers, model.layers).map_err(|e| anyhow::anyhow!("--dump-layers: {e}"))?;
         let mut scen = match &self.scenario {
             Some(n) => Some(crate::scenario::scenario(n).with_context(|| format!("unknown scenario '{n}' (choose {})", crate::scenario::NAMES.join(", ")))?),

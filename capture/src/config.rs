@@ -66,12 +66,13 @@ impl Preset {
     }
 }
 
-/// Whether `gemm` of `site` runs in FP8 under this configuration's recipe and routing.
-pub fn is_fp8(cfg: &RunConfig, site: Site, gemm: Gemm) -> bool {
+/// Whether `gemm` of `site` runs in FP8 at `step` under this configuration's recipe and routing
+/// (with its schedule, `--from-step` / `--until-step`).
+pub fn is_fp8(cfg: &RunConfig, site: Site, gemm: Gemm, step: u32) -> bool {
     if cfg.recipe.kind == RecipeKind::Bf16 {
         return false;
     }
-    !cfg.routing.sends_to_bf16(site, gemm)
+    !cfg.routing.sends_to_bf16_at(site, gemm, step)
 }
 
 /// The FP8 format of `role` under the recipe's format policy (block scaling is always E4M3).

@@ -43,9 +43,9 @@ impl Scaling {
         }
     }
 
-    /// How `role`, operand of `gemm` at `site`, is cast this step.
-    pub fn operand_cast(&self, cfg: &RunConfig, site: Site, gemm: Gemm, role: Role) -> OperandCast {
-        if !is_fp8(cfg, site, gemm) {
+    /// How `role`, operand of `gemm` at `site`, is cast at `step`.
+    pub fn operand_cast(&self, cfg: &RunConfig, site: Site, gemm: Gemm, role: Role, step: u32) -> OperandCast {
+        if !is_fp8(cfg, site, gemm, step) {
             return OperandCast::Bf16;
         }
         let format = format_for(cfg, role);

@@ -131,8 +131,8 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
             for gemm in Gemm::ALL {
                 let id = GemmId { layer, module, gemm };
                 let [ra, rb] = gemm.operands();
-                let mut ca = scaling.operand_cast(cfg, site, gemm, ra);
-                let mut cb = scaling.operand_cast(cfg, site, gemm, rb);
+                let mut ca = scaling.operand_cast(cfg, site, gemm, ra, step);
+                let mut cb = scaling.operand_cast(cfg, site, gemm, rb, step);
                 for &(s, role, from, factor) in &rank.scale_corrupt {
                     if s == site && step >= from {
                         if ra == role {
@@ -144,7 +144,7 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
                     }
                 }
                 casts.insert(id, (ca, cb));
-                if is_fp8(cfg, site, gemm) {
+                if is_fp8(cfg, site, gemm, step) {
                     let nonsat = cfg.recipe.overflow == Overflow::Nan;
                     let f = faults_at(cfg, id, step);
                     if f.is_some() || nonsat {

@@ -208,14 +208,36 @@ pub struct RoutingConfig {
     pub bf16_layers: Vec<u32>,
     /// Single sites or GEMMs: `layers.7.fc2` (all three GEMMs) or `layers.7.fc2:dgrad`.
     pub bf16_sites: Vec<SiteSelector>,
+    /// A precision-switch schedule: the routing holds from this step on (absent: from the first);
+    /// before it, those GEMMs run in FP8. Absent in older runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_step: Option<u32>,
+    /// The routing holds before this step (absent: to the end); from it on, FP8 again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_step: Option<u32>,
 }
 
 impl RoutingConfig {
-    /// Whether this routing sends `gemm` of `site` to BF16.
+    /// Whether this routing sends `gemm` of `site` to BF16 at some step.
     pub fn sends_to_bf16(&self, site: Site, gemm: Gemm) -> bool {
         self.bf16_gemms.contains(&gemm)
             || self.bf16_layers.contains(&site.layer)
             || self.bf16_sites.iter().any(|s| s.site == site && s.gemm.is_none_or(|g| g == gemm))
+    }
+
+    /// Whether the schedule holds at `step` (`from_step` ≤ step < `until_step`).
+    pub fn active_at(&self, step: u32) -> bool {
+        self.from_step.is_none_or(|f| step >= f) && self.until_step.is_none_or(|u| step < u)
+    }
+
+    /// Whether this routing sends `gemm` of `site` to BF16 at `step`.
+    pub fn sends_to_bf16_at(&self, site: Site, gemm: Gemm, step: u32) -> bool {
+        self.active_at(step) && self.sends_to_bf16(site, gemm)
+    }
+
+    /// Whether anything is routed at all.
+    pub fn is_empty(&self) -> bool {
+        self.bf16_gemms.is_empty() && self.bf16_layers.is_empty() && self.bf16_sites.is_empty()
     }
 }
 
@@ -482,6 +504,16 @@ mod tests {
     #[test]
     fn routing_injections_and_dump_roles_keep_their_strings_as_enums() {
         let json = r#"{"bf16_gemms":["dgrad"],"bf16_layers":[1],"bf16_sites":["layers.3.fc2","layers.0.qkv:wgrad"]}"#;
+        // A run recorded before schedules existed routes at every step.
+        let r0: RoutingConfig = serde_json::from_str(json).unwrap();
+        assert_eq!((r0.from_step, r0.until_step), (None, None));
+        assert!(r0.active_at(0) && r0.active_at(1_000_000));
+        let sched = RoutingConfig { from_step: Some(100), until_step: Some(200), ..r0.clone() };
+        let site = Site::parse("layers.3.fc2").unwrap();
+        assert!(!sched.sends_to_bf16_at(site, Gemm::Fprop, 99) && sched.sends_to_bf16_at(site, Gemm::Fprop, 100));
+        assert!(sched.sends_to_bf16_at(site, Gemm::Fprop, 199) && !sched.sends_to_bf16_at(site, Gemm::Fprop, 200));
+        let back: RoutingConfig = serde_json::from_str(&serde_json::to_string(&sched).unwrap()).unwrap();
+        assert_eq!(back, sched);
         let r: RoutingConfig = serde_json::from_str(json).expect("routing of a recorded run reads");
         assert_eq!(r.bf16_gemms, vec![Gemm::Dgrad]);
         assert_eq!(r.bf16_sites[1], SiteSelector { site: Site::parse("layers.0.qkv").unwrap(), gemm: Some(Gemm::Wgrad) });

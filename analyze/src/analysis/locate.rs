@@ -307,7 +307,15 @@ fn tensor_errors(
             let input_error = ops.iter().map(|o| o.1).fold(0.0, f64::max);
             let id = (layer, module.clone(), g.as_str().to_string());
             inputs.entry(id.clone()).or_insert_with(|| ops.iter().map(|o| o.0.as_str().to_string()).collect());
-            out.entry(id).or_default().push(StepError { step, output_error, input_error, added: output_error - input_error, harm: None, signed: None, warmup: false });
+            out.entry(id).or_default().push(StepError {
+                step,
+                output_error,
+                input_error,
+                added: output_error - input_error,
+                harm: None,
+                signed: None,
+                warmup: false,
+            });
         }
     }
     Ok((out, inputs, report.warnings))
@@ -335,7 +343,15 @@ fn stats_errors(run: &Run) -> Result<BTreeMap<GemmId, Vec<StepError>>, AnalyzeEr
     let mut out: BTreeMap<GemmId, Vec<StepError>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm), Some(lost)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), lo[i]) else { continue };
-        out.entry((layer, module, gemm)).or_default().push(StepError { step, output_error: lost, input_error: 0.0, added: lost, harm: None, signed: None, warmup: false });
+        out.entry((layer, module, gemm)).or_default().push(StepError {
+            step,
+            output_error: lost,
+            input_error: 0.0,
+            added: lost,
+            harm: None,
+            signed: None,
+            warmup: false,
+        });
     }
     Ok(out)
 }

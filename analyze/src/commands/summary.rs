@@ -120,6 +120,13 @@ fn render(run: &Run, s: &Summary) -> String {
             rt.bf16_layers,
             list(rt.bf16_sites.iter().map(|s| s.to_string()).collect())
         );
+        if rt.from_step.is_some() || rt.until_step.is_some() {
+            o += &format!(
+                "  schedule   bf16 routing from step {} until {}\n",
+                rt.from_step.unwrap_or(0),
+                rt.until_step.map(|u| format!("step {u}")).unwrap_or_else(|| "the end".into())
+            );
+        }
     }
     if external {
         o += "  data       external (not known to fp8scope)\n";

@@ -482,7 +482,20 @@ pub fn shadowed(parent: &Path) -> PathBuf {
                     } else {
                         (0.9995, SHADOW_MSE)
                     };
-                    rows.push(ShadowRow { step: s, layer, module, gemm, numel: 32768, cosine, mse, rel_l2: 0.03, max_abs_diff: 0.01, rank: None, dual_inner: None, dual_norm: None });
+                    rows.push(ShadowRow {
+                        step: s,
+                        layer,
+                        module,
+                        gemm,
+                        numel: 32768,
+                        cosine,
+                        mse,
+                        rel_l2: 0.03,
+                        max_abs_diff: 0.01,
+                        rank: None,
+                        dual_inner: None,
+                        dual_norm: None,
+                    });
                 }
             }
         }

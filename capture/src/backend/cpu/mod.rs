@@ -11,8 +11,8 @@ use crate::tensor_stats;
 use cast::{cast_operand, round_bf16_inplace};
 use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Module};
-use std::collections::HashMap;
 use rayon::prelude::*;
+use std::collections::HashMap;
 
 /// The CPU device: holds the queue of GEMM reports and the last RoPE table.
 #[derive(Default)]
@@ -323,5 +323,44 @@ mod tests {
         assert_eq!(be.count_nonfinite(&x), 1);
         assert!(be.take_reports().is_empty());
         assert_eq!(be.take_error(), None);
+    }
+
+    #[test]
+    fn a_shadowed_fprop_is_paired_with_the_gradient_of_its_output_and_a_gradient_gemm_with_itself() {
+        use crate::backend::{OperandCast, ScaleSource};
+        use crate::fp8::Fp8Format;
+        let mut be = CpuBackend::new();
+        let d = LinearDims { n: 8, k: 16, m: 12 };
+        let x: Vec<f32> = (0..d.n * d.k).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+        let w: Vec<f32> = (0..d.m * d.k).map(|i| ((i as f32) * 0.11).cos() * 0.2).collect();
+        let dy: Vec<f32> = (0..d.n * d.m).map(|i| ((i as f32) * 0.53).sin() * 0.01).collect();
+        let fp8 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+        let call = |gemm| GemmCall { cast_a: fp8, cast_b: fp8, shadow: true, ..GemmCall::bf16(GemmId { layer: 1, module: Module::Fc2, gemm }, d) };
+        // The fprop's error waits for dY: its BF16 twin, computed here on the same inputs.
+        let mut y = vec![0.0; d.n * d.m];
+        be.gemm(&call(Gemm::Fprop), &mut y, &x, &w, None, None);
+        // The BF16 twins come from another backend, so that this one's reports stay the model's.
+        let mut twin = CpuBackend::new();
+        let mut y_bf16 = vec![0.0; d.n * d.m];
+        twin.gemm(&GemmCall::bf16(GemmId { layer: 1, module: Module::Fc2, gemm: Gemm::Fprop }, d), &mut y_bf16, &x, &w, None, None);
+        assert_eq!(be.reports[0].shadow.unwrap().dual_inner, None, "no dY yet");
+        let mut dx = vec![0.0; d.n * d.k];
+        be.gemm(&call(Gemm::Dgrad), &mut dx, &dy, &w, None, None);
+        let want: f64 = y.iter().zip(&y_bf16).zip(&dy).map(|((a, b), g)| (*a as f64 - *b as f64) * *g as f64).sum();
+        let s = be.reports[0].shadow.unwrap();
+        assert!((s.dual_inner.unwrap() - want).abs() <= 1e-12 * want.abs().max(1e-12), "{:?} vs {want}", s.dual_inner);
+        let dy_norm = dy.iter().map(|g| (*g as f64).powi(2)).sum::<f64>().sqrt();
+        assert!((s.dual_norm.unwrap() - dy_norm).abs() < 1e-12);
+        assert_ne!(want, 0.0, "E4M3 changes this product");
+        // The dgrad's own dual is its BF16 result.
+        let mut dx_bf16 = vec![0.0; d.n * d.k];
+        twin.gemm(&GemmCall::bf16(GemmId { layer: 1, module: Module::Fc2, gemm: Gemm::Dgrad }, d), &mut dx_bf16, &dy, &w, None, None);
+        let want: f64 = dx.iter().zip(&dx_bf16).map(|(a, b)| (*a as f64 - *b as f64) * *b as f64).sum();
+        let s = be.reports[1].shadow.unwrap();
+        assert!((s.dual_inner.unwrap() - want).abs() <= 1e-12 * want.abs().max(1e-12), "{:?} vs {want}", s.dual_inner);
+        // A new step forgets an fprop that never met its gradient.
+        be.gemm(&call(Gemm::Fprop), &mut y, &x, &w, None, None);
+        be.take_reports();
+        assert!(be.fprop_errors.is_empty());
     }
 }

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Predicted against measured recovery over the scenario and planted-fault library (CPU).
+
+For each case (a built-in scenario or a planted fault, on `tiny` and `llama-tiny`): a BF16
+baseline, the FP8 run with shadow GEMMs, `fp8-analyze predict` on it, then one real run per
+predicted set (each GEMM kind in BF16, the top-1 GEMM, the recommended set). The measured recovery
+of a set is 1 - gap(routed) / gap(fp8), gaps being the relative final-loss gaps to the baseline; a
+non-finite FP8 run counts a routed run that ends finite within 5% of the baseline as recovered (1),
+else 0. Cases whose FP8 gap is under --min-gap are left out (nothing to recover) and listed.
+
+Prints and writes (under --out) a markdown table, the Spearman rank correlation between predicted
+and measured recovery (for the bound share and the signed share) and the mean absolute error.
+
+    python3 bench/predict_library.py --bin $CARGO_TARGET_DIR/release --out bench/results/predict-library
+"""
+import argparse, json, math, os, shutil, subprocess, sys, time
+
+CASES = [
+    ("tiny", "drift", ["--scenario", "drift"]),
+    ("tiny", "spike", ["--scenario", "spike"]),
+    ("tiny", "nan", ["--scenario", "nan"]),
+    ("tiny", "l1.fc2.dgrad overflow@100", ["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]),
+    ("tiny", "l0.fc1.fprop overflow@100", ["--inject", "site=layers.0.fc1,gemm=fprop,kind=overflow,step=100"]),
+    ("tiny", "l1.proj.wgrad underflow@50", ["--inject", "site=layers.1.proj,gemm=wgrad,kind=underflow,step=50"]),
+    ("tiny", "l0.qkv.dgrad outlier@100", ["--inject", "site=layers.0.qkv,gemm=dgrad,kind=outlier,step=100"]),
+    ("llama-tiny", "l1.fc2.dgrad overflow@100", ["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]),
+    ("llama-tiny", "l0.fc1.fprop overflow@100", ["--inject", "site=layers.0.fc1,gemm=fprop,kind=overflow,step=100"]),
+    ("llama-tiny", "l1.qkv.wgrad underflow@50", ["--inject", "site=layers.1.qkv,gemm=wgrad,kind=underflow,step=50"]),
+    ("llama-tiny", "drift", ["--scenario", "drift"]),
+]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def final_loss(d):
+    try:
+        m = json.load(open(os.path.join(d, "run.json")))
+    except (OSError, ValueError):
+        return None
+    v = m.get("final_loss")
+    return v if v is None or math.isfinite(v) else float("nan")
+
+
+def rel_gap(x, base):
+    if x is None or base is None or not math.isfinite(x):
+        return float("nan")
+    return (x - base) / base
+
+
+def measured_recovery(g_fp8, g_set):
+    if not math.isfinite(g_fp8):
+        return 1.0 if math.isfinite(g_set) and abs(g_set) < 0.05 else 0.0
+    if not math.isfinite(g_set):
+        return 0.0
+    return 1.0 - g_set / g_fp8
+
+
+def ranks(xs):
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="directory of fp8-capture and fp8-analyze")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=None, help="where the runs go (default: OUT/runs, removed at the end)")
+    ap.add_argument("--min-gap", type=float, default=0.02)
+    ap.add_argument("--dump-every", type=int, default=25)
+    ap.add_argument("--cases", default=None, help="comma-separated indices into the library")
+    a = ap.parse_args()
+    cap, ana = os.path.join(a.bin, "fp8-capture"), os.path.join(a.bin, "fp8-analyze")
+    os.makedirs(a.out, exist_ok=True)
+    work = a.work or os.path.join(a.out, "runs")
+    cases = CASES if a.cases is None else [CASES[int(i)] for i in a.cases.split(",")]
+    rows, skipped, t0 = [], [], time.time()
+    for ci, (preset, label, flags) in enumerate(cases):
+        cdir = os.path.join(work, f"case{ci:02d}")
+        shutil.rmtree(cdir, ignore_errors=True)
+        os.makedirs(cdir)
+        common = ["train", "--preset", preset, "--device", "cpu"] + flags
+        # The baseline trains the same data without the planted defect (a fault is FP8's).
+        plain = ["train", "--preset", preset, "--device", "cpu"] + (flags if flags[0] == "--scenario" else [])
+        base = os.path.join(cdir, "baseline")
+        run([cap] + plain + ["--recipe", "bf16", "--out", base])
+        fp8 = os.path.join(cdir, "fp8")
+        run([cap] + common + ["--recipe", "delayed", "--dump-every", str(a.dump_every), "--shadow", "--out", fp8])
+        lb, lf = final_loss(base), final_loss(fp8)
+        g_fp8 = rel_gap(lf, lb) if lf is not None and math.isfinite(lf) else float("inf")
+        print(f"[{time.time() - t0:6.0f}s] {preset} {label}: baseline {lb}, fp8 {lf} (gap {g_fp8:+.4f})", flush=True)
+        if math.isfinite(g_fp8) and abs(g_fp8) < a.min_gap:
+            skipped.append({"preset": preset, "case": label, "fp8_gap": g_fp8})
+            continue
+        p = run([ana, "--json", "predict", fp8])
+        if p.returncode != 0:
+            print(f"  predict failed: {p.stderr.strip()}", flush=True)
+            skipped.append({"preset": preset, "case": label, "error": p.stderr.strip()})
+            continue
+        pred = json.loads(p.stdout)
+        sets, seen = [], set()
+        for s in pred["sets"] + [pred["recommended"]]:
+            key = tuple(sorted(s["gemms"]))
+            if s["name"] in ("top-2", "top-3") or not key or key in seen:
+                continue
+            seen.add(key)
+            sets.append(s)
+        for s in sets:
+            d = os.path.join(cdir, s["name"])
+            if s["name"].startswith("bf16-"):
+                route = ["--bf16-gemms", s["name"][5:]]
+            else:
+                route = ["--bf16-sites", ",".join("{}:{}".format(*g.rsplit(".", 1)) for g in s["gemms"])]
+            r = run([cap] + common + ["--recipe", "delayed", "--out", d] + route)
+            if r.returncode not in (0, 3):
+                print(f"  {s['name']}: capture failed: {r.stderr.strip()[-300:]}", flush=True)
+                continue
+            g = rel_gap(final_loss(d), lb)
+            m = measured_recovery(g_fp8, g)
+            rows.append({"preset": preset, "case": label, "set": s["name"], "gemms": s["gemms"], "fp8_gap": g_fp8, "set_gap": g,
+                         "predicted": s["recovery"], "predicted_signed": s.get("signed_recovery"), "measured": m,
+                         "bf16_flops_share": s["bf16_flops_share"]})
+            print(f"  {s['name']:12s} predicted {s['recovery']:.3f} (signed {s.get('signed_recovery')}) measured {m:.3f} (gap {g:+.4f})", flush=True)
+    pr = [r["predicted"] for r in rows]
+    ms = [r["measured"] for r in rows]
+    sg = [r["predicted_signed"] if r["predicted_signed"] is not None else 0.0 for r in rows]
+    res = {
+        "cases": len(rows),
+        "spearman_bound": spearman(pr, ms) if len(rows) > 2 else None,
+        "spearman_signed": spearman(sg, ms) if len(rows) > 2 else None,
+        "mae_bound": sum(abs(p - m) for p, m in zip(pr, ms)) / max(1, len(rows)),
+        "mae_signed": sum(abs(p - m) for p, m in zip(sg, ms)) / max(1, len(rows)),
+        "rows": rows,
+        "skipped": skipped,
+        "seconds": time.time() - t0,
+    }
+    json.dump(res, open(os.path.join(a.out, "predict_library.json"), "w"), indent=1)
+    md = ["| preset | case | set | FP8 gap | set's gap | predicted (bound) | predicted (signed) | measured | BF16 FLOPs |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ps = "-" if r["predicted_signed"] is None else f"{r['predicted_signed']:.3f}"
+        md.append(f"| {r['preset']} | {r['case']} | {r['set']} | {r['fp8_gap']:+.2%} | {r['set_gap']:+.2%} | {r['predicted']:.3f} | {ps} | {r['measured']:.3f} | {r['bf16_flops_share']:.1%} |")
+    md.append("")
+    md.append(f"{len(rows)} cases: Spearman (bound share) {res['spearman_bound']}, (signed share) {res['spearman_signed']}; "
+              f"mean absolute error {res['mae_bound']:.3f} (bound), {res['mae_signed']:.3f} (signed)")
+    for s in skipped:
+        md.append(f"left out: {s['preset']} {s['case']}: {s.get('error') or 'FP8 gap %+.2f%% under --min-gap' % (100 * s['fp8_gap'])}")
+    open(os.path.join(a.out, "predict_library.md"), "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+    if a.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+//! End to end: precision-switch schedules (`--bf16-gemms … --from-step S --until-step E`) and
+//! `fp8-analyze predict` on a planted fault, through the real binaries.
+
+mod common;
+
+use common::{HEAVY, analyze, capture, train_tiny};
+
+fn formats_by_half(run: &std::path::Path, switch: u32) -> String {
+    let sql = format!("SELECT step >= {switch} AS after, gemm, format, COUNT(*) AS n FROM stats WHERE role = 'activation' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
+    let o = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", &sql]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+#[test]
+fn a_schedule_routes_its_gemms_to_bf16_only_between_its_steps() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("sched");
+    train_tiny(&run, &["--recipe", "delayed", "--steps", "40", "--quiet", "--bf16-gemms", "fprop", "--from-step", "20"]);
+    let csv = formats_by_half(&run, 20);
+    // Before step 20 every GEMM casts to FP8; from it on, the fprops run in BF16 and the wgrads stay FP8.
+    assert!(csv.contains("false,fprop,e4m3"), "{csv}");
+    assert!(!csv.contains("false,fprop,bf16"), "{csv}");
+    assert!(csv.contains("true,fprop,bf16") && !csv.contains("true,fprop,e4m3"), "{csv}");
+    assert!(csv.contains("true,wgrad,e4m3"), "{csv}");
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(m["config"]["routing"]["from_step"], 20);
+    assert!(m["config"]["routing"].get("until_step").is_none());
+    let s = analyze(&["summary", run.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&s.stdout).contains("bf16 routing from step 20 until the end"));
+
+    // --until-step: BF16 first, FP8 again from the step on.
+    let back = dir.path().join("until");
+    train_tiny(&back, &["--recipe", "delayed", "--steps", "40", "--quiet", "--bf16-gemms", "fprop", "--until-step", "20"]);
+    let csv = formats_by_half(&back, 20);
+    assert!(csv.contains("false,fprop,bf16") && csv.contains("true,fprop,e4m3") && !csv.contains("true,fprop,bf16"), "{csv}");
+}
+
+#[test]
+fn a_schedule_without_a_routing_or_upside_down_is_refused_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x");
+    for (flags, says) in [
+        (vec!["--from-step", "10"], "give --bf16-gemms"),
+        (vec!["--bf16-gemms", "fprop", "--from-step", "30", "--until-step", "20"], "must come before --until-step 20"),
+    ] {
+        let mut args = vec!["train", "--preset", "tiny", "--device", "cpu", "--steps", "5", "--out", out.to_str().unwrap()];
+        args.extend(flags.iter());
+        let o = capture(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1, "{flags:?}: {err}");
+        assert!(!out.exists(), "nothing is written for bad flags");
+    }
+}
+
+#[test]
+fn predict_puts_a_planted_dgrad_overflow_first_and_its_kind_ahead() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("planted");
+    train_tiny(
+        &run,
+        &[
+            "--recipe",
+            "delayed",
+            "--steps",
+            "80",
+            "--quiet",
+            "--dump-every",
+            "10",
+            "--shadow",
+            "--inject",
+            "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=40",
+        ],
+    );
+    let o = analyze(&["--json", "predict", run.to_str().unwrap(), "--set", "mlp1=layers.1.fc1.dgrad,layers.1.fc2.dgrad"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["masses"][0]["gemm_name"], "layers.1.fc2.dgrad", "{}", p["masses"]);
+    let set = |name: &str| p["sets"].as_array().unwrap().iter().find(|s| s["name"] == name).cloned().unwrap();
+    let dgrad = set("bf16-dgrad")["recovery"].as_f64().unwrap();
+    assert!(dgrad > 0.8 && dgrad > set("bf16-fprop")["recovery"].as_f64().unwrap() && dgrad > set("bf16-wgrad")["recovery"].as_f64().unwrap(), "{dgrad}");
+    assert!(set("mlp1")["recovery"].as_f64().unwrap() >= set("top-1")["recovery"].as_f64().unwrap());
+    let rec = &p["recommended"];
+    assert!(rec["gemms"].as_array().unwrap().iter().any(|g| g == "layers.1.fc2.dgrad"), "{rec}");
+    assert!(rec["recovery"].as_f64().unwrap() >= 0.9);
+    // The CPU backend records the signed effect of every shadow GEMM's error.
+    let q = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", "SELECT COUNT(*) AS n, COUNT(dual_inner) AS signed FROM shadow"]);
+    let csv = String::from_utf8_lossy(&q.stdout);
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(row[0], row[1], "every shadow row has its signed effect: {csv}");
+
+    // A GEMM that is not the run's, and a run without shadow records: one line, exit 2 / 1.
+    let bad = analyze(&["predict", run.to_str().unwrap(), "--set", "x=layers.9.fc2.dgrad"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+    let plain = dir.path().join("plain");
+    train_tiny(&plain, &["--recipe", "delayed", "--steps", "5", "--quiet"]);
+    let none = analyze(&["predict", plain.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success() && err.contains("--shadow") && err.trim().lines().count() == 1, "{err}");
+}
