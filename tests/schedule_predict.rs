@@ -101,3 +101,44 @@ fn predict_puts_a_planted_dgrad_overflow_first_and_its_kind_ahead() {
     let err = String::from_utf8_lossy(&none.stderr);
     assert!(!none.status.success() && err.contains("--shadow") && err.trim().lines().count() == 1, "{err}");
 }
+
+#[test]
+fn triage_predict_names_a_planted_fault_with_two_runs_beyond_the_baseline_replicas_and_fp8_run() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let o = analyze(&[
+        "--json",
+        "triage",
+        "--out",
+        out.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "200",
+        "--inject",
+        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100",
+        "--predict",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let culprits: Vec<String> = v["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap()))
+        .collect();
+    assert_eq!(culprits, ["layers.1.fc2.dgrad"], "{v}");
+    assert_eq!(v["predicted"]["held"], true, "{}", v["predicted"]);
+    let names: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 6, "baseline, two replicas, the FP8 run and the two tests: {names:?}");
+    assert!(names.contains(&"predicted-cure") && names.contains(&"predicted-alone"), "{names:?}");
+    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
+    assert!(text.contains("alone in FP8 brings the") && text.contains("rests on 6 runs"), "{text}");
+    // Without shadow GEMMs there is nothing to predict from: one line, exit 2.
+    let bad = analyze(&["triage", "--out", dir.path().join("u").to_str().unwrap(), "--preset", "tiny", "--dump-every", "0", "--predict"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--dump-every"));
+}

@@ -275,6 +275,10 @@ pub struct TrainArgs {
     /// Sites or single GEMMs in BF16: layers.7.fc2 or layers.7.fc2:dgrad (comma-separated).
     #[arg(long, value_delimiter = ',', value_parser = parse_site_selector, help_heading = "GEMM routing")]
     pub bf16_sites: Vec<SiteSelector>,
+    /// Only these sites or single GEMMs run in FP8, every other GEMM in BF16: layers.7.fc2 or
+    /// layers.7.fc2:dgrad (comma-separated). Shows whether a suspect alone makes the anomaly.
+    #[arg(long, value_delimiter = ',', value_parser = parse_site_selector, help_heading = "GEMM routing")]
+    pub fp8_sites: Vec<SiteSelector>,
     /// A precision-switch schedule: the BF16 routing above holds from this step on; before it,
     /// those GEMMs run in FP8 (e.g. --bf16-gemms fprop --from-step 800: the forward GEMMs in BF16
     /// for the last part of the run, as before a learning-rate decay).
@@ -561,15 +565,18 @@ impl TrainArgs {
                 bf16_gemms.push(g);
             }
         }
-        for s in &self.bf16_sites {
-            if s.site.layer >= model.layers {
-                bail!("--bf16-sites: '{s}' names no GEMM of this model (layers 0-{})", model.layers - 1);
+        for (flag, list) in [("--bf16-sites", &self.bf16_sites), ("--fp8-sites", &self.fp8_sites)] {
+            for s in list {
+                if s.site.layer >= model.layers {
+                    bail!("{flag}: '{s}' names no GEMM of this model (layers 0-{})", model.layers - 1);
+                }
             }
         }
         let routing = RoutingConfig {
             bf16_gemms,
             bf16_layers: parse_layers(&self.bf16_layers, model.layers)?,
             bf16_sites: self.bf16_sites.clone(),
+            fp8_sites: self.fp8_sites.clone(),
             from_step: self.from_step,
             until_step: self.until_step,
         };

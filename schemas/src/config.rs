@@ -208,6 +208,11 @@ pub struct RoutingConfig {
     pub bf16_layers: Vec<u32>,
     /// Single sites or GEMMs: `layers.7.fc2` (all three GEMMs) or `layers.7.fc2:dgrad`.
     pub bf16_sites: Vec<SiteSelector>,
+    /// Only these sites or GEMMs run in FP8; every other GEMM runs in BF16 (empty: no such
+    /// restriction). The complement of `bf16_sites`: a suspect kept alone in FP8 shows whether it
+    /// suffices to make the anomaly. Absent in older runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fp8_sites: Vec<SiteSelector>,
     /// A precision-switch schedule: the routing holds from this step on (absent: from the first);
     /// before it, those GEMMs run in FP8. Absent in older runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,9 +225,11 @@ pub struct RoutingConfig {
 impl RoutingConfig {
     /// Whether this routing sends `gemm` of `site` to BF16 at some step.
     pub fn sends_to_bf16(&self, site: Site, gemm: Gemm) -> bool {
+        let selects = |s: &SiteSelector| s.site == site && s.gemm.is_none_or(|g| g == gemm);
         self.bf16_gemms.contains(&gemm)
             || self.bf16_layers.contains(&site.layer)
-            || self.bf16_sites.iter().any(|s| s.site == site && s.gemm.is_none_or(|g| g == gemm))
+            || self.bf16_sites.iter().any(selects)
+            || (!self.fp8_sites.is_empty() && !self.fp8_sites.iter().any(selects))
     }
 
     /// Whether the schedule holds at `step` (`from_step` ≤ step < `until_step`).
@@ -237,7 +244,7 @@ impl RoutingConfig {
 
     /// Whether anything is routed at all.
     pub fn is_empty(&self) -> bool {
-        self.bf16_gemms.is_empty() && self.bf16_layers.is_empty() && self.bf16_sites.is_empty()
+        self.bf16_gemms.is_empty() && self.bf16_layers.is_empty() && self.bf16_sites.is_empty() && self.fp8_sites.is_empty()
     }
 }
 
@@ -514,6 +521,10 @@ mod tests {
         assert!(sched.sends_to_bf16_at(site, Gemm::Fprop, 199) && !sched.sends_to_bf16_at(site, Gemm::Fprop, 200));
         let back: RoutingConfig = serde_json::from_str(&serde_json::to_string(&sched).unwrap()).unwrap();
         assert_eq!(back, sched);
+        // Only the named GEMM stays FP8.
+        let alone = RoutingConfig { fp8_sites: vec![SiteSelector::parse("layers.3.fc2:dgrad").unwrap()], ..RoutingConfig::default() };
+        assert!(!alone.sends_to_bf16(site, Gemm::Dgrad) && alone.sends_to_bf16(site, Gemm::Fprop));
+        assert!(alone.sends_to_bf16(Site::parse("layers.0.qkv").unwrap(), Gemm::Dgrad) && !alone.is_empty());
         let r: RoutingConfig = serde_json::from_str(json).expect("routing of a recorded run reads");
         assert_eq!(r.bf16_gemms, vec![Gemm::Dgrad]);
         assert_eq!(r.bf16_sites[1], SiteSelector { site: Site::parse("layers.0.qkv").unwrap(), gemm: Some(Gemm::Wgrad) });

@@ -112,6 +112,9 @@ fn render(run: &Run, s: &Summary) -> String {
     )
     .to_lowercase();
     let rt = &c.routing;
+    if !rt.fp8_sites.is_empty() {
+        o += &format!("  fp8 only   sites=[{}] (every other GEMM in BF16)\n", rt.fp8_sites.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "));
+    }
     if !(rt.bf16_gemms.is_empty() && rt.bf16_layers.is_empty() && rt.bf16_sites.is_empty()) {
         let list = |v: Vec<String>| format!("[{}]", v.join(", "));
         o += &format!(

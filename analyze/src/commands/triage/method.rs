@@ -2,6 +2,7 @@
 //! baseline and the noise band, and how the verdict is assembled (see the module above for the
 //! steps). Rendering is in `render.rs`.
 
+use super::predicted;
 use super::render::render;
 use super::{Confirmation, Culprit, NoiseSummary, RunEntry, RunOutcome, TriageArgs, Verdict};
 use crate::analysis::anomalies::{AnomalyParams, AnomalyReport, find_anomalies, noise_band};
@@ -73,7 +74,7 @@ impl Triage<'_> {
 
     /// Runs `specs` in parallel, judges each against the baseline, records them; returns whether
     /// each cured (nothing significant).
-    fn batch(&mut self, label: &str, purpose: &str, specs: &[RunSpec]) -> Result<Vec<bool>, AnalyzeError> {
+    pub(super) fn batch(&mut self, label: &str, purpose: &str, specs: &[RunSpec]) -> Result<Vec<bool>, AnalyzeError> {
         let results = self.driver.run_all(label, specs);
         let mut cured = Vec::new();
         for r in results {
@@ -204,6 +205,9 @@ pub(super) struct Found {
 
 /// Runs the triage; returns the verdict and its text.
 pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
+    if a.predict && a.dump_every == 0 {
+        return Err(AnalyzeError::usage("--predict needs the FP8 run's shadow GEMMs: give --dump-every N > 0"));
+    }
     if !matches!(a.recipe.as_str(), "delayed" | "current" | "block") {
         return Err(AnalyzeError::Usage(format!("--recipe {}: triage needs an FP8 recipe (delayed, current or block)", a.recipe)));
     }
@@ -318,6 +322,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             block_scaling_cures: None,
             noise: noise_summary,
             confirmation: None,
+            predicted: None,
             runs: t.runs.clone(),
         };
         let text = render(&v, &t, &rep, None, None, None);
@@ -342,6 +347,43 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         .first()
         .cloned()
         .filter(|_| !leads.is_empty() || !ranking.is_empty());
+
+    // 2b. (--predict) The culprits predicted from the FP8 run's shadow GEMMs, tested by two runs;
+    //     when they hold, the verdict names them and nothing more is recorded.
+    let mut predicted_test = None;
+    if a.predict {
+        let dims = fp8_run.manifest.config.model.clone();
+        match loc.as_ref().map(|l| (l, predicted::suspects(l, &dims, &leads))) {
+            Some((l, Some(sus))) => {
+                let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
+                if pt.held {
+                    let mut found = pt.suspects.clone();
+                    found.sort();
+                    if let Some(step) = spike_start {
+                        for cu in &found {
+                            t.spike_evidence.insert(cu.name(), (step, evidence(&fp8_run, &(cu.layer as i64, cu.module.clone(), cu.gemm.clone()), step)?));
+                        }
+                    }
+                    let v = Verdict {
+                        healthy: false,
+                        inconclusive: false,
+                        anomaly: Some(anomaly),
+                        culprits: found,
+                        current_scaling_cures: false,
+                        block_scaling_cures: None,
+                        noise: noise_summary,
+                        confirmation: None,
+                        predicted: Some(pt),
+                        runs: t.runs.clone(),
+                    };
+                    let text = render(&v, &t, &rep, loc.as_ref(), None, None);
+                    return Ok((v, text));
+                }
+                predicted_test = Some(pt);
+            }
+            Some((_, None)) | None => {}
+        }
+    }
 
     // 3. Each GEMM kind back to BF16, current scaling, a short history and the top-ranked GEMM
     //    alone back to BF16, in one batch.
@@ -491,6 +533,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         block_scaling_cures,
         noise: noise_summary,
         confirmation,
+        predicted: predicted_test,
         runs: t.runs.clone(),
     };
     let f = Found { kinds, curing, top, top_cures, bisect: outcome, complete, notes };

@@ -23,6 +23,7 @@
 //! 2 bad input.
 
 mod method;
+mod predicted;
 mod render;
 
 use crate::analysis::noise::NoiseBand;
@@ -71,6 +72,31 @@ pub struct TriageArgs {
     /// Most runs the site bisection may record.
     #[arg(long, default_value_t = 40)]
     pub max_runs: usize,
+    /// Predict the culprits from the FP8 run's own shadow GEMMs (`fp8-analyze predict`) and test
+    /// them with two runs: the suspects in BF16 must cure the run, and the suspects alone in FP8
+    /// must bring the anomaly back. Only when either fails does the full method run (each kind back
+    /// to BF16, bisection, second seed). Needs --dump-every > 0.
+    #[arg(long)]
+    pub predict: bool,
+}
+
+/// The two-run test of the predicted culprits (`--predict`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PredictedTest {
+    /// The GEMMs tested.
+    pub suspects: Vec<Culprit>,
+    /// The share of the loss gap `predict` said they hold.
+    pub predicted_recovery: f64,
+    /// The share of the GEMM FLOPs they run in BF16.
+    pub bf16_flops_share: f64,
+    /// With them in BF16, nothing significant is left.
+    pub cures: bool,
+    /// How the anomaly came back with only them in FP8 (None: it did not).
+    pub reproduced: Option<String>,
+    /// Both: they are the culprits.
+    pub held: bool,
+    /// The share of the FP8 gap their BF16 run recovered (1 − |residual| / |gap|), when known.
+    pub recovered: Option<f64>,
 }
 
 /// A GEMM named in the verdict.
@@ -185,8 +211,11 @@ pub struct Verdict {
     pub block_scaling_cures: Option<bool>,
     /// The noise band the verdict was judged against (None with --noise-runs 0).
     pub noise: Option<NoiseSummary>,
-    /// The second seed's test of the culprits (None when there were none or --no-confirm).
+    /// The second seed's test of the culprits (None when there were none, --no-confirm, or the
+    /// predicted culprits held).
     pub confirmation: Option<Confirmation>,
+    /// The two-run test of the predicted culprits (`--predict`; None otherwise).
+    pub predicted: Option<PredictedTest>,
     pub runs: Vec<RunEntry>,
 }
 

@@ -134,6 +134,38 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!("the verdict rests on {} runs.\n", t.runs.len());
         return s;
     }
+    if let Some(p) = &v.predicted {
+        s += &predicted_section(
+            p,
+            &table_of(&["predicted"], "routing", &|e| {
+                let bf16 = flag_after(e, "--bf16-sites");
+                if bf16 != "-" { format!("bf16 {bf16}") } else { format!("only fp8 {}", flag_after(e, "--fp8-sites")) }
+            }),
+        );
+        if p.held {
+            let names: Vec<String> = v.culprits.iter().map(Culprit::name).collect();
+            s += &format!(
+                "\nverdict: {} caused by {}: returning {} to BF16 cures the run{}, and {} alone in FP8 bring{} the {} back.\n",
+                v.anomaly.clone().unwrap_or_default(),
+                names.join(", "),
+                if names.len() == 1 { "it" } else { "them" },
+                p.recovered.map(|r| format!(" (it recovers {:.1}% of the gap)", 100.0 * r)).unwrap_or_default(),
+                if names.len() == 1 { "it" } else { "they" },
+                if names.len() == 1 { "s" } else { "" },
+                p.reproduced.clone().unwrap_or_default()
+            );
+            for c in &v.culprits {
+                if let Some((step, ev)) = t.spike_evidence.get(&c.name()) {
+                    s += &format!("  {}: at the spike's first step, {step}: {}\n", c.name(), operands(ev));
+                }
+                if let Some((rank, of)) = locate_rank(loc, c) {
+                    s += &format!("  {}: locate ranks it #{rank} of {of}\n", c.name());
+                }
+            }
+            s += &format!("current scaling and block scaling were not tried.\nthe verdict rests on {} runs (predicted, then tested by two).\n", t.runs.len());
+            return s;
+        }
+    }
     let Some(f) = found else { return s };
     s += "\n2. each GEMM kind back to BF16:\n";
     s += &table_of(&["kind", "all-gemms"], "bf16 gemms", &|e| flag_after(e, "--bf16-gemms"));
@@ -292,6 +324,28 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         None => String::new(),
     };
     s += &format!("the verdict rests on {} runs{confirm}.\n", t.runs.len());
+    s
+}
+
+/// The section of the two-run test of the predicted culprits.
+fn predicted_section(p: &super::PredictedTest, table: &str) -> String {
+    let names: Vec<String> = p.suspects.iter().map(Culprit::name).collect();
+    let mut s = format!(
+        "\n2. predicted from the FP8 run's shadow GEMMs: {} (predicted to recover {} of the gap; {} of the GEMM FLOPs in BF16), tested by two runs:\n",
+        names.join(", "),
+        pct(p.predicted_recovery),
+        pct(p.bf16_flops_share)
+    );
+    s += table;
+    s += &format!(
+        "\n   {}\n",
+        match (p.cures, &p.reproduced) {
+            (true, Some(a)) => format!("held: in BF16 they cure the run, alone in FP8 they bring the {a} back"),
+            (false, Some(_)) => "not held: in BF16 they do not cure the run; the full method follows".to_string(),
+            (true, None) => "not held: alone in FP8 they do not bring the anomaly back (they are not the whole cause); the full method follows".to_string(),
+            (false, None) => "not held: they neither cure the run nor bring the anomaly back alone; the full method follows".to_string(),
+        }
+    );
     s
 }
 
