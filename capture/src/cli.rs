@@ -378,6 +378,12 @@ pub struct TrainArgs {
     /// At dump steps, also run each FP8 GEMM of the dumped sites in BF16 and record its error.
     #[arg(long, help_heading = "Recording")]
     pub shadow: bool,
+    /// Keep the last K steps' dumps and shadow GEMMs of the dumped sites (--dump-layers) and write
+    /// them only when something fires: a non-finite value, a saturation burst (≥ 1% of an FP8 cast)
+    /// or a loss spike (the analyzer's rule, online). locate then scores the GEMMs at the anomaly
+    /// step itself. Costs a dump and shadow GEMMs every step; a clean run writes no dumps.
+    #[arg(long, value_name = "K", default_value = "0", help_heading = "Recording")]
+    pub flight_recorder: u32,
     /// Close a Parquet part of every table at least every N steps.
     #[arg(long, default_value = "25", value_parser = positive, help_heading = "Recording")]
     pub flush_every: u32,
@@ -764,8 +770,9 @@ impl TrainArgs {
                     SampleArg::First => DumpSample::First,
                     SampleArg::Strided => DumpSample::Strided,
                 },
-                shadow: self.shadow,
+                shadow: self.shadow || self.flight_recorder > 0,
                 flush_every: self.flush_every,
+                flight_recorder: self.flight_recorder,
             },
             injections,
             scenario: scen.as_ref().map(|s| s.name.to_string()),

@@ -12,6 +12,7 @@ pub mod collective;
 pub mod config;
 pub mod data;
 pub mod dist;
+pub mod flight;
 pub mod fp8;
 pub mod hf_config;
 pub mod interrupt;

@@ -18,6 +18,7 @@ use crate::collective::{Collective, OneRank};
 use crate::config::is_fp8;
 use crate::data::Data;
 use crate::dist::{DistFault, DistPlan};
+use crate::flight::FlightRecorder;
 use crate::model::{Dims, Model, StepPlan};
 use crate::recipe::Scaling;
 use crate::record::rows;
@@ -84,7 +85,7 @@ struct Recording {
 }
 
 fn recording(cfg: &RunConfig, n_layers: u32) -> anyhow::Result<Recording> {
-    let dump_sites = if cfg.record.dump_every > 0 {
+    let dump_sites = if cfg.record.dump_every > 0 || cfg.record.flight_recorder > 0 {
         crate::selection::dumped_sites(&cfg.record.dump_layers, n_layers).map_err(|e| anyhow::anyhow!("--dump-layers: {e}"))?.into_iter().collect()
     } else {
         HashSet::new()
@@ -108,10 +109,17 @@ fn corrupted(cast: OperandCast, factor: f32) -> OperandCast {
     }
 }
 
+/// Whether `step` is a dump step of `--dump-every` (step 1 and its multiples).
+fn is_dump_step(r: &fp8scope_schemas::config::RecordConfig, step: u32) -> bool {
+    r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1)
+}
+
 fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32, rank: &RankFaults) -> StepPlan {
     let r = &cfg.record;
     let stats_step = r.stats_every > 0 && (step.is_multiple_of(r.stats_every) || step == 1);
-    let dump_step = r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1);
+    let dump_step = is_dump_step(r, step);
+    // The flight recorder dumps every step (its rows wait in its ring until something fires).
+    let flight_step = r.flight_recorder > 0 && !dump_step;
     let full = dump_step || (stats_step && on_cadence(step, r.stats_every, r.quant_error_every));
     let channels = stats_step && on_cadence(step, r.stats_every, r.channel_stats_every);
     let stats = if full && stats_step {
@@ -161,7 +169,7 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
         casts,
         faults,
         stats,
-        dump_sites: if dump_step { rec.dump_sites.clone() } else { HashSet::new() },
+        dump_sites: if dump_step || flight_step { rec.dump_sites.clone() } else { HashSet::new() },
         dump_roles: rec.dump_roles.clone(),
         dump_max_elems: r.dump_max_elems as usize,
         dump_strided: r.dump_sample == DumpSample::Strided,
@@ -224,12 +232,14 @@ struct Finished {
     dumps: Vec<crate::model::DumpCapture>,
     /// Faults of the ranks planted on this rank at this step, described (`injection` events).
     planted: Vec<String>,
+    /// The step dumped for the flight recorder only (its rows wait in the ring).
+    flight_step: bool,
 }
 
 /// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
 /// closes the tables' parts when `flush_every` says so.
-fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool) -> anyhow::Result<()> {
-    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted } = f;
+fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, flight: &mut Option<FlightRecorder>) -> anyhow::Result<()> {
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step } = f;
     let mut rows_out = StepRows {
         step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports), rank: None }),
         ..Default::default()
@@ -247,6 +257,34 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool) -> an
     rows_out.events = rows::nonfinite_events(step, &reports);
     rows_out.shadow = rows::shadow_rows(step, &reports);
     rows_out.tensors = rows::tensor_rows(step, dumps, &reports);
+    if let Some(fr) = flight.as_mut() {
+        // A step's dumps wait in the ring (unless it is a dump step of its own); everything kept
+        // is written when the recorder fires.
+        if flight_step && fr.writing(step) {
+            fr.keep(Vec::new(), Vec::new());
+        } else if flight_step {
+            fr.keep(std::mem::take(&mut rows_out.tensors), std::mem::take(&mut rows_out.shadow));
+        } else {
+            fr.keep(Vec::new(), Vec::new());
+        }
+        if let Some(why) = fr.fires(step, loss, &reports) {
+            let (tensors, shadow) = fr.drain();
+            let first = tensors.iter().map(|t| t.step).chain(shadow.iter().map(|r| r.step)).min().unwrap_or(step);
+            rows_out.tensors.extend(tensors);
+            rows_out.shadow.extend(shadow);
+            rows_out.events.push(EventRow {
+                step,
+                kind: "flight_recorder".into(),
+                layer: None,
+                module: None,
+                gemm: None,
+                role: None,
+                value: None,
+                message: format!("{why}: dumps and shadow GEMMs of steps {first}-{step} written"),
+                rank: None,
+            });
+        }
+    }
     for message in planted {
         rows_out.events.push(EventRow { step, kind: "injection".into(), layer: None, module: None, gemm: None, role: None, value: None, message, rank: None });
     }
@@ -333,6 +371,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
     let reserved = scenario.as_ref().map_or(0, |s| s.reserved_tokens());
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
+    let mut flight = (cfg.record.flight_recorder > 0).then(|| FlightRecorder::new(cfg.record.flight_recorder));
     let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
     if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
@@ -397,7 +436,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
         be.gemms_done();
         if let Some(f) = finished.take() {
             let t = Instant::now();
-            record(&mut writer, f, cfg.record.flush_every, several)?;
+            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
             record_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         if step < cfg.train.steps {
@@ -448,7 +487,8 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
             })
             .map(DistFault::describe)
             .collect();
-        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted };
+        let flight_step = cfg.record.flight_recorder > 0 && !is_dump_step(&cfg.record, step);
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step };
         losses.push(loss);
         let tok_s = tokens as f64 * world as f64 * step as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
@@ -457,14 +497,14 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
             pb.suspend(|| println!("step {step:>4}  loss={loss:.4}"));
         }
         if !finite {
-            record(&mut writer, f, cfg.record.flush_every, several)?;
+            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
             status = RunStatus::Diverged;
             error = Some(format!("non-finite loss at step {step}"));
             writer.flush(step)?;
             break;
         }
         if crate::interrupt::requested() {
-            record(&mut writer, f, cfg.record.flush_every, several)?;
+            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
             status = RunStatus::Crashed;
             error = Some(format!("interrupted by a signal after step {step}"));
             pb.suspend(|| eprintln!("interrupted: stopping after step {step} (again to quit at once)"));
@@ -474,7 +514,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
     }
     // The last step's rows (or, after a failure, those of the step before it).
     if let Some(f) = finished.take() {
-        record(&mut writer, f, cfg.record.flush_every, several)?;
+        record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
     }
     pb.finish_and_clear();
     if std::env::var_os("FP8SCOPE_PROFILE").is_some_and(|v| v != "0") && !record_ms.is_empty() {

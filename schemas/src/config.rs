@@ -199,6 +199,10 @@ pub enum Overflow {
     Nan,
 }
 
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
 /// Which GEMMs are sent back to BF16 while the recipe is FP8.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutingConfig {
@@ -399,6 +403,11 @@ pub struct RecordConfig {
     pub dump_sample: DumpSample,
     /// At dump steps, also run every FP8 GEMM in BF16 on the same inputs and record the error.
     pub shadow: bool,
+    /// `--flight-recorder K`: every step dumps and shadows, kept for the last K steps and written
+    /// only when a non-finite value, a saturation burst or a loss spike fires (0: off; absent in
+    /// older runs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub flight_recorder: u32,
     /// Close a Parquet part at least every this many steps.
     pub flush_every: u32,
 }

@@ -130,6 +130,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             dump_sample: DumpSample::First,
             shadow: false,
             flush_every: 50,
+            flight_recorder: 0,
         },
         injections: vec![],
         scenario: None,

@@ -390,6 +390,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             dump_sample: DumpSample::First,
             shadow: false,
             flush_every: 0,
+            flight_recorder: 0,
         },
         injections: Vec::new(),
         scenario: None,

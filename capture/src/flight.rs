@@ -1,0 +1,169 @@
+//! The flight recorder (`--flight-recorder K`): every step dumps the selected sites' operands and
+//! runs their shadow GEMMs, but their rows wait in a ring of the last K steps; they are written only
+//! when something fires, so that `locate` can score the GEMMs at the anomaly step itself, which
+//! fixed dump steps miss (a one-step spike falls between them). A clean run writes no dumps.
+//!
+//! Triggers, checked at the end of each step, in this order:
+//! - **non-finite**: an operand or a GEMM result holds NaN/Inf, or the loss is not finite;
+//! - **saturation burst**: an FP8 operand cast saturates at least [`SATURATION_BURST`] of its
+//!   values (past delayed scaling's warm-up: a cast whose scale came from a real amax);
+//! - **loss spike**: the loss exceeds median + [`SPIKE_K`]·σ of the trailing [`SPIKE_WINDOW`]
+//!   losses, σ = max(1.4826·MAD, 1e-4·|median|), with at least [`MIN_SPIKE_HISTORY`] of them:
+//!   `fp8-analyze anomalies`' spike rule with its defaults, online.
+//!
+//! After firing, the ring starts empty and the next K steps are written as they come (what follows
+//! the trigger: a spike whose saturation starts a step after its batch), and the recorder does not
+//! fire again before they pass, so that one anomaly is written once. Each firing adds a `flight_recorder` event saying why. On the GPU the operands are
+//! downloaded every step (they are not kept in device memory yet), which costs what dumping every
+//! step costs.
+
+use crate::backend::GemmReport;
+use fp8scope_schemas::tables::{ShadowRow, TensorRow};
+use std::collections::VecDeque;
+
+/// Share of an FP8 cast's values that, saturated, fires the recorder.
+pub const SATURATION_BURST: f64 = 0.01;
+/// The spike rule's k, window and least history (the analyzer's defaults).
+pub const SPIKE_K: f64 = 6.0;
+pub const SPIKE_WINDOW: usize = 50;
+pub const MIN_SPIKE_HISTORY: usize = 8;
+
+/// The ring of the last K steps' dumps and shadow GEMMs, and the trailing losses.
+pub struct FlightRecorder {
+    k: usize,
+    ring: VecDeque<(Vec<TensorRow>, Vec<ShadowRow>)>,
+    losses: VecDeque<f64>,
+    quiet_until: u32,
+}
+
+impl FlightRecorder {
+    pub fn new(k: u32) -> FlightRecorder {
+        FlightRecorder { k: k.max(1) as usize, ring: VecDeque::new(), losses: VecDeque::new(), quiet_until: 0 }
+    }
+
+    /// Whether `step` follows a firing closely enough that its rows are written as they come.
+    pub fn writing(&self, step: u32) -> bool {
+        step < self.quiet_until
+    }
+
+    /// Keeps one step's rows, dropping the oldest beyond K.
+    pub fn keep(&mut self, tensors: Vec<TensorRow>, shadow: Vec<ShadowRow>) {
+        self.ring.push_back((tensors, shadow));
+        while self.ring.len() > self.k {
+            self.ring.pop_front();
+        }
+    }
+
+    /// Why the recorder fires at `step` (None: it does not). Call once per step, after `keep`.
+    pub fn fires(&mut self, step: u32, loss: f64, reports: &[GemmReport]) -> Option<String> {
+        let spike = self.spike(loss);
+        self.losses.push_back(loss);
+        while self.losses.len() > SPIKE_WINDOW {
+            self.losses.pop_front();
+        }
+        if step < self.quiet_until {
+            return None;
+        }
+        let why = nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike)?;
+        self.quiet_until = step + 1 + self.k as u32;
+        Some(why)
+    }
+
+    /// The kept rows, oldest first; the ring starts empty again.
+    pub fn drain(&mut self) -> (Vec<TensorRow>, Vec<ShadowRow>) {
+        let (mut t, mut s) = (Vec::new(), Vec::new());
+        for (a, b) in self.ring.drain(..) {
+            t.extend(a);
+            s.extend(b);
+        }
+        (t, s)
+    }
+
+    fn spike(&self, loss: f64) -> Option<String> {
+        let w: Vec<f64> = self.losses.iter().copied().filter(|x| x.is_finite()).collect();
+        if w.len() < MIN_SPIKE_HISTORY || !loss.is_finite() {
+            return None;
+        }
+        let (median, sigma) = robust_band(&w);
+        let limit = median + SPIKE_K * sigma;
+        (loss > limit).then(|| format!("loss spike: {loss:.4} over median {median:.4} + {SPIKE_K}·σ ({sigma:.2e}) of the last {} steps", w.len()))
+    }
+}
+
+/// Median and σ = max(1.4826·MAD, 1e-4·|median|) of `w` (not empty).
+fn robust_band(w: &[f64]) -> (f64, f64) {
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    };
+    let m = median(&mut w.to_vec());
+    let mad = median(&mut w.iter().map(|x| (x - m).abs()).collect());
+    (m, (1.4826 * mad).max(1e-4 * m.abs()))
+}
+
+fn nonfinite(loss: f64, reports: &[GemmReport]) -> Option<String> {
+    if !loss.is_finite() {
+        return Some(format!("non-finite loss ({loss})"));
+    }
+    let r = reports.iter().find(|r| r.a.nan + r.a.inf + r.b.nan + r.b.inf + r.output_nonfinite > 0)?;
+    Some(format!("non-finite values in layers.{}.{}.{}", r.id.layer, r.id.module.as_str(), r.id.gemm.as_str()))
+}
+
+fn saturation(reports: &[GemmReport]) -> Option<String> {
+    reports.iter().flat_map(|r| [(r, &r.a), (r, &r.b)]).find_map(|(r, c)| {
+        let frac = if c.numel > 0 { c.saturated as f64 / c.numel as f64 } else { 0.0 };
+        (c.format != "bf16" && c.amax_used > 0.0 && frac >= SATURATION_BURST).then(|| {
+            format!(
+                "saturation burst: {:.1}% of layers.{}.{}.{}'s {} saturated",
+                100.0 * frac,
+                r.id.layer,
+                r.id.module.as_str(),
+                r.id.gemm.as_str(),
+                c.role.map(|x| x.as_str()).unwrap_or("operand")
+            )
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8scope_schemas::names::{Gemm, Module};
+
+    fn row(step: u32) -> ShadowRow {
+        ShadowRow {
+            step,
+            layer: 0,
+            module: Module::Qkv,
+            gemm: Gemm::Fprop,
+            numel: 1,
+            cosine: 1.0,
+            mse: 0.0,
+            rel_l2: 0.0,
+            max_abs_diff: 0.0,
+            rank: None,
+            dual_inner: None,
+            dual_norm: None,
+        }
+    }
+
+    #[test]
+    fn a_spike_fires_once_and_the_ring_keeps_the_last_k_steps() {
+        let mut f = FlightRecorder::new(3);
+        for step in 1..=20u32 {
+            f.keep(Vec::new(), vec![row(step)]);
+            let loss = 3.0 - 0.01 * step as f64 + if step % 2 == 0 { 1e-3 } else { 0.0 };
+            assert_eq!(f.fires(step, loss, &[]), None, "no spike in a smooth descent at step {step}");
+        }
+        f.keep(Vec::new(), vec![row(21)]);
+        let why = f.fires(21, 4.0, &[]).expect("a jump of 1.2 fires");
+        assert!(why.starts_with("loss spike"), "{why}");
+        let (_, shadow) = f.drain();
+        assert_eq!(shadow.iter().map(|r| r.step).collect::<Vec<_>>(), [19, 20, 21]);
+        // The next K steps are written as they come, and it does not fire again meanwhile.
+        assert!(f.writing(22) && f.writing(24) && !f.writing(25));
+        assert_eq!(f.fires(22, 9.0, &[]), None);
+        assert!(f.fires(25, f64::NAN, &[]).unwrap().contains("non-finite loss"));
+    }
+}
