@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Runs `fp8-analyze triage` on the scenario and planted-fault library with and without
+`--predict`, and compares what each named and how many runs it recorded (CPU).
+
+    python3 bench/triage_runs.py --bin $CARGO_TARGET_DIR/release --out bench/results/triage-runs
+"""
+import argparse, json, os, shutil, subprocess, time
+
+CASES = [
+    ("tiny", "l1.fc2.dgrad overflow@100", ["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]),
+    ("tiny", "l0.fc1.fprop overflow@100", ["--inject", "site=layers.0.fc1,gemm=fprop,kind=overflow,step=100"]),
+    ("llama-tiny", "l1.fc2.dgrad overflow@100", ["--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]),
+    ("llama-tiny", "l0.fc1.fprop overflow@100", ["--inject", "site=layers.0.fc1,gemm=fprop,kind=overflow,step=100"]),
+    ("tiny", "spike", ["--scenario", "spike"]),
+    ("tiny", "drift", ["--scenario", "drift"]),
+    ("tiny", "nan", ["--scenario", "nan"]),
+]
+
+
+def names(v):
+    return [f"layers.{c['layer']}.{c['module']}.{c['gemm']}" for c in v.get("culprits", [])]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--cases", default=None, help="comma-separated indices into the library")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    work = a.work or os.path.join(a.out, "runs")
+    cases = CASES if a.cases is None else [CASES[int(i)] for i in a.cases.split(",")]
+    rows = []
+    for ci, (preset, label, flags) in enumerate(cases):
+        row = {"preset": preset, "case": label}
+        for mode, extra in (("full", []), ("predict", ["--predict"])):
+            d = os.path.join(work, f"case{ci:02d}-{mode}")
+            shutil.rmtree(d, ignore_errors=True)
+            t0 = time.time()
+            p = subprocess.run([os.path.join(a.bin, "fp8-analyze"), "--json", "triage", "--out", d, "--preset", preset, "--device", "cpu"] + flags + extra,
+                               capture_output=True, text=True)
+            secs = time.time() - t0
+            try:
+                v = json.loads(p.stdout)
+            except ValueError:
+                print(f"{preset} {label} {mode}: failed: {p.stderr.strip()[-300:]}", flush=True)
+                continue
+            pred = v.get("predicted") or {}
+            row[mode] = {"anomaly": v.get("anomaly"), "culprits": names(v), "runs": len(v.get("runs", [])), "seconds": round(secs),
+                         "predicted_held": pred.get("held")}
+            print(f"{preset} {label} {mode}: {row[mode]}", flush=True)
+        rows.append(row)
+    json.dump(rows, open(os.path.join(a.out, "triage_runs.json"), "w"), indent=1)
+    md = ["| preset | case | full: culprits | runs | --predict: culprits | runs | predicted held |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        f, p = r.get("full", {}), r.get("predict", {})
+        md.append(f"| {r['preset']} | {r['case']} | {', '.join(f.get('culprits', [])) or '-'} | {f.get('runs', '-')} | "
+                  f"{', '.join(p.get('culprits', [])) or '-'} | {p.get('runs', '-')} | {p.get('predicted_held')} |")
+    open(os.path.join(a.out, "triage_runs.md"), "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+    if a.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
