@@ -142,9 +142,18 @@ pub struct AnomalyReport {
     pub unavailable: Vec<String>,
     /// The caveat of the statistics the non-finite search read, when their source rounded them.
     pub stats_caveat: Option<String>,
+    /// FP8 failure mechanisms in the statistics (saturation, underflow surges), earliest first,
+    /// whether or not the loss moved ([`crate::analysis::mechanisms`]).
+    pub mechanisms: Vec<crate::analysis::mechanisms::Mechanism>,
 }
 
 impl AnomalyReport {
+    /// The first step any loss anomaly starts at (non-finite loss, a counted spike, the drift).
+    pub fn first_anomaly_step(&self) -> Option<i64> {
+        let spike = if self.baseline.is_some() { self.counted_gap_spikes().first().map(|s| s.start) } else { self.spikes.first().map(|s| s.start) };
+        [self.nonfinite.first_loss_step, spike, self.drift.as_ref().map(|d| d.first_step)].into_iter().flatten().min()
+    }
+
     /// Whether the run spiked: against the baseline when there is one (a spike the baseline shares
     /// came from the data, not from FP8), else in its own curve. A jump of the gap that never comes
     /// back in band is a step change, not a spike, when the drift detector covers it.
@@ -318,6 +327,7 @@ pub fn find_anomalies(run: &Run, base: Option<&Run>, noise: Option<&NoiseBand>, 
         warnings,
         unavailable,
         stats_caveat: run.manifest.stats_decimals().map(rounding_caveat),
+        mechanisms: crate::analysis::mechanisms::find_mechanisms(run)?,
     })
 }
 

@@ -5,7 +5,8 @@
 //! - [`noise`]: the noise band, the spread of runs that should be equivalent, that every gap and
 //!   cure is judged against; [`dynamics`]: the horizontal gap (how many more steps a run needs to
 //!   reach the baseline's loss);
-//! - [`anomalies`]: the detectors applied to recorded runs;
+//! - [`anomalies`]: the detectors applied to recorded runs; [`mechanisms`]: saturation and
+//!   underflow surges in the statistics, whether or not the loss has moved;
 //! - [`compare`] and [`metrics`]: tensors against the baseline's; [`compat`]: whether two runs
 //!   can be compared;
 //! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence; [`predict`]:
@@ -22,6 +23,7 @@ pub mod detect;
 pub mod dynamics;
 pub mod liveness;
 pub mod locate;
+pub mod mechanisms;
 pub mod metrics;
 pub mod noise;
 pub mod params;

@@ -217,5 +217,27 @@ fn render(r: &AnomalyReport) -> String {
             s += &format!("  (from {c})\n");
         }
     }
+    s += &mechanisms_text(r);
+    s
+}
+
+/// The mechanisms in the statistics, the earliest first, and whether they came before the loss moved.
+pub fn mechanisms_text(r: &AnomalyReport) -> String {
+    if r.mechanisms.is_empty() {
+        return "mechanisms in the statistics (saturation, underflow surges): none\n".into();
+    }
+    let first = r.mechanisms[0].step;
+    let mut s = format!("mechanisms in the statistics ({} operand(s)), earliest first", r.mechanisms.len());
+    s += &match r.first_anomaly_step() {
+        Some(a) if first < a => format!(", from step {first}, {} step(s) before the loss moved (step {a}):\n", a - first),
+        Some(a) => format!(", from step {first} (the loss moved at step {a}):\n"),
+        None => format!(", from step {first}, with no loss anomaly yet:\n"),
+    };
+    for m in r.mechanisms.iter().take(8) {
+        s += &format!("  {}\n", m.describe());
+    }
+    if r.mechanisms.len() > 8 {
+        s += &format!("  … and {} more (--json lists them all)\n", r.mechanisms.len() - 8);
+    }
     s
 }

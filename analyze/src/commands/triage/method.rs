@@ -313,9 +313,11 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     t.push(&fp8_result, "fp8", Some(&rep), Some(anomaly.is_none()), None);
     let noise_summary = t.noise.as_ref().map(NoiseSummary::of);
     let Some(anomaly) = anomaly else {
+        let mechanisms: Vec<String> = rep.mechanisms.iter().map(|m| m.describe()).collect();
         let v = Verdict {
-            healthy: !rep.inconclusive(),
+            healthy: !rep.inconclusive() && mechanisms.is_empty(),
             inconclusive: rep.inconclusive(),
+            mechanisms,
             anomaly: None,
             culprits: Vec::new(),
             current_scaling_cures: false,
@@ -367,6 +369,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
                     let v = Verdict {
                         healthy: false,
                         inconclusive: false,
+                        mechanisms: Vec::new(),
                         anomaly: Some(anomaly),
                         culprits: found,
                         current_scaling_cures: false,
@@ -527,6 +530,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     let verdict = Verdict {
         healthy: false,
         inconclusive: false,
+        mechanisms: Vec::new(),
         anomaly: Some(anomaly),
         culprits: if confirmed { found } else { Vec::new() },
         current_scaling_cures,

@@ -201,6 +201,9 @@ pub struct Verdict {
     pub healthy: bool,
     /// Nothing significant, but a gap the noise band explains: no culprit can be named.
     pub inconclusive: bool,
+    /// No loss anomaly, but an FP8 failure mechanism in the statistics (a saturating cast, an
+    /// underflow surge: `analysis::mechanisms`): the run is not called healthy. Each in words.
+    pub mechanisms: Vec<String>,
     pub anomaly: Option<String>,
     /// The culprits, only when the bisection found a curing set and (unless --no-confirm) the
     /// second seed confirmed it.
@@ -225,5 +228,5 @@ pub fn run(a: &TriageArgs, json: bool) -> Result<Outcome, AnalyzeError> {
     let _ = std::fs::write(a.out.join("verdict.json"), output::json_text(&v));
     let _ = std::fs::write(a.out.join("verdict.txt"), &text);
     let stdout = if json { output::json_text(&v) } else { text };
-    Ok(Outcome { stdout, findings: !v.healthy && !v.inconclusive })
+    Ok(Outcome { stdout, findings: v.anomaly.is_some() })
 }

@@ -120,10 +120,22 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     };
     let flag_after = |e: &RunEntry, flag: &str| e.flags.iter().rposition(|f| f == flag).and_then(|i| e.flags.get(i + 1)).cloned().unwrap_or("-".into());
 
-    if v.healthy || v.inconclusive {
+    if v.anomaly.is_none() {
         s += &format!("\n{}", table_of(&["baseline", "replica", "fp8"], "recipe", &|e| flag_after(e, "--recipe")));
         s += "\n\nverdict: ";
-        if v.inconclusive {
+        if !v.mechanisms.is_empty() {
+            s += &format!(
+                "mechanism present, no loss anomaly yet — the statistics show an FP8 failure mechanism, but the loss has not moved beyond the threshold and the noise band{}:\n",
+                if v.inconclusive { format!(" ({})", fp8.within_noise.join("; ")) } else { String::new() }
+            );
+            for m in v.mechanisms.iter().take(6) {
+                s += &format!("  {m}\n");
+            }
+            if v.mechanisms.len() > 6 {
+                s += &format!("  … and {} more (verdict.json lists them all)\n", v.mechanisms.len() - 6);
+            }
+            s += "A longer run, another seed or a larger model may turn it into a loss anomaly; `fp8-analyze anomalies` and the report show where.\n";
+        } else if v.inconclusive {
             s += &format!(
                 "inconclusive — the FP8 gap is within the run-to-run spread: {}. No culprit can be named from these runs; a longer run, a larger margin of FP8 error, or more replicas would tell.\n",
                 fp8.within_noise.join("; ")

@@ -1,0 +1,46 @@
+//! End to end: FP8 failure mechanisms in the statistics (saturation, underflow surges) come before
+//! the loss moves, and a run that has one without a loss anomaly is not called healthy.
+
+mod common;
+
+use common::{HEAVY, analyze, train_tiny};
+
+#[test]
+fn the_drift_scenarios_underflow_surge_is_seen_before_the_drift() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (fp8, bf16) = (dir.path().join("fp8"), dir.path().join("bf16"));
+    train_tiny(&fp8, &["--recipe", "delayed", "--scenario", "drift", "--quiet"]);
+    train_tiny(&bf16, &["--recipe", "bf16", "--scenario", "drift", "--quiet"]);
+    let o = analyze(&["--json", "anomalies", fp8.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let first = &v["mechanisms"][0];
+    assert_eq!(first["kind"], "underflow surge", "{first}");
+    assert_eq!(first["role"], "gradient");
+    let (warned, drifted) = (first["step"].as_i64().unwrap(), v["drift"]["first_step"].as_i64().unwrap());
+    assert!(warned + 20 < drifted, "the surge (step {warned}) comes well before the drift (step {drifted})");
+    let text = String::from_utf8_lossy(&analyze(&["anomalies", fp8.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]).stdout).to_string();
+    assert!(text.contains("before the loss moved"), "{text}");
+    // A clean run stays quiet.
+    let clean = dir.path().join("clean");
+    train_tiny(&clean, &["--recipe", "delayed", "--steps", "150", "--quiet"]);
+    let o = analyze(&["--json", "anomalies", clean.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mechanisms"], serde_json::json!([]), "{}", v["mechanisms"]);
+}
+
+#[test]
+fn triage_says_mechanism_present_for_swiglu_outliers_instead_of_healthy() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let o = analyze(&["--json", "triage", "--out", out.to_str().unwrap(), "--preset", "llama-tiny", "--device", "cpu", "--scenario", "swiglu-outliers"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(o.status.code(), Some(0), "no loss anomaly: exit 0");
+    assert_eq!(v["anomaly"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["healthy"], false, "not called healthy");
+    let mech: Vec<&str> = v["mechanisms"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    assert!(mech.iter().any(|m| m.contains("layers.0.fc2.fprop's activation underflows") && m.contains("from step 201")), "{mech:?}");
+    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
+    assert!(text.contains("mechanism present, no loss anomaly yet"), "{text}");
+}
