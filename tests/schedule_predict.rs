@@ -142,3 +142,44 @@ fn triage_predict_names_a_planted_fault_with_two_runs_beyond_the_baseline_replic
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--dump-every"));
 }
+
+#[test]
+fn schedule_finds_the_cheapest_switch_that_recovers_a_planted_fault() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s");
+    let o = analyze(&[
+        "--json",
+        "schedule",
+        "--out",
+        out.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "120",
+        "--inject",
+        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=60",
+        "--kinds",
+        "fprop,dgrad",
+        "--from",
+        "0,0.5",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 4);
+    assert_eq!(v["runs"], 7, "baseline, FP8, one replica and four schedules");
+    // The fault lives from step 60 in the dgrad: dgrad in BF16 from step 60 (half the run, a sixth
+    // of the GEMM FLOPs) recovers it; the forward GEMMs do not.
+    let a = &v["answer"];
+    assert_eq!((a["kind"].as_str(), a["from_step"].as_u64()), (Some("dgrad"), Some(60)), "{v}");
+    assert!((a["bf16_share"].as_f64().unwrap() - 1.0 / 6.0).abs() < 1e-9);
+    let fprop0 = v["rows"].as_array().unwrap().iter().find(|r| r["kind"] == "fprop" && r["from_step"] == 0).unwrap();
+    assert!(fprop0["recovery"].as_f64().unwrap() < 0.5, "{fprop0}");
+    // Nonsense fractions: one line, exit 2.
+    let bad = analyze(&["schedule", "--out", dir.path().join("b").to_str().unwrap(), "--from", "1.5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--from 1.5"));
+}

@@ -95,6 +95,13 @@ pub enum Command {
     #[command(after_help = "Example:\n  fp8-analyze regress --preset tiny --out runs/regress --max-gap 0.02")]
     Regress(crate::commands::regress::RegressArgs),
 
+    /// From which step, and which GEMM kind, sent back to BF16 recovers the FP8 run's loss gap at
+    /// the least BF16 compute: records the baseline, a replica, the FP8 run and one run per kind ×
+    /// switch step (fp8-capture --bf16-gemms K --from-step S), and reports the BF16 share of the
+    /// GEMM FLOPs beside each. Exits 1 when no schedule tried recovers the gap.
+    #[command(after_help = "Example:\n  fp8-analyze schedule --out runs/sched --preset tiny --scenario drift --from 0,0.5,0.8")]
+    Schedule(crate::commands::schedule::ScheduleArgs),
+
     /// Turns another tool's records into an fp8scope run that every command reads: `te-debug`
     /// imports Transformer Engine's debug statistics logs (nvdlfw_inspect), one per rank.
     #[command(after_help = "Example:\n  fp8-analyze import te-debug /path/to/log_dir --out runs/te\n  fp8-analyze summary runs/te")]

@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
         Command::Report(a) => commands::report::run(a, opts.one_rank(), cli.json),
         Command::Triage(a) => commands::triage::run(a, cli.json),
         Command::Regress(a) => commands::regress::run(a, cli.json),
+        Command::Schedule(a) => commands::schedule::run(a, cli.json),
         Command::Import(a) => import::run(a, cli.json),
     }
 }

@@ -10,6 +10,7 @@ pub mod query;
 pub mod ranks;
 pub mod regress;
 pub mod report;
+pub mod schedule;
 pub mod summary;
 pub mod triage;
 
