@@ -355,8 +355,8 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     let mut predicted_test = None;
     if a.predict {
         let dims = fp8_run.manifest.config.model.clone();
-        match loc.as_ref().map(|l| (l, predicted::suspects(l, &dims, &leads))) {
-            Some((l, Some(sus))) => {
+        if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, predicted::suspects(l, &dims, &leads))) {
+            {
                 let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
                 if pt.held {
                     let mut found = pt.suspects.clone();
@@ -384,7 +384,6 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
                 }
                 predicted_test = Some(pt);
             }
-            Some((_, None)) | None => {}
         }
     }
 
