@@ -356,34 +356,32 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     if a.predict {
         let dims = fp8_run.manifest.config.model.clone();
         if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, predicted::suspects(l, &dims, &leads))) {
-            {
-                let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
-                if pt.held {
-                    let mut found = pt.suspects.clone();
-                    found.sort();
-                    if let Some(step) = spike_start {
-                        for cu in &found {
-                            t.spike_evidence.insert(cu.name(), (step, evidence(&fp8_run, &(cu.layer as i64, cu.module.clone(), cu.gemm.clone()), step)?));
-                        }
+            let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
+            if pt.held {
+                let mut found = pt.suspects.clone();
+                found.sort();
+                if let Some(step) = spike_start {
+                    for cu in &found {
+                        t.spike_evidence.insert(cu.name(), (step, evidence(&fp8_run, &(cu.layer as i64, cu.module.clone(), cu.gemm.clone()), step)?));
                     }
-                    let v = Verdict {
-                        healthy: false,
-                        inconclusive: false,
-                        mechanisms: Vec::new(),
-                        anomaly: Some(anomaly),
-                        culprits: found,
-                        current_scaling_cures: false,
-                        block_scaling_cures: None,
-                        noise: noise_summary,
-                        confirmation: None,
-                        predicted: Some(pt),
-                        runs: t.runs.clone(),
-                    };
-                    let text = render(&v, &t, &rep, loc.as_ref(), None, None);
-                    return Ok((v, text));
                 }
-                predicted_test = Some(pt);
+                let v = Verdict {
+                    healthy: false,
+                    inconclusive: false,
+                    mechanisms: Vec::new(),
+                    anomaly: Some(anomaly),
+                    culprits: found,
+                    current_scaling_cures: false,
+                    block_scaling_cures: None,
+                    noise: noise_summary,
+                    confirmation: None,
+                    predicted: Some(pt),
+                    runs: t.runs.clone(),
+                };
+                let text = render(&v, &t, &rep, loc.as_ref(), None, None);
+                return Ok((v, text));
             }
+            predicted_test = Some(pt);
         }
     }
 
