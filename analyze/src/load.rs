@@ -299,6 +299,15 @@ pub fn strs(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<String>>> {
     Ok(c.str()?.iter().map(|s| s.map(str::to_string)).collect())
 }
 
+/// The columns that say which operand a `stats` row is of: step, layer, module, gemm, role.
+pub type OperandKeys = (Vec<Option<i64>>, Vec<Option<i64>>, Vec<Option<String>>, Vec<Option<String>>, Vec<Option<String>>);
+
+/// [`OperandKeys`] of a frame of `stats` rows.
+pub fn operand_keys(df: &DataFrame) -> PolarsResult<OperandKeys> {
+    use fp8scope_schemas::tables::col as c;
+    Ok((i64s(df, c::STEP)?, i64s(df, c::LAYER)?, strs(df, c::MODULE)?, strs(df, c::GEMM)?, strs(df, c::ROLE)?))
+}
+
 /// A boolean column, nulls as None.
 pub fn bools(df: &DataFrame, name: &str) -> PolarsResult<Vec<Option<bool>>> {
     Ok(df.column(name)?.bool()?.iter().collect())

@@ -353,13 +353,7 @@ pub fn find_nonfinite(run: &Run, steps: &[i64], loss: &[f64]) -> Result<NonFinit
         .filter(col(col::STEP).eq(col(col::STEP).min()));
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, la, mo, ge, ro) = (
-        i64s(&df, col::STEP).map_err(e)?,
-        i64s(&df, col::LAYER).map_err(e)?,
-        strs(&df, col::MODULE).map_err(e)?,
-        strs(&df, col::GEMM).map_err(e)?,
-        strs(&df, col::ROLE).map_err(e)?,
-    );
+    let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
     let (nan, inf) = (i64s(&df, col::NAN_COUNT).map_err(e)?, i64s(&df, col::INF_COUNT).map_err(e)?);
     for i in 0..df.height() {
         if let (Some(step), Some(layer), Some(module), Some(role)) = (st[i], la[i], mo[i].clone(), ro[i].clone()) {

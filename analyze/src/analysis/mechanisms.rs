@@ -13,7 +13,7 @@
 //!   steps) by at least [`SURGE`].
 
 use crate::error::AnalyzeError;
-use crate::load::{Run, f64s, i64s, strs};
+use crate::load::{Run, f64s, i64s};
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::tables::col;
 use polars::prelude::*;
@@ -112,13 +112,7 @@ pub fn find_mechanisms(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     let lf = run.scan(Table::Stats, &cols)?.filter(col(col::AMAX_USED).gt(lit(0.0)).and(col(col::FORMAT).neq(lit("bf16"))));
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
-    let (st, la, mo, ge, ro) = (
-        i64s(&df, col::STEP).map_err(e)?,
-        i64s(&df, col::LAYER).map_err(e)?,
-        strs(&df, col::MODULE).map_err(e)?,
-        strs(&df, col::GEMM).map_err(e)?,
-        strs(&df, col::ROLE).map_err(e)?,
-    );
+    let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
     let (un, sa, rk) = (f64s(&df, col::UNDERFLOW_FRAC).map_err(e)?, f64s(&df, col::SATURATED_FRAC).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
     let mut by: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64, f64)>> = BTreeMap::new();
     for i in 0..df.height() {
