@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default=None)
     ap.add_argument("--cases", default=None, help="comma-separated indices into the library")
+    ap.add_argument("--predict-only", action="store_true", help="skip the full method's runs")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = a.work or os.path.join(a.out, "runs")
@@ -34,7 +35,8 @@ def main():
     rows = []
     for ci, (preset, label, flags) in enumerate(cases):
         row = {"preset": preset, "case": label}
-        for mode, extra in (("full", []), ("predict", ["--predict"])):
+        modes = (("predict", ["--predict"]),) if a.predict_only else (("full", []), ("predict", ["--predict"]))
+        for mode, extra in modes:
             d = os.path.join(work, f"case{ci:02d}-{mode}")
             shutil.rmtree(d, ignore_errors=True)
             t0 = time.time()

@@ -24,6 +24,9 @@ use std::path::Path;
 /// A GEMM whose casts saturated at least this fraction at a spike's first step is bisected first.
 const SPIKE_LEAD_SATURATION: f64 = 0.01;
 
+/// Steps the FP8 run of `--predict` keeps in its flight recorder.
+pub const PREDICT_FLIGHT_STEPS: u32 = 8;
+
 /// Steps of amax history of the triage run that tells a lagging delayed scale from other faults.
 pub const SHORT_HISTORY: u32 = 16;
 
@@ -242,7 +245,13 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     for k in 1..=n_replicas {
         first.push(RunSpec { name: format!("replica-{k}"), flags: bf16_flags(c.seed, &["--init-jitter".into(), k.to_string()]) });
     }
-    first.push(RunSpec { name: "fp8".into(), flags: fp8_flags(&dump) });
+    // --predict: the flight recorder keeps the steps around a spike or a non-finite value, so
+    // that the suspects come from the anomaly's own step.
+    let mut fp8_record = dump.clone();
+    if a.predict {
+        fp8_record.extend(["--flight-recorder".into(), PREDICT_FLIGHT_STEPS.to_string()]);
+    }
+    first.push(RunSpec { name: "fp8".into(), flags: fp8_flags(&fp8_record) });
     let results = driver.run_all("record", &first);
     for r in &results {
         if r.bad_flags() {
@@ -355,7 +364,11 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     let mut predicted_test = None;
     if a.predict {
         let dims = fp8_run.manifest.config.model.clone();
-        if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, predicted::suspects(l, &dims, &leads))) {
+        let from_spike = match spike_start {
+            Some(step) => predicted::spike_suspects(&fp8_run, step)?,
+            None => None,
+        };
+        if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
             let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
             if pt.held {
                 let mut found = pt.suspects.clone();

@@ -10,9 +10,17 @@
 //! Necessary and sufficient together name the suspects as the culprits. When either test fails,
 //! triage goes on with the full method, the two runs counted in its total.
 //!
-//! The suspects: the leads when there are any (the GEMM whose operand went non-finite first; for a
-//! spike, the GEMMs whose casts saturated at its first step), else the fewest GEMMs of the largest
-//! first-order mass that hold [`SUSPECT_SHARE`] of it, at most [`MAX_SUSPECTS`].
+//! The suspects, in this order:
+//! - for a spike, from the shadow GEMMs of its first two steps (the FP8 run of `--predict` records
+//!   with the flight recorder, so they exist): the forward GEMMs whose error raised the loss there
+//!   (⟨δY, dY⟩ > 0), the fewest that hold [`SUSPECT_SHARE`] of that rise;
+//! - the leads when there are any (the GEMM whose operand went non-finite first; for a spike
+//!   without signed records, the GEMMs whose casts saturated at its first step);
+//! - else the GEMM kind of the largest first-order mass, and within it the fewest GEMMs that hold
+//!   [`SUSPECT_SHARE`] of the kind's mass (a fault that lives in one kind, as a stale scale's
+//!   underflow does in the gradients, spreads its mass over that kind's GEMMs).
+//!
+//! At most [`MAX_SUSPECTS`] in every case.
 
 use super::method::{Triage, classify};
 use super::{Culprit, PredictedTest};
@@ -21,15 +29,35 @@ use crate::analysis::locate::LocateReport;
 use crate::analysis::predict::{predict, predict_set};
 use crate::capture_driver::RunSpec;
 use crate::error::AnalyzeError;
+use crate::load::{Run, f64s, i64s, strs};
 use fp8scope_schemas::config::ModelDims;
+use fp8scope_schemas::layout::Table;
+use fp8scope_schemas::tables::col;
+use polars::prelude::*;
+use std::collections::BTreeMap;
 
-/// Share of the first-order mass the suspects must hold.
-pub const SUSPECT_SHARE: f64 = 0.5;
+/// Share of the first-order mass (of their kind), or of a spike's rise, the suspects must hold.
+pub const SUSPECT_SHARE: f64 = 0.75;
 /// Most GEMMs tested as suspects.
 pub const MAX_SUSPECTS: usize = 4;
 
-/// The suspects: the leads, else the fewest top GEMMs by mass that hold [`SUSPECT_SHARE`]; None
-/// when more than [`MAX_SUSPECTS`] would be needed or nothing has mass.
+/// The fewest of `ranked` (name, weight; largest first) holding [`SUSPECT_SHARE`] of `total`;
+/// None when more than [`MAX_SUSPECTS`] would be needed.
+fn fewest_holding(ranked: &[(String, f64)], total: f64) -> Option<Vec<String>> {
+    let mut held = 0.0;
+    let mut out = Vec::new();
+    for (name, w) in ranked.iter().take(MAX_SUSPECTS) {
+        out.push(name.clone());
+        held += w;
+        if total > 0.0 && held >= SUSPECT_SHARE * total {
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// The suspects without a spike's signed records: the leads, else the fewest GEMMs of the kind of
+/// the largest mass that hold [`SUSPECT_SHARE`] of it; None when none can be chosen.
 pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Option<Vec<String>> {
     if !leads.is_empty() {
         let mut l: Vec<String> = Vec::new();
@@ -42,8 +70,40 @@ pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Optio
         return Some(l);
     }
     let p = predict(loc, dims, &[]);
-    let names: Vec<String> = p.masses.iter().filter(|m| m.bound > 0.0).map(|m| m.gemm_name.clone()).collect();
-    (1..=MAX_SUSPECTS.min(names.len())).map(|k| names[..k].to_vec()).find(|s| predict_set(loc, dims, "s", s).recovery >= SUSPECT_SHARE)
+    let kind = p.sets.iter().filter(|s| s.name.starts_with("bf16-")).max_by(|a, b| a.recovery.total_cmp(&b.recovery))?;
+    let ranked: Vec<(String, f64)> =
+        p.masses.iter().filter(|m| m.bound > 0.0 && kind.gemms.contains(&m.gemm_name)).map(|m| (m.gemm_name.clone(), m.bound)).collect();
+    let total: f64 = ranked.iter().map(|r| r.1).sum();
+    if total.is_infinite() {
+        return Some(ranked.iter().filter(|r| r.1.is_infinite()).map(|r| r.0.clone()).take(MAX_SUSPECTS).collect());
+    }
+    fewest_holding(&ranked, total)
+}
+
+/// The suspects of a spike starting at `start`, from the signed effect of the forward GEMMs in the
+/// shadow records of steps `start` and `start + 1`; None without such records.
+pub fn spike_suspects(run: &Run, start: i64) -> Result<Option<Vec<String>>, AnalyzeError> {
+    if !run.has(Table::Shadow)? {
+        return Ok(None);
+    }
+    let lf = run
+        .scan(Table::Shadow, &[col::STEP, col::LAYER, col::MODULE, col::GEMM, col::DUAL_INNER])?
+        .filter(col(col::STEP).gt_eq(lit(start)).and(col(col::STEP).lt_eq(lit(start + 1))).and(col(col::GEMM).eq(lit("fprop"))));
+    let df = run.collect(Table::Shadow, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "shadow", e);
+    let (la, mo, inner) = (i64s(&df, col::LAYER).map_err(e)?, strs(&df, col::MODULE).map_err(e)?, f64s(&df, col::DUAL_INNER).map_err(e)?);
+    let mut rise: BTreeMap<String, f64> = BTreeMap::new();
+    for i in 0..df.height() {
+        if let (Some(l), Some(m), Some(v)) = (la[i], mo[i].as_deref(), inner[i])
+            && v > 0.0
+        {
+            *rise.entry(run.naming.gemm(l, m, "fprop")).or_default() += v;
+        }
+    }
+    let mut ranked: Vec<(String, f64)> = rise.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let total: f64 = ranked.iter().map(|r| r.1).sum();
+    Ok(fewest_holding(&ranked, total))
 }
 
 fn culprit_of(name: &str) -> Option<Culprit> {
@@ -101,12 +161,23 @@ pub(super) fn test(
 
 #[cfg(test)]
 mod tests {
-    use super::culprit_of;
+    use super::{culprit_of, fewest_holding};
 
     #[test]
     fn a_gemm_name_reads_back_as_a_culprit() {
         let c = culprit_of("layers.12.fc2.dgrad").unwrap();
         assert_eq!((c.layer, c.module.as_str(), c.gemm.as_str()), (12, "fc2", "dgrad"));
         assert!(culprit_of("lm_head.fprop").is_none());
+    }
+
+    #[test]
+    fn the_suspects_are_the_fewest_that_hold_three_quarters() {
+        let r = |v: &[(&str, f64)]| v.iter().map(|(n, w)| (n.to_string(), *w)).collect::<Vec<_>>();
+        // The drift scenario's dgrad masses: 38.4 and 12.5 of 65.
+        let drift = r(&[("a", 38.4), ("b", 12.5), ("c", 6.9), ("d", 3.4), ("e", 3.8)]);
+        assert_eq!(fewest_holding(&drift, 65.0), Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(fewest_holding(&r(&[("a", 0.9)]), 1.0), Some(vec!["a".to_string()]));
+        // Six equal GEMMs need five: more than four, none.
+        assert_eq!(fewest_holding(&r(&[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 1.0), ("f", 1.0)]), 6.0), None);
     }
 }
