@@ -194,6 +194,44 @@ mod tests {
         assert_eq!(grads, vec![vec![1.5]]);
     }
 
+    /// The gradient norm of a tensor-parallel pair of `tiny` shards: the sharded parameters' Σg² of
+    /// both ranks plus the replicated ones' once, against the same sum over the whole model's
+    /// gradients (the shards put back together) in f64; one rank is Σg² of everything.
+    #[test]
+    fn the_gradient_norm_counts_each_shard_once_and_each_replica_once() {
+        use crate::model::{Dims, Model};
+        let whole = Dims::from_model(&crate::config::preset("tiny").expect("tiny").model());
+        let fill = |p: usize, i: usize| ((p * 31 + i * 17) % 97) as f32 * 1e-3 - 0.04;
+        let full: Vec<Vec<f32>> = crate::model::param_sizes(&whole).iter().enumerate().map(|(p, &n)| (0..n).map(|i| fill(p, i)).collect()).collect();
+        let want: f64 = full.iter().flatten().map(|&g| g as f64 * g as f64).sum();
+        let got: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadGroup::new(2)
+                .into_iter()
+                .map(|mut c| {
+                    let full = full.clone();
+                    s.spawn(move || {
+                        let mut be = CpuBackend::new();
+                        let local = whole.shard(2, c.rank() as usize).expect("tiny splits in two");
+                        let mut model = Model::new(&mut be, local, 0, None);
+                        model.state.grads = crate::model::tp::shard_params(full, &whole, &local);
+                        let x = grad_sumsq(&mut be, &model, &mut c, 1).expect("norm");
+                        c.close();
+                        x
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        for x in &got {
+            assert!(((x - want) / want).abs() < 1e-12, "{x} vs {want}");
+        }
+        assert_eq!(got[0].to_bits(), got[1].to_bits(), "both ranks hold the same norm");
+        let mut be = CpuBackend::new();
+        let mut model = Model::new(&mut be, whole, 0, None);
+        model.state.grads = full;
+        assert!(((grad_sumsq(&mut be, &model, &mut OneRank, 1).expect("one rank") - want) / want).abs() < 1e-12);
+    }
+
     /// The amaxes' maximum over the ranks where `over` says so (not for the second tensor here), and
     /// none where it says none (--amax-reduce none).
     #[test]

@@ -224,6 +224,39 @@ mod tests {
         }
     }
 
+    /// Two ranks' buffers all-reduced: each element the f64 sum of the two rounded once to BF16 (the
+    /// f32 sum of two BF16 values is exact but for the rare carry past f32's 24 bits, and BF16's
+    /// rounding of it is then the reference's); a group of one leaves the buffer as it is.
+    #[test]
+    fn the_all_reduce_is_the_sum_rounded_once_to_bf16() {
+        use crate::backend::cpu::CpuBackend;
+        use crate::collective::{OneRank, ThreadGroup};
+        let vals = |r: usize| -> Vec<f32> { (0..64).map(|i| half::bf16::from_f32(((i * 7 + r * 13) % 29) as f32 * 0.37 - 5.1).to_f32()).collect() };
+        let out: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadGroup::new(2)
+                .into_iter()
+                .map(|mut c| {
+                    s.spawn(move || {
+                        let mut be = CpuBackend::new();
+                        let mut buf = vals(c.rank() as usize);
+                        let mut link = TpLink::new(&mut c);
+                        link.all_reduce_bf16(&mut be, &mut buf);
+                        link.finish().expect("all-reduce");
+                        c.close();
+                        buf
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        let want: Vec<f32> = vals(0).iter().zip(vals(1)).map(|(&a, b)| half::bf16::from_f64(a as f64 + b as f64).to_f32()).collect();
+        assert_eq!(out[0], want);
+        assert_eq!(out[1], want);
+        let mut one = vals(0);
+        TpLink::new(&mut OneRank).all_reduce_bf16(&mut CpuBackend::new(), &mut one);
+        assert_eq!(one, vals(0));
+    }
+
     #[test]
     fn shapes_that_do_not_divide_are_refused_in_one_line() {
         let d = dims(Arch::Llama, 4, 2);
