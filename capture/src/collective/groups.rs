@@ -28,8 +28,8 @@ impl RankGroups {
 
     /// The groups of every rank of a `dp` × `tp` mesh of threads, in rank order.
     pub fn mesh(dp: u32, tp: u32) -> Vec<RankGroups> {
-        let mut dps: Vec<_> = (0..tp).map(|_| ThreadGroup::new(dp).into_iter()).collect();
-        let mut tps: Vec<_> = (0..dp).map(|_| ThreadGroup::new(tp).into_iter()).collect();
+        let mut dps: Vec<_> = (0..tp).map(|t| ThreadGroup::of_ranks((0..dp).map(|d| d * tp + t).collect()).into_iter()).collect();
+        let mut tps: Vec<_> = (0..dp).map(|d| ThreadGroup::of_ranks((0..tp).map(|t| d * tp + t).collect()).into_iter()).collect();
         let mut out = Vec::with_capacity((dp * tp) as usize);
         for d in 0..dp {
             for t in 0..tp {
@@ -88,31 +88,35 @@ mod tests {
     }
 
     /// Rank 3 of a 2 × 2 mesh fails: rank 0, which shares no group with it, is released too (rank 1
-    /// and rank 2 fail in their groups with 3 and abort their other groups).
+    /// and rank 2 fail in their groups with 3 and abort their other groups), and every error names
+    /// the job's rank, not the rank within its group.
     #[test]
     fn a_failed_rank_releases_the_whole_mesh() {
-        let got: Vec<bool> = std::thread::scope(|s| {
+        let got: Vec<Option<u32>> = std::thread::scope(|s| {
             let hs: Vec<_> = RankGroups::mesh(2, 2)
                 .into_iter()
                 .map(|mut g| {
                     s.spawn(move || {
                         if g.rank == 3 {
                             g.abort("planted");
-                            return true;
+                            return Some(3);
                         }
                         // Rank 0 waits in its tp group (with 1), rank 1 in its dp group (with 3).
                         let mut x = [1.0f32];
                         let r = if g.rank == 1 { g.dp.all_reduce_sum_f32(&mut x) } else { g.tp.all_reduce_sum_f32(&mut x) };
-                        let failed = r.is_err();
-                        if failed {
-                            g.abort("released");
+                        match r {
+                            Err(crate::collective::CollectiveError::Aborted { rank, .. }) => {
+                                g.abort("released");
+                                Some(rank)
+                            }
+                            _ => None,
                         }
-                        failed
                     })
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().expect("rank")).collect()
         });
-        assert_eq!(got, vec![true; 4]);
+        // Each names the job's rank that released it: 1 and 2 the planted rank 3, 0 rank 1.
+        assert_eq!(got, vec![Some(1), Some(3), Some(3), Some(3)]);
     }
 }
