@@ -435,7 +435,7 @@ fn bad_rank_flags_are_refused_in_one_line() {
         (&["--dp", "3"][..], "must be a multiple"),
         (&["--dp", "2", "--recipe", "current"][..], "use --recipe delayed or bf16"),
         (&["--dp", "2", "--device", "cuda"][..], "--device cpu"),
-        (&["--inject", "kind=rank-dies,rank=0,step=3"][..], "needs --dp 2"),
+        (&["--inject", "kind=rank-dies,rank=0,step=3"][..], "needs --dp or --tp 2"),
         (&["--dp", "2", "--inject", "kind=rank-dies,rank=5,step=3"][..], "not one of the 2 ranks"),
         (&["--dp", "2", "--amax-reduce", "mesh"][..], "invalid value"),
     ] {

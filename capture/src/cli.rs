@@ -35,7 +35,9 @@ fp8-capture train --preset tiny --recipe delayed --dump-every 50 --shadow --out 
 fp8-capture train --preset tiny --recipe delayed --bf16-gemms dgrad --out runs/fp8-no-dgrad\n  \
 fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100 --out runs/planted\n  \
 fp8-capture train --preset tiny --recipe delayed --device cpu --dp 4 --out runs/dp4   (4 ranks, each 1/4 of the batch)\n  \
-fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --inject kind=rank-dies,rank=1,step=50 --out runs/dies\n\n\
+fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --inject kind=rank-dies,rank=1,step=50 --out runs/dies\n  \
+fp8-capture train --preset llama-tiny --recipe delayed --device cpu --tp 2 --out runs/tp2   (2 ranks, each half of every layer)\n  \
+fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --tp 2 --inject kind=amax-dp-only,site=layers.0.fc2,step=20 --out runs/pr442\n\n\
 The run directory holds run.json and Parquet tables (steps, stats, tensors, events, shadow); \
 read it with fp8-analyze. Exit status: 0 completed, 3 diverged (non-finite loss), \
 130 interrupted, 1 error, 2 bad flags.\n\n\
@@ -399,11 +401,14 @@ pub struct TrainArgs {
     #[arg(long, value_name = "STEP", value_parser = positive, help_heading = "Planted faults")]
     pub scenario_step: Option<u32>,
     /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
-    /// With --dp 2 or more, a fault of the ranks: kind=amax-local,site=S,step=N (from step N that
-    /// site's amaxes are not reduced: each rank's own); kind=scale-corrupt,rank=R,site=S,step=N
-    /// [,role=weight][,magnitude=16] (rank R's scale of that tensor × magnitude); kind=rank-dies,
-    /// rank=R,step=N (rank R stops before step N without closing; the others end the run crashed).
-    /// Repeatable.
+    /// With --dp or --tp 2 or more, a fault of the ranks: kind=amax-local,site=S,step=N (from step
+    /// N that site's amaxes are not reduced: each rank's own); kind=amax-dp-only,site=S,step=N
+    /// (--tp 2 or more: from step N the amaxes of that site's tensor-parallel shards are reduced
+    /// over dp only, each shard its own scale); kind=scale-corrupt,rank=R,site=S,step=N
+    /// [,role=weight][,magnitude=16] (rank R's scale of that tensor × magnitude);
+    /// kind=stale-weight,rank=R,site=S,step=N (N ≥ 2: from step N rank R's GEMMs use that weight,
+    /// and its scale, as its forward had them at step N−1); kind=rank-dies,rank=R,step=N (rank R
+    /// stops before step N without closing; the others end the run crashed). Repeatable.
     #[arg(long, value_name = "SPEC", help_heading = "Planted faults")]
     pub inject: Vec<String>,
 
@@ -415,13 +420,23 @@ pub struct TrainArgs {
     /// (stats/rank=00001/…) and a liveness file (ranks/rank=00001.json). B must be a multiple of N.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive, help_heading = "Ranks")]
     pub dp: u32,
+    /// Tensor-parallel ranks, as threads of this process on the CPU, in the Megatron layout: qkv
+    /// and fc1 column-parallel (each rank its attention heads, key/value heads and MLP features;
+    /// Llama's gate and up split alike), proj and fc2 row-parallel (their outputs all-reduced in
+    /// the forward), the column-parallel GEMMs' input gradients all-reduced in the backward; norms,
+    /// embedding and lm_head replicated. With --dp, a dp × tp mesh of dp·tp ranks (rank =
+    /// d·tp + t). The heads, key/value heads and --ffn must divide by N.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive, help_heading = "Ranks")]
+    pub tp: u32,
     /// The group delayed scaling's amaxes are reduced over before they enter the histories
     /// (Transformer Engine's amax_reduction_group): dp (the amax of the global batch's tensor, as
     /// one rank sees it), world (every rank), tp (the tensor-parallel group: without tensor
-    /// parallelism, each rank's own) or none (each rank's own). Recorded in the manifest's
-    /// parallel.amax_groups.
-    #[arg(long, value_enum, value_name = "GROUP", default_value = "dp", help_heading = "Ranks")]
-    pub amax_reduce: crate::dist::AmaxReduce,
+    /// parallelism, each rank's own) or none (each rank's own). The inputs a tensor-parallel GEMM
+    /// sees whole on every rank are reduced over tp whatever the group (Transformer Engine requires
+    /// it); a shard of a tensor keeps its own scale unless the group spans tp. Recorded in the
+    /// manifest's parallel.amax_groups. [default: world with --tp 2 or more, else dp]
+    #[arg(long, value_enum, value_name = "GROUP", help_heading = "Ranks")]
+    pub amax_reduce: Option<crate::dist::AmaxReduce>,
 }
 
 /// Parses `0,3-5` into layer indices, each < `n_layers`.
@@ -634,7 +649,26 @@ impl TrainArgs {
         }
         let (dist_specs, gemm_specs): (Vec<&String>, Vec<&String>) = self.inject.iter().partition(|s| crate::dist::DistFault::is_dist_spec(s));
         let injections = gemm_specs.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
-        let dist_faults = dist_specs.iter().map(|s| crate::dist::DistFault::parse(s, self.dp, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        let dist_faults = dist_specs.iter().map(|s| crate::dist::DistFault::parse(s, self.dp, self.tp, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
+        if self.tp > 1 {
+            if device != "cpu" {
+                bail!("--tp {}: the ranks run as threads on the CPU; use --device cpu", self.tp);
+            }
+            crate::model::Dims::from_model(&model).shard(self.tp as usize, 0).map_err(|e| anyhow::anyhow!(e))?;
+            if matches!(kind, RecipeKind::Current | RecipeKind::Block) {
+                bail!("--tp {}: the {} recipe reduces its amaxes before each cast, inside the step; use --recipe delayed or bf16", self.tp, kind.as_str());
+            }
+            if let Some(s) = &scen {
+                bail!("--tp {}: --scenario {} edits the whole model's weights before training; run it on one rank or with --dp", self.tp, s.name);
+            }
+        }
+        let amax_reduce = self.amax_reduce.unwrap_or(crate::dist::DistPlan::default_amax_reduce(self.tp));
+        if dist_faults.iter().any(|f| matches!(f, crate::dist::DistFault::AmaxDpOnly { .. })) && amax_reduce != crate::dist::AmaxReduce::World {
+            bail!(
+                "--inject kind=amax-dp-only takes tp out of a reduction over dp × tp; it needs --amax-reduce world (the default with --tp), not {}",
+                amax_reduce.as_str()
+            );
+        }
         if self.dp > 1 {
             if device != "cpu" {
                 bail!("--dp {}: the ranks run as threads on the CPU; use --device cpu", self.dp);
@@ -647,9 +681,11 @@ impl TrainArgs {
             }
         }
         if kind != RecipeKind::Delayed && dist_faults.iter().any(|f| !matches!(f, crate::dist::DistFault::RankDies { .. })) {
-            bail!("--inject kind=amax-local and kind=scale-corrupt plant faults in delayed scaling's scales; use --recipe delayed");
+            bail!(
+                "--inject kind=amax-local, amax-dp-only, scale-corrupt and stale-weight plant faults in delayed scaling's scales and casts; use --recipe delayed"
+            );
         }
-        let dist = crate::dist::DistPlan { dp: self.dp, amax_reduce: self.amax_reduce, faults: dist_faults };
+        let dist = crate::dist::DistPlan { dp: self.dp, tp: self.tp, amax_reduce, faults: dist_faults };
         if !injections.is_empty() && kind == RecipeKind::Bf16 {
             bail!("--inject plants faults in FP8 casts; --recipe bf16 has none");
         }

@@ -83,8 +83,9 @@ pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
 
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
-    // The ranks of --dp run as threads on the CPU: `auto` means the CPU then.
-    let device = if args.dp > 1 && matches!(args.device, DeviceArg::Auto) { "cpu" } else { resolve_device(args.device, args.recipe).map_err(UsageError)? };
+    // The ranks of --dp and --tp run as threads on the CPU: `auto` means the CPU then.
+    let device =
+        if args.dp * args.tp > 1 && matches!(args.device, DeviceArg::Auto) { "cpu" } else { resolve_device(args.device, args.recipe).map_err(UsageError)? };
     let plan = args.validate(device).map_err(UsageError)?;
     if let Some(n) = args.threads {
         // Ignore the error of a pool that already exists (a second run in one process).
@@ -98,8 +99,8 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     prepare_new_run_dir(&plan.out).map_err(|e| UsageError(e.into()))?;
     let run = RunDir::new(&plan.out);
     interrupt::install();
-    let outcome = if plan.dist.dp > 1 {
-        dist::driver::train_dp(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet)
+    let outcome = if plan.dist.world() > 1 {
+        dist::driver::train_ranks(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet)
             .map(|manifest| train::Outcome { manifest, died_before: None })
     } else if let Some(be) = cuda.as_mut() {
         train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
@@ -134,7 +135,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
         );
     }
     // A job of several ranks that crashed (a rank failed or stopped) is an error, in one line.
-    if plan.dist.dp > 1 && manifest.status == RunStatus::Crashed && !manifest.error.as_deref().unwrap_or("").contains("interrupted by a signal") {
+    if plan.dist.world() > 1 && manifest.status == RunStatus::Crashed && !manifest.error.as_deref().unwrap_or("").contains("interrupted by a signal") {
         bail!("run {} crashed: {}", plan.out.display(), manifest.error.as_deref().unwrap_or("a rank failed"));
     }
     Ok(match manifest.status {

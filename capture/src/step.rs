@@ -18,7 +18,6 @@ use crate::collective::{Collective, CollectiveError};
 use crate::model::Model;
 use fp8scope_schemas::config::RunConfig;
 use fp8scope_schemas::names::{Role, Site};
-use std::collections::HashSet;
 
 /// The phases of a step, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,25 +85,42 @@ pub fn reduce_gradients<B: Backend, C: Collective + ?Sized>(be: &mut B, grads: &
 }
 
 /// Phase 4: this step's amaxes (sorted by tensor, the same list on every rank) ← their maximum
-/// over the group when `reduce`, except the tensors of `local_sites`, which keep this rank's own.
-pub fn reduce_amaxes<C: Collective + ?Sized>(
-    amaxes: &mut [((Site, Role), f32)],
-    coll: &mut C,
-    reduce: bool,
-    local_sites: &HashSet<Site>,
-    step: u32,
-) -> Result<(), PhaseError> {
-    if coll.world_size() == 1 || !reduce || amaxes.is_empty() {
+/// over the group, for the tensors whose `over` entry is set; the others keep this rank's own.
+/// (Every rank of the group passes the whole list, so that the collective is one call a step.)
+pub fn reduce_amaxes<C: Collective + ?Sized>(amaxes: &mut [((Site, Role), f32)], over: &[bool], coll: &mut C, step: u32) -> Result<(), PhaseError> {
+    if coll.world_size() == 1 || !over.iter().any(|&o| o) {
         return Ok(());
     }
     let mut buf: Vec<f32> = amaxes.iter().map(|&(_, a)| a).collect();
     coll.all_reduce_max_f32(&mut buf).map_err(|source| PhaseError { step, phase: Phase::AmaxReduction, source })?;
-    for ((key, a), r) in amaxes.iter_mut().zip(buf) {
-        if !local_sites.contains(&key.0) {
+    for (((_, a), r), &o) in amaxes.iter_mut().zip(buf).zip(over) {
+        if o {
             *a = r;
         }
     }
     Ok(())
+}
+
+/// The squared global gradient norm. One rank: Σ g² over every parameter. Under tensor parallelism
+/// (`tp` of more than one rank), the sharded parameters' Σ g² of every rank of the group, added in
+/// rank order, plus the replicated parameters' once (each rank holds the same): Megatron-LM's norm.
+pub fn grad_sumsq<B: Backend, C: Collective + ?Sized>(be: &mut B, model: &Model<B>, tp: &mut C, step: u32) -> Result<f64, PhaseError> {
+    let grads = &model.state.grads;
+    if tp.world_size() == 1 {
+        return Ok(be.sumsq_all(grads));
+    }
+    let sharded = crate::model::tp::sharded_params(&model.dims);
+    let (mut mine, mut replicated) = (0.0f64, 0.0f64);
+    for (g, &s) in grads.iter().zip(&sharded) {
+        let x = be.sumsq(g);
+        if s { mine += x } else { replicated += x }
+    }
+    // The f64 travels exactly as four 16-bit pieces, each an f32 integer (a gather copies them).
+    let bits = mine.to_bits();
+    let pieces: Vec<f32> = (0..4).map(|i| ((bits >> (16 * i)) & 0xFFFF) as f32).collect();
+    let all = tp.all_gather_f32(&pieces).map_err(|source| PhaseError { step, phase: Phase::Optimizer, source })?;
+    let shares = all.chunks(4).map(|p| f64::from_bits(p.iter().enumerate().fold(0u64, |acc, (i, &x)| acc | ((x as u64) << (16 * i)))));
+    Ok(shares.sum::<f64>() + replicated)
 }
 
 /// What the optimizer phase did.
@@ -113,11 +129,17 @@ pub struct Update {
     pub lr: f64,
 }
 
-/// Phase 5: the global gradient norm (of the reduced gradients), the clip it implies, and AdamW
-/// (skipped when the loss is not finite).
-pub fn optimizer<B: Backend>(be: &mut B, model: &mut Model<B>, cfg: &RunConfig, step: u32, loss_finite: bool) -> Update {
-    let grad_sumsq: f64 = be.sumsq_all(&model.state.grads);
-    let grad_norm = grad_sumsq.sqrt();
+/// Phase 5: the global gradient norm (of the reduced gradients, over the tensor-parallel group
+/// `tp`: [`grad_sumsq`]), the clip it implies, and AdamW (skipped when the loss is not finite).
+pub fn optimizer<B: Backend, C: Collective + ?Sized>(
+    be: &mut B,
+    model: &mut Model<B>,
+    cfg: &RunConfig,
+    step: u32,
+    loss_finite: bool,
+    tp: &mut C,
+) -> Result<Update, PhaseError> {
+    let grad_norm = grad_sumsq(be, model, tp, step)?.sqrt();
     let clip = cfg.train.grad_clip;
     let grad_scale = if clip > 0.0 && grad_norm.is_finite() && grad_norm > clip { (clip / grad_norm) as f32 } else { 1.0 };
     let lr = crate::train::lr_at(cfg, step);
@@ -134,7 +156,7 @@ pub fn optimizer<B: Backend>(be: &mut B, model: &mut Model<B>, cfg: &RunConfig, 
         let s = &mut model.state;
         be.adamw_all(&mut s.params, &s.grads, &mut s.adam_m, &mut s.adam_v, &h);
     }
-    Update { grad_norm, lr }
+    Ok(Update { grad_norm, lr })
 }
 
 #[cfg(test)]
@@ -172,10 +194,48 @@ mod tests {
         assert_eq!(grads, vec![vec![1.5]]);
     }
 
-    /// The amaxes' maximum over the ranks, but a site planted local keeps each rank's own, and
-    /// `reduce = false` (--amax-reduce none) keeps them all.
+    /// The gradient norm of a tensor-parallel pair of `tiny` shards: the sharded parameters' Σg² of
+    /// both ranks plus the replicated ones' once, against the same sum over the whole model's
+    /// gradients (the shards put back together) in f64; one rank is Σg² of everything.
     #[test]
-    fn amaxes_take_the_group_maximum_unless_kept_local() {
+    fn the_gradient_norm_counts_each_shard_once_and_each_replica_once() {
+        use crate::model::{Dims, Model};
+        let whole = Dims::from_model(&crate::config::preset("tiny").expect("tiny").model());
+        let fill = |p: usize, i: usize| ((p * 31 + i * 17) % 97) as f32 * 1e-3 - 0.04;
+        let full: Vec<Vec<f32>> = crate::model::param_sizes(&whole).iter().enumerate().map(|(p, &n)| (0..n).map(|i| fill(p, i)).collect()).collect();
+        let want: f64 = full.iter().flatten().map(|&g| g as f64 * g as f64).sum();
+        let got: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadGroup::new(2)
+                .into_iter()
+                .map(|mut c| {
+                    let full = full.clone();
+                    s.spawn(move || {
+                        let mut be = CpuBackend::new();
+                        let local = whole.shard(2, c.rank() as usize).expect("tiny splits in two");
+                        let mut model = Model::new(&mut be, local, 0, None);
+                        model.state.grads = crate::model::tp::shard_params(full, &whole, &local);
+                        let x = grad_sumsq(&mut be, &model, &mut c, 1).expect("norm");
+                        c.close();
+                        x
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        for x in &got {
+            assert!(((x - want) / want).abs() < 1e-12, "{x} vs {want}");
+        }
+        assert_eq!(got[0].to_bits(), got[1].to_bits(), "both ranks hold the same norm");
+        let mut be = CpuBackend::new();
+        let mut model = Model::new(&mut be, whole, 0, None);
+        model.state.grads = full;
+        assert!(((grad_sumsq(&mut be, &model, &mut OneRank, 1).expect("one rank") - want) / want).abs() < 1e-12);
+    }
+
+    /// The amaxes' maximum over the ranks where `over` says so (not for the second tensor here), and
+    /// none where it says none (--amax-reduce none).
+    #[test]
+    fn amaxes_take_the_group_maximum_where_asked() {
         let (a, b) = (Site::new(0, Module::Qkv), Site::new(1, Module::Fc2));
         let out: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
             let hs: Vec<_> = ThreadGroup::new(2)
@@ -185,9 +245,9 @@ mod tests {
                         let r = c.rank() as f32;
                         let mine = vec![((a, Role::Activation), 1.0 + r), ((b, Role::Gradient), 5.0 - r)];
                         let mut reduced = mine.clone();
-                        reduce_amaxes(&mut reduced, &mut c, true, &[b].into_iter().collect(), 1).expect("reduce");
+                        reduce_amaxes(&mut reduced, &[true, false], &mut c, 1).expect("reduce");
                         let mut kept = mine.clone();
-                        reduce_amaxes(&mut kept, &mut c, false, &HashSet::new(), 1).expect("none");
+                        reduce_amaxes(&mut kept, &[false, false], &mut c, 1).expect("none");
                         c.close();
                         (reduced.iter().map(|x| x.1).collect(), kept.iter().map(|x| x.1).collect())
                     })

@@ -14,12 +14,13 @@
 //! global batch and writes its own partition of every table.
 
 use crate::backend::{Backend, GemmId, OperandCast, OperandFault, ScaleSource, StatsLevel};
-use crate::collective::{Collective, OneRank};
+use crate::collective::RankGroups;
 use crate::config::is_fp8;
 use crate::data::Data;
+use crate::dist::weights::{WeightCast, WeightWatch};
 use crate::dist::{DistFault, DistPlan};
 use crate::flight::FlightRecorder;
-use crate::model::{Dims, Model, StepPlan};
+use crate::model::{Dims, Model, StepPlan, TpLink};
 use crate::recipe::Scaling;
 use crate::record::rows;
 use crate::record::writer::{RankWriting, StepRows, Writer};
@@ -234,12 +235,14 @@ struct Finished {
     planted: Vec<String>,
     /// The step dumped for the flight recorder only (its rows wait in the ring).
     flight_step: bool,
+    /// Each weight's forward cast (digest, what changed), for the casts table of several ranks.
+    weights: HashMap<Site, WeightCast>,
 }
 
 /// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
 /// closes the tables' parts when `flush_every` says so.
 fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, flight: &mut Option<FlightRecorder>) -> anyhow::Result<()> {
-    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step } = f;
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step, weights } = f;
     let mut rows_out = StepRows {
         step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports), rank: None }),
         ..Default::default()
@@ -250,7 +253,15 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, fligh
             rows_out.stats.extend(rows::stat_row(step, r, &r.b));
             if casts {
                 rows_out.casts.extend(rows::cast_row(step, r, &r.a));
-                rows_out.casts.extend(rows::cast_row(step, r, &r.b));
+                if let Some(mut row) = rows::cast_row(step, r, &r.b) {
+                    // Operand b of the fprop and the dgrad is the weight.
+                    if let Some(w) = weights.get(&Site::new(r.id.layer, r.id.module)).filter(|_| row.role == Role::Weight) {
+                        row.digest = Some(w.digest);
+                        row.master_changed = w.master_changed;
+                        row.forward_changed = w.forward_changed;
+                    }
+                    rows_out.casts.push(row);
+                }
             }
         }
     }
@@ -313,8 +324,8 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, fligh
 struct RankFaults {
     /// (site, role, from step, factor): this rank's scale of that tensor × factor.
     scale_corrupt: Vec<(Site, Role, u32, f32)>,
-    /// (site, from step): amaxes kept local.
-    amax_local: Vec<(Site, u32)>,
+    /// (site, from step): this rank's weight not refreshed after the optimizer step.
+    stale_weight: Vec<(Site, u32)>,
     /// The step this rank stops before.
     dies_at: Option<u32>,
 }
@@ -324,16 +335,13 @@ impl RankFaults {
         let mut f = RankFaults::default();
         for d in &dist.faults {
             match *d {
-                DistFault::AmaxLocal { site, step } => f.amax_local.push((site, step)),
+                DistFault::StaleWeight { rank: r, site, step } if r == rank => f.stale_weight.push((site, step)),
                 DistFault::ScaleCorrupt { rank: r, site, role, step, factor } if r == rank => f.scale_corrupt.push((site, role, step, factor)),
                 DistFault::RankDies { rank: r, step } if r == rank => f.dies_at = Some(f.dies_at.map_or(step, |s| s.min(step))),
                 _ => {}
             }
         }
         f
-    }
-    fn local_sites(&self, step: u32) -> HashSet<Site> {
-        self.amax_local.iter().filter(|&&(_, from)| step >= from).map(|&(s, _)| s).collect()
     }
 }
 
@@ -346,27 +354,32 @@ pub struct RankRole {
 
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
-    train_rank(be, cfg, run, name, quiet, &mut OneRank, &DistPlan::default(), None)
+    train_rank(be, cfg, run, name, quiet, &mut RankGroups::one(), &DistPlan::default(), None)
 }
 
-/// Trains one rank: alone (`role` None, [`OneRank`]), or as rank `coll.rank()` of a data-parallel
-/// job of `coll.world_size()` ranks, on its shard of every global batch of `cfg.model.batch` rows.
+/// Trains one rank: alone (`role` None, [`RankGroups::one`]), or as rank `groups.rank` of a job of
+/// `dist.dp` × `dist.tp` ranks: on its dp group's shard of every global batch of
+/// `cfg.model.batch` rows, with its tp group's shard of every layer.
 #[allow(clippy::too_many_arguments)]
-pub fn train_rank<B: Backend, C: Collective + ?Sized>(
+pub fn train_rank<B: Backend>(
     be: &mut B,
     cfg: &RunConfig,
     run: RunDir,
     name: String,
     quiet: bool,
-    coll: &mut C,
+    groups: &mut RankGroups,
     dist: &DistPlan,
     role: Option<RankRole>,
 ) -> anyhow::Result<Outcome> {
     let m = &cfg.model;
-    let (rank, world) = (coll.rank(), coll.world_size());
-    // This rank's replica sees B/N rows of each global batch of B.
-    let local_b = m.batch as usize / world as usize;
-    let dims = Dims::from_model(&fp8scope_schemas::config::ModelDims { batch: local_b as u32, ..m.clone() });
+    let (rank, world) = (groups.rank, groups.world);
+    let (dp, dp_index) = (groups.dp.world_size(), groups.dp_index());
+    // This rank's replica sees B/dp rows of each global batch of B, and its tp group's share of
+    // every layer.
+    let local_b = m.batch as usize / dp as usize;
+    let dims = Dims::from_model(&fp8scope_schemas::config::ModelDims { batch: local_b as u32, ..m.clone() })
+        .shard(groups.tp.world_size() as usize, groups.tp.rank() as usize)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let scenario = crate::scenario::of(cfg);
     let reserved = scenario.as_ref().map_or(0, |s| s.reserved_tokens());
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
@@ -406,7 +419,8 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
     // A backend error in a step: it ends the loop, the tables are closed, then it is returned.
     let mut failure: Option<anyhow::Error> = None;
     let tokens = dims.n as u64;
-    let batches = Batches { data: &data, scenario: scenario.as_ref(), seq: dims.t, vocab: m.vocab, first_row: rank as usize * local_b, rows: local_b };
+    let batches = Batches { data: &data, scenario: scenario.as_ref(), seq: dims.t, vocab: m.vocab, first_row: dp_index as usize * local_b, rows: local_b };
+    let mut watch: WeightWatch<B::Buf> = WeightWatch::new(faults.stale_weight.clone());
     // The device never waits for the host between steps for what the step does not need: the
     // next step's batch is made and uploaded, and the last step's rows are built and handed to
     // the writer, while the device runs a step (after its forward and backward are queued).
@@ -428,12 +442,25 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
             Some(b) => b,
             None => batches.stage(be, step),
         };
-        let plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults);
-        // Phases 1 and 2: forward and backward, queued together.
+        let mut plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults);
+        // A job of several ranks records each weight's forward cast (and may plant a stale one).
+        let weights = if several {
+            watch.before_step(be, &mut model, &mut plan, step);
+            watch.observe(be, &model, &plan, step)
+        } else {
+            HashMap::new()
+        };
+        // Phases 1 and 2: forward and backward, queued together (under tensor parallelism with the
+        // group's all-reduces inside).
         be.begin_step_work(plan.graph_signature());
-        let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan);
+        let mut tp = TpLink::new(&mut *groups.tp);
+        let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
+        let tp_done = tp.finish();
         be.end_step_work();
         be.gemms_done();
+        if several {
+            watch.restore(&mut model, step);
+        }
         if let Some(f) = finished.take() {
             let t = Instant::now();
             record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
@@ -444,30 +471,38 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
         }
         // The loss, then phases 3 (gradient reduction) and 5 (optimizer); a collective that fails
         // (another rank stopped) ends this rank as a crash.
-        let reduced = crate::step::step_loss(be, &mut model, coll, batch.supervised, step)
-            .and_then(|loss| crate::step::reduce_gradients(be, &mut model.state.grads, coll, step).map(|_| loss));
-        let loss = match reduced {
+        let reduced = tp_done
+            .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
+            .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step))
+            .and_then(|loss| crate::step::reduce_gradients(be, &mut model.state.grads, &mut *groups.dp, step).map(|_| loss))
+            .and_then(|loss| crate::step::optimizer(be, &mut model, cfg, step, loss.is_finite(), &mut *groups.tp).map(|u| (loss, u)));
+        let (loss, crate::step::Update { grad_norm, lr }) = match reduced {
             Ok(l) => l,
             Err(e) => {
+                groups.abort(&format!("{e:#}"));
                 status = RunStatus::Crashed;
                 error = Some(format!("{e:#}"));
                 break;
             }
         };
         let finite = loss.is_finite();
-        let crate::step::Update { grad_norm, lr } = crate::step::optimizer(be, &mut model, cfg, step, finite);
         let reports = be.take_reports();
         // A failed primitive leaves the whole step unknown: stop before any of its rows is written.
         if let Err(e) = check_backend(be) {
-            coll.abort(&format!("{e:#}"));
+            groups.abort(&format!("{e:#}"));
             status = RunStatus::Crashed;
             error = Some(format!("{e:#}"));
             failure = Some(e);
             break;
         }
-        // Phase 4: the amaxes, reduced over the group that shares each scale, into the histories.
+        // Phase 4: the amaxes, reduced over the groups that share each scale, into the histories:
+        // over tp, then over dp (a maximum, so the order changes nothing).
         let mut amaxes = scaling.step_amaxes(&reports);
-        if let Err(e) = crate::step::reduce_amaxes(&mut amaxes, coll, dist.amax_reduce.reduces_over_dp(), &faults.local_sites(step), step) {
+        let (over_tp, over_dp): (Vec<bool>, Vec<bool>) = amaxes.iter().map(|&((site, role), _)| dist.amax_reduction(site, role, step)).unzip();
+        let reduced = crate::step::reduce_amaxes(&mut amaxes, &over_tp, &mut *groups.tp, step)
+            .and_then(|_| crate::step::reduce_amaxes(&mut amaxes, &over_dp, &mut *groups.dp, step));
+        if let Err(e) = reduced {
+            groups.abort(&format!("{e:#}"));
             status = RunStatus::Crashed;
             error = Some(format!("{e:#}"));
             break;
@@ -480,17 +515,17 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
             .filter(|d| {
                 d.step() == step
                     && match d {
-                        DistFault::AmaxLocal { .. } => true,
-                        DistFault::ScaleCorrupt { rank: r, .. } => *r == rank,
+                        DistFault::AmaxLocal { .. } | DistFault::AmaxDpOnly { .. } => true,
+                        DistFault::ScaleCorrupt { rank: r, .. } | DistFault::StaleWeight { rank: r, .. } => *r == rank,
                         DistFault::RankDies { .. } => false,
                     }
             })
             .map(DistFault::describe)
             .collect();
         let flight_step = cfg.record.flight_recorder > 0 && !is_dump_step(&cfg.record, step);
-        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step };
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step, weights };
         losses.push(loss);
-        let tok_s = tokens as f64 * world as f64 * step as f64 / started.elapsed().as_secs_f64();
+        let tok_s = tokens as f64 * dp as f64 * step as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
         pb.inc(1);
         if !quiet && (step % 50 == 0 || !finite) {
@@ -532,7 +567,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
     // Every rank ends a completed or diverged run at the same step; a crashed one leaves without
     // closing, which releases any rank still waiting in a collective.
     if status != RunStatus::Crashed {
-        coll.close();
+        groups.close();
     }
     match failure {
         Some(e) => Err(e),

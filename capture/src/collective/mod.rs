@@ -8,13 +8,17 @@
 //!   order, so a run reduces to the same bits every time;
 //! - NCCL (not yet): ranks as processes, one GPU each.
 //!
+//! A rank of a dp × tp mesh holds one handle per group it belongs to ([`groups::RankGroups`]).
+//!
 //! A rank that fails calls [`Collective::abort`] (or drops its handle without [`Collective::close`]):
 //! every collective of the other ranks then returns [`CollectiveError::Aborted`] naming it, instead
 //! of waiting for a rank that will never come.
 
+pub mod groups;
 pub mod one_rank;
 pub mod threads;
 
+pub use groups::RankGroups;
 pub use one_rank::OneRank;
 pub use threads::ThreadGroup;
 

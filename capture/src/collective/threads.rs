@@ -45,6 +45,8 @@ struct State {
 
 struct Shared {
     world: u32,
+    /// The job's rank of each member (errors name these: a group of a mesh is not the whole job).
+    names: Vec<u32>,
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -64,9 +66,17 @@ pub struct ThreadGroup;
 impl ThreadGroup {
     #[allow(clippy::new_ret_no_self)]
     pub fn new(world: u32) -> Vec<ThreadRank> {
+        Self::of_ranks((0..world).collect())
+    }
+
+    /// The handles of a group whose members are the job's ranks `names`, in group order (member i
+    /// is the group's rank i); errors name the job's ranks.
+    pub fn of_ranks(names: Vec<u32>) -> Vec<ThreadRank> {
+        let world = names.len() as u32;
         assert!(world >= 1, "a group has at least one rank");
         let shared = Arc::new(Shared {
             world,
+            names,
             state: Mutex::new(State {
                 generation: 0,
                 arrived: 0,
@@ -89,27 +99,32 @@ pub struct ThreadRank {
     closed: bool,
 }
 
-/// Why the group can do no more collectives, if it cannot.
-fn broken(st: &State) -> Option<CollectiveError> {
+/// Why the group can do no more collectives, if it cannot (the rank named as the job's).
+fn broken(st: &State, names: &[u32]) -> Option<CollectiveError> {
     if let Some((rank, reason)) = &st.aborted {
         return Some(CollectiveError::Aborted { rank: *rank, reason: reason.clone() });
     }
     let closed = st.closed.iter().position(|&c| c)?;
-    Some(CollectiveError::Aborted { rank: closed as u32, reason: "it closed its collectives and left the group".into() })
+    Some(CollectiveError::Aborted { rank: names[closed], reason: "it closed its collectives and left the group".into() })
 }
 
 impl ThreadRank {
+    /// This member's rank in the job.
+    fn name(&self) -> u32 {
+        self.shared.names[self.rank as usize]
+    }
+
     fn collective(&mut self, op: Op, data: &[f32]) -> Result<Arc<Vec<f32>>, CollectiveError> {
         let world = self.shared.world;
         let mut st = self.shared.lock();
-        if let Some(e) = broken(&st) {
+        if let Some(e) = broken(&st, &self.shared.names) {
             return Err(e);
         }
         match st.pending {
-            None => st.pending = Some((op, data.len(), self.rank)),
+            None => st.pending = Some((op, data.len(), self.name())),
             Some((first_op, first_len, first_rank)) if first_op != op || first_len != data.len() => {
-                let e = CollectiveError::Mismatch { rank: self.rank, op: op.name(), len: data.len(), first_rank, first_op: first_op.name(), first_len };
-                st.aborted = Some((self.rank, e.to_string()));
+                let e = CollectiveError::Mismatch { rank: self.name(), op: op.name(), len: data.len(), first_rank, first_op: first_op.name(), first_len };
+                st.aborted = Some((self.name(), e.to_string()));
                 self.shared.wake.notify_all();
                 return Err(e);
             }
@@ -132,7 +147,7 @@ impl ThreadRank {
             if st.generation != mine {
                 return Ok(st.result.clone());
             }
-            if let Some(e) = broken(&st) {
+            if let Some(e) = broken(&st, &self.shared.names) {
                 return Err(e);
             }
         }
@@ -184,7 +199,7 @@ impl Collective for ThreadRank {
     fn abort(&mut self, reason: &str) {
         let mut st = self.shared.lock();
         if st.aborted.is_none() {
-            st.aborted = Some((self.rank, reason.to_string()));
+            st.aborted = Some((self.name(), reason.to_string()));
         }
         self.shared.wake.notify_all();
     }

@@ -1,15 +1,16 @@
-//! The job of `--dp N` on the CPU: N rank threads, one model replica each on its own CPU backend
-//! (the process's thread pool shared), their collectives through one [`ThreadGroup`].
+//! The job of `--dp N --tp T` on the CPU: N·T rank threads, each with its model (a replica of its
+//! tp shard) on its own CPU backend (the process's thread pool shared), their collectives through
+//! the groups of a dp × tp mesh ([`RankGroups::mesh`]).
 //!
-//! Rank 0 writes the manifest when the job starts (world size, the `dp` group, the amax groups of
-//! `--amax-reduce`, every rank's host, pid and device) and with each flush; every rank writes its
+//! Rank 0 writes the manifest when the job starts (world size, the dp and tp groups and the mesh,
+//! the amax groups of `--amax-reduce`, every rank's host, pid and device) and with each flush; every rank writes its
 //! own partitions and liveness file. Once every thread has returned, the manifest is written once
 //! more with how the job ended: `completed` or `diverged` as every rank agrees, else `crashed`
 //! naming the first rank that failed or stopped, and the rows of every rank's closed parts.
 
 use super::DistPlan;
 use crate::backend::cpu::CpuBackend;
-use crate::collective::{Collective, ThreadGroup};
+use crate::collective::RankGroups;
 use crate::record::writer::{RankWriting, sum_rows};
 use crate::train::{Outcome, RankRole, train_rank};
 use fp8scope_schemas::config::RunConfig;
@@ -23,28 +24,28 @@ enum RankEnd {
     Failed(anyhow::Error),
 }
 
-/// Trains `cfg` as `dist.dp` data-parallel ranks into `run`; returns the job's manifest.
-pub fn train_dp(cfg: &RunConfig, dist: &DistPlan, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Manifest> {
-    let world = dist.dp;
+/// Trains `cfg` as `dist.dp` × `dist.tp` ranks into `run`; returns the job's manifest.
+pub fn train_ranks(cfg: &RunConfig, dist: &DistPlan, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Manifest> {
+    let world = dist.world();
     let host = host_name().unwrap_or_else(|| "localhost".into());
     let pid = std::process::id();
     let ranks: Vec<RankInfo> = (0..world).map(|r| RankInfo { rank: r, local_rank: Some(r), host: host.clone(), pid, device: Some("cpu".into()) }).collect();
     let parallel = dist.parallel();
-    let handles = ThreadGroup::new(world);
+    let handles = RankGroups::mesh(dist.dp, dist.tp);
     let ends: Vec<RankEnd> = std::thread::scope(|scope| {
         let threads: Vec<_> = handles
             .into_iter()
-            .map(|mut coll| {
+            .map(|mut groups| {
                 let (run, name, parallel, ranks, host) = (run.clone(), name.clone(), parallel.clone(), ranks.clone(), host.clone());
-                let rank = coll.rank();
+                let rank = groups.rank;
                 std::thread::Builder::new().name(format!("fp8scope-rank{rank}")).spawn_scoped(scope, move || {
                     let mut be = CpuBackend::new();
                     let role = RankRole { writing: RankWriting { rank, host, pid }, parallel, ranks };
                     // Only rank 0 draws progress and prints.
-                    match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut coll, dist, Some(role)) {
+                    match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut groups, dist, Some(role)) {
                         Ok(o) => RankEnd::Ran(Box::new(o)),
                         Err(e) => {
-                            coll.abort(&format!("{e:#}"));
+                            groups.abort(&format!("{e:#}"));
                             RankEnd::Failed(e)
                         }
                     }

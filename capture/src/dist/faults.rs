@@ -1,7 +1,14 @@
 //! Faults of a job of several ranks, planted with `--inject` (ground truth for `fp8-analyze ranks`):
 //!
 //! - `kind=amax-local,site=layers.1.fc2,step=S`: from step S on, that site's amaxes are not reduced:
-//!   each rank's history takes its own tensor's amax (every rank);
+//!   each rank's history takes its own tensor's amax (every rank; torchtitan #3109);
+//! - `kind=amax-dp-only,site=layers.1.fc2,step=S` (with --tp 2 or more): from step S on, that
+//!   site's tensors that are sharded over the tensor-parallel group (its weight, and the activation
+//!   or gradient that is not a replicated input) have their amaxes reduced over dp only, not over
+//!   tp: each shard of one logical tensor gets its own scale (Megatron-LM PR #442);
+//! - `kind=stale-weight,rank=R,site=layers.1.fc2,step=S` (S ≥ 2): from step S on, rank R's GEMMs of
+//!   that site use the weight its forward used at step S − 1: the FP8 weight is not refreshed
+//!   after the optimizer step (Megatron-LM #5707), while the master weight goes on moving;
 //! - `kind=scale-corrupt,rank=R,site=layers.1.fc2,step=S[,role=weight][,magnitude=16]`: from step S
 //!   on, rank R casts that site's `role` (default the weight, which every replica must scale alike)
 //!   with its scale × magnitude;
@@ -13,12 +20,14 @@ use anyhow::{Context, bail};
 use fp8scope_schemas::names::{Role, Site};
 
 /// The kinds of `--inject` that belong here.
-pub const KINDS: [&str; 3] = ["amax-local", "scale-corrupt", "rank-dies"];
+pub const KINDS: [&str; 5] = ["amax-local", "amax-dp-only", "scale-corrupt", "stale-weight", "rank-dies"];
 
 /// One planted fault of a job of several ranks.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DistFault {
     AmaxLocal { site: Site, step: u32 },
+    AmaxDpOnly { site: Site, step: u32 },
+    StaleWeight { rank: u32, site: Site, step: u32 },
     ScaleCorrupt { rank: u32, site: Site, role: Role, step: u32, factor: f32 },
     RankDies { rank: u32, step: u32 },
 }
@@ -29,8 +38,9 @@ impl DistFault {
         spec.split(',').filter_map(|kv| kv.split_once('=')).any(|(k, v)| k.trim() == "kind" && KINDS.contains(&v.trim()))
     }
 
-    /// Parses one spec; `dp` ranks, `n_layers` layers.
-    pub fn parse(spec: &str, dp: u32, n_layers: u32) -> anyhow::Result<DistFault> {
+    /// Parses one spec; `dp` × `tp` ranks, `n_layers` layers.
+    pub fn parse(spec: &str, dp: u32, tp: u32, n_layers: u32) -> anyhow::Result<DistFault> {
+        let world = dp * tp;
         let (mut kind, mut site, mut rank, mut step, mut role, mut magnitude) = (None, None, None, None, None, None);
         for kv in spec.split(',') {
             let (k, v) = kv.split_once('=').with_context(|| format!("--inject '{spec}': '{kv}' is not key=value"))?;
@@ -69,16 +79,28 @@ impl DistFault {
         };
         let need_rank = || -> anyhow::Result<u32> {
             let r = rank.with_context(|| format!("--inject '{spec}': missing rank=R"))?;
-            if r >= dp {
-                bail!("--inject '{spec}': rank {r} is not one of the {dp} ranks (--dp {dp})");
+            if r >= world {
+                bail!("--inject '{spec}': rank {r} is not one of the {world} ranks (--dp {dp} × --tp {tp})");
             }
             Ok(r)
         };
-        if dp < 2 {
-            bail!("--inject '{spec}': a fault of several ranks needs --dp 2 or more");
+        if world < 2 {
+            bail!("--inject '{spec}': a fault of several ranks needs --dp or --tp 2 or more");
         }
         Ok(match kind.as_deref() {
             Some("amax-local") => DistFault::AmaxLocal { site: need_site()?, step },
+            Some("amax-dp-only") => {
+                if tp < 2 {
+                    bail!("--inject '{spec}': amax-dp-only leaves a tensor-parallel shard's amax unreduced over tp; it needs --tp 2 or more");
+                }
+                DistFault::AmaxDpOnly { site: need_site()?, step }
+            }
+            Some("stale-weight") => {
+                if step < 2 {
+                    bail!("--inject '{spec}': stale-weight keeps the weight of the step before; it needs step=2 or later");
+                }
+                DistFault::StaleWeight { rank: need_rank()?, site: need_site()?, step }
+            }
             Some("scale-corrupt") => {
                 DistFault::ScaleCorrupt { rank: need_rank()?, site: need_site()?, role: role.unwrap_or(Role::Weight), step, factor: magnitude.unwrap_or(16.0) }
             }
@@ -91,6 +113,12 @@ impl DistFault {
     pub fn describe(&self) -> String {
         match self {
             DistFault::AmaxLocal { site, step } => format!("planted: {site}'s amaxes not reduced from step {step} (each rank's own)"),
+            DistFault::AmaxDpOnly { site, step } => {
+                format!("planted: {site}'s tensor-parallel shards' amaxes reduced over dp only from step {step} (each shard its own scale)")
+            }
+            DistFault::StaleWeight { rank, site, step } => {
+                format!("planted: rank {rank}'s {site} weight not refreshed after the optimizer step from step {step} (the weight of step {})", step - 1)
+            }
             DistFault::ScaleCorrupt { rank, site, role, step, factor } => {
                 format!("planted: rank {rank}'s {site}.{} scale × {factor} from step {step}", role.as_str())
             }
@@ -101,7 +129,11 @@ impl DistFault {
     /// The step it starts at.
     pub fn step(&self) -> u32 {
         match *self {
-            DistFault::AmaxLocal { step, .. } | DistFault::ScaleCorrupt { step, .. } | DistFault::RankDies { step, .. } => step,
+            DistFault::AmaxLocal { step, .. }
+            | DistFault::AmaxDpOnly { step, .. }
+            | DistFault::StaleWeight { step, .. }
+            | DistFault::ScaleCorrupt { step, .. }
+            | DistFault::RankDies { step, .. } => step,
         }
     }
 }
@@ -116,23 +148,34 @@ mod tests {
         assert!(DistFault::is_dist_spec("site=layers.0.qkv,kind=amax-local,step=3"));
         assert!(!DistFault::is_dist_spec("site=layers.0.qkv,gemm=fprop,kind=overflow,step=3"));
         assert_eq!(
-            DistFault::parse("kind=amax-local,site=layers.1.fc2,step=5", 2, 2).unwrap(),
+            DistFault::parse("kind=amax-local,site=layers.1.fc2,step=5", 2, 1, 2).unwrap(),
             DistFault::AmaxLocal { site: Site::new(1, Module::Fc2), step: 5 }
         );
         assert_eq!(
-            DistFault::parse("kind=scale-corrupt,rank=1,site=layers.0.qkv,step=3", 2, 2).unwrap(),
+            DistFault::parse("kind=scale-corrupt,rank=1,site=layers.0.qkv,step=3", 2, 1, 2).unwrap(),
             DistFault::ScaleCorrupt { rank: 1, site: Site::new(0, Module::Qkv), role: Role::Weight, step: 3, factor: 16.0 }
         );
-        assert_eq!(DistFault::parse("kind=rank-dies,rank=3,step=7", 4, 2).unwrap(), DistFault::RankDies { rank: 3, step: 7 });
+        assert_eq!(DistFault::parse("kind=rank-dies,rank=3,step=7", 4, 1, 2).unwrap(), DistFault::RankDies { rank: 3, step: 7 });
+        assert_eq!(DistFault::parse("kind=rank-dies,rank=3,step=7", 2, 2, 2).unwrap(), DistFault::RankDies { rank: 3, step: 7 });
+        assert_eq!(
+            DistFault::parse("kind=amax-dp-only,site=layers.1.proj,step=4", 1, 2, 2).unwrap(),
+            DistFault::AmaxDpOnly { site: Site::new(1, Module::Proj), step: 4 }
+        );
+        assert_eq!(
+            DistFault::parse("kind=stale-weight,rank=1,site=layers.0.fc1,step=6", 2, 1, 2).unwrap(),
+            DistFault::StaleWeight { rank: 1, site: Site::new(0, Module::Fc1), step: 6 }
+        );
         for (spec, dp, want) in [
             ("kind=rank-dies,rank=2,step=7", 2, "rank 2 is not one of the 2 ranks"),
             ("kind=rank-dies,step=7", 2, "missing rank=R"),
             ("kind=amax-local,step=7", 2, "missing site"),
             ("kind=amax-local,site=layers.5.fc2", 2, "layers 0-1"),
-            ("kind=rank-dies,rank=0,step=7", 1, "needs --dp 2"),
+            ("kind=rank-dies,rank=0,step=7", 1, "needs --dp or --tp 2"),
             ("kind=scale-corrupt,rank=0,site=layers.0.qkv,role=output", 2, "role must be"),
+            ("kind=amax-dp-only,site=layers.0.qkv,step=3", 2, "needs --tp 2"),
+            ("kind=stale-weight,rank=0,site=layers.0.qkv,step=1", 2, "step=2 or later"),
         ] {
-            let e = DistFault::parse(spec, dp, 2).unwrap_err().to_string();
+            let e = DistFault::parse(spec, dp, 1, 2).unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains('\n'), "{spec}: {e}");
         }
     }

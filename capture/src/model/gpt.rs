@@ -1,15 +1,27 @@
 //! The GPT-2-style step: pre-LN LayerNorm (with bias), multi-head attention, GELU MLP, biases on
 //! every linear layer. Forward then backward, in the order the recorded tables assume.
 
-use super::{DumpCapture, Layout, Model, StepPlan, two_mut};
+use super::{DumpCapture, Layout, Model, StepPlan, TpLink, two_mut};
 use crate::backend::{Activation, Backend, GemmCall, NormFwd, NormStats};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
-    pub(super) fn gpt_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan, dumps: &mut Vec<DumpCapture>) {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gpt_step(
+        &mut self,
+        be: &mut B,
+        inputs: &B::Tokens,
+        targets: &B::Tokens,
+        supervised: usize,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        tp: &mut TpLink<'_>,
+    ) {
         let d = self.dims;
         let lay = Layout::of(&d);
         let bias = |i: Option<usize>| i.expect("gpt linears and norms have biases");
+        // A row-parallel layer's bias is added once over the tensor-parallel group: by its rank 0.
+        let row_bias = tp.rank() == 0;
         // ---- forward
         let fprops = self.fprop_calls(plan);
         self.cast_weights(be, &fprops);
@@ -34,15 +46,17 @@ impl<B: Backend> Model<B> {
             let norm = NormFwd::Layer { inp: res_in, w: &p[n1w], b: &p[bias(n1b)], mean: &mut a.ln1_mean, rstd: &mut a.ln1_rstd, c: d.c, ready: ln1_ready };
             let (w, bi) = linear(Module::Qkv);
             Self::linear_of_norm(be, &calls[0], plan, dumps, &mut a.qkv, &mut s.ln, norm, &p[w], Some(&p[bias(bi)]));
-            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.c, d.nh, d.nh, d.causal);
+            be.attention_fwd(&mut a.atty, &mut a.att, &a.qkv, d.b, d.t, d.q_width(), d.nh, d.nh, d.causal);
             let (w, bi) = linear(Module::Proj);
-            Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, &p[w], Some(&p[bias(bi)]), None);
+            Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, &p[w], row_bias.then(|| &p[bias(bi)]), None);
+            tp.all_reduce_bf16(be, &mut s.proj);
             let ready = be.add_with_norm_stats(&mut a.res2, res_in, &s.proj, NormStats::Layer { mean: &mut a.ln2_mean, rstd: &mut a.ln2_rstd, c: d.c });
             let norm = NormFwd::Layer { inp: &a.res2, w: &p[n2w], b: &p[bias(n2b)], mean: &mut a.ln2_mean, rstd: &mut a.ln2_rstd, c: d.c, ready };
             let (w, bi) = linear(Module::Fc1);
             Self::linear_of_norm(be, &calls[2], plan, dumps, &mut a.fc1, &mut s.ln, norm, &p[w], Some(&p[bias(bi)]));
             let (w, bi) = linear(Module::Fc2);
-            Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Gelu, &p[w], Some(&p[bias(bi)]));
+            Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Gelu, &p[w], row_bias.then(|| &p[bias(bi)]));
+            tp.all_reduce_bf16(be, &mut s.fc2);
             // The next layer's first norm, or the final norm (which computes its own: it writes lnf).
             ln1_ready = match next.first_mut() {
                 Some(n) => be.add_with_norm_stats(res_out, &a.res2, &s.fc2, NormStats::Layer { mean: &mut n.ln1_mean, rstd: &mut n.ln1_rstd, c: d.c }),
@@ -89,6 +103,7 @@ impl<B: Backend> Model<B> {
             // fc1 (its dgrad's operand, the GELU backward, may be computed as it is cast)
             let (w, bi) = linear(Module::Fc1);
             let written = Self::linear_of_activation_grad(be, &dgrad[2], plan, dumps, &mut s.dln, &mut s.dfc1, &a.fc1, &s.dact, Activation::Gelu, &p[w]);
+            tp.all_reduce_bf16(be, &mut s.dln);
             if !written && !be.reuses_kept_cast(&wgrad[2], 0, &s.dfc1) {
                 be.activation_bwd(&mut s.dfc1, &a.fc1, &s.dact, Activation::Gelu);
             }
@@ -104,10 +119,11 @@ impl<B: Backend> Model<B> {
             Self::linear(be, &dgrad[1], plan, dumps, &mut s.datty, &s.dres, &p[w], None, None);
             let (gw, gb) = two_mut(&mut s.grads, w, bi);
             Self::linear(be, &wgrad[1], plan, dumps, gw, &s.dres, &a.atty, None, Some(gb));
-            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.atty, &a.qkv, &a.att, d.b, d.t, d.c, d.nh, d.nh, d.causal);
+            be.attention_bwd(&mut s.dqkv, &mut s.datt, &s.datty, &a.atty, &a.qkv, &a.att, d.b, d.t, d.q_width(), d.nh, d.nh, d.causal);
             // qkv
             let (w, bi) = linear(Module::Qkv);
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w], None, None);
+            tp.all_reduce_bf16(be, &mut s.dln);
             if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {
                 be.layernorm_fwd(&mut s.ln, &mut s.norm_mean, &mut s.norm_rstd, &s.res[l], &p[n1w], &p[bias(n1b)], d.c);
             }

@@ -2,12 +2,22 @@
 //! attention, SwiGLU MLP (fc1 computes gate and up in one GEMM of width 2F), no biases, an lm_head
 //! of its own or tied to the embedding. Forward then backward.
 
-use super::{DumpCapture, Layout, Model, StepPlan};
+use super::{DumpCapture, Layout, Model, StepPlan, TpLink};
 use crate::backend::{Activation, Backend, GemmCall, NormFwd, NormStats};
 use fp8scope_schemas::names::{Gemm, Module};
 
 impl<B: Backend> Model<B> {
-    pub(super) fn llama_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan, dumps: &mut Vec<DumpCapture>) {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn llama_step(
+        &mut self,
+        be: &mut B,
+        inputs: &B::Tokens,
+        targets: &B::Tokens,
+        supervised: usize,
+        plan: &StepPlan,
+        dumps: &mut Vec<DumpCapture>,
+        tp: &mut TpLink<'_>,
+    ) {
         let d = self.dims;
         let lay = Layout::of(&d);
         // ---- forward
@@ -32,10 +42,12 @@ impl<B: Backend> Model<B> {
             Self::linear_of_norm(be, &calls[0], plan, dumps, &mut s.qkv_pre, &mut s.ln, norm, w(Module::Qkv), None);
             be.rope_attention_fwd(&mut a.atty, &mut a.att, &mut a.qkv_rot, &s.qkv_pre, d.b, d.t, d.nh, d.kvh, d.hd, d.rope_theta, d.causal);
             Self::linear(be, &calls[1], plan, dumps, &mut s.proj, &a.atty, w(Module::Proj), None, None);
+            tp.all_reduce_bf16(be, &mut s.proj);
             let ready = be.add_with_norm_stats(&mut a.res2, res_in, &s.proj, NormStats::Rms { rstd: &mut a.ln2_rstd, c: d.c, eps: d.eps });
             let norm = NormFwd::Rms { inp: &a.res2, w: &p[lay.norm(l, false).0], rstd: &mut a.ln2_rstd, c: d.c, eps: d.eps, ready };
             Self::linear_of_norm(be, &calls[2], plan, dumps, &mut a.fc1, &mut s.ln, norm, w(Module::Fc1), None);
             Self::linear_of_activation(be, &calls[3], plan, dumps, &mut s.fc2, &mut s.act, &a.fc1, Activation::Swiglu { f: d.f }, w(Module::Fc2), None);
+            tp.all_reduce_bf16(be, &mut s.fc2);
             // The next layer's first norm, or the final norm (which computes its own: it writes lnf).
             ln1_ready = match next.first_mut() {
                 Some(n) => be.add_with_norm_stats(res_out, &a.res2, &s.fc2, NormStats::Rms { rstd: &mut n.ln1_rstd, c: d.c, eps: d.eps }),
@@ -75,6 +87,7 @@ impl<B: Backend> Model<B> {
             Self::linear(be, &wgrad[3], plan, dumps, &mut s.grads[w(Module::Fc2)], &s.dres, &s.act, None, None);
             // fc1 (its dgrad's operand, the SwiGLU backward, may be computed as it is cast)
             let written = Self::linear_of_activation_grad(be, &dgrad[2], plan, dumps, &mut s.dln, &mut s.dfc1, &a.fc1, &s.dact, kind, &p[w(Module::Fc1)]);
+            tp.all_reduce_bf16(be, &mut s.dln);
             if !written && !be.reuses_kept_cast(&wgrad[2], 0, &s.dfc1) {
                 be.activation_bwd(&mut s.dfc1, &a.fc1, &s.dact, kind);
             }
@@ -104,6 +117,7 @@ impl<B: Backend> Model<B> {
             );
             // qkv
             Self::linear(be, &dgrad[0], plan, dumps, &mut s.dln, &s.dqkv, &p[w(Module::Qkv)], None, None);
+            tp.all_reduce_bf16(be, &mut s.dln);
             if !be.reuses_kept_cast(&wgrad[0], 1, &s.ln) {
                 be.rmsnorm_fwd(&mut s.ln, &mut s.norm_rstd, &s.res[l], &p[n1], d.c, d.eps);
             }

@@ -14,6 +14,7 @@
 mod gpt;
 mod llama;
 pub mod params;
+pub mod tp;
 
 use crate::backend::OperandFault;
 use crate::backend::{Activation, Backend, GemmCall, GemmId, LinearDims, NormFwd, OperandCast, StatsLevel};
@@ -22,6 +23,7 @@ use fp8scope_schemas::names::{Gemm, Module, Role, Site};
 use std::collections::{HashMap, HashSet};
 
 pub use params::{INIT_JITTER_REL, Layout, WTE, init_params, jitter_params, param_names, param_sizes};
+pub use tp::TpLink;
 
 /// Model dimensions as plain sizes (N = B·T tokens per step).
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +48,10 @@ pub struct Dims {
     pub rope_theta: f32,
     /// Norm epsilon (llama's RMSNorm; gpt's LayerNorm uses its own constant).
     pub eps: f32,
+    /// Tensor-parallel ranks this layer stack is split over, and this one's index (1 and 0: the
+    /// whole model). With tp > 1, `nh`, `kvh` and `f` are this rank's share (see [`tp`]).
+    pub tp: usize,
+    pub tp_rank: usize,
 }
 
 impl Dims {
@@ -67,12 +73,20 @@ impl Dims {
             tied: m.tie_embeddings,
             rope_theta: m.rope_theta.unwrap_or(crate::config::LLAMA_ROPE_THETA) as f32,
             eps: m.norm_eps.unwrap_or(crate::config::LLAMA_NORM_EPS) as f32,
+            tp: 1,
+            tp_rank: 0,
         }
     }
 
-    /// Width of a qkv row: C + 2·KVH·HD.
+    /// Width of the attention's queries and output: NH·HD (= C on the whole model; this rank's
+    /// heads under tensor parallelism).
+    pub fn q_width(&self) -> usize {
+        self.nh * self.hd
+    }
+
+    /// Width of a qkv row: NH·HD + 2·KVH·HD (C + 2·KVH·HD on the whole model).
     pub fn qkv_width(&self) -> usize {
-        self.c + 2 * self.kvh * self.hd
+        self.q_width() + 2 * self.kvh * self.hd
     }
 
     /// Width of fc1's output: F (GELU) or 2F (SwiGLU's gate and up).
@@ -87,7 +101,7 @@ impl Dims {
     pub fn linear(&self, module: Module) -> LinearDims {
         let (k, m) = match module {
             Module::Qkv => (self.c, self.qkv_width()),
-            Module::Proj => (self.c, self.c),
+            Module::Proj => (self.q_width(), self.c),
             Module::Fc1 => (self.c, self.fc1_width()),
             Module::Fc2 => (self.f, self.c),
         };
@@ -110,7 +124,7 @@ pub struct LayerActs<T> {
     pub qkv: T,      // (N, Q) gpt, BF16 (llama keeps only the rotated copy)
     pub qkv_rot: T,  // (N, Q) llama: what rope_attention_fwd saves (q and k rotated; on the GPU BF16, head-major)
     pub att: T,      // Backend::attention_saved_len
-    pub atty: T,     // (N, C) BF16
+    pub atty: T,     // (N, NH·HD) BF16 (= C but for a tensor-parallel shard)
     pub res2: T,     // (N, C) residual after attention
     pub ln2_mean: T, // (N) gpt
     pub ln2_rstd: T, // (N)
@@ -145,7 +159,7 @@ pub struct State<T> {
     pub dres: T,     // (N, C)
     pub dln: T,      // (N, C) BF16
     pub dlnf: T,     // (N, C)
-    pub datty: T,    // (N, C) BF16
+    pub datty: T,    // (N, NH·HD) BF16
     pub dqkv: T,     // (N, Q) BF16 for gpt
     pub dqkv_rot: T, // (N, Q) llama
     pub datt: T,     // Backend::attention_saved_len
@@ -252,14 +266,21 @@ pub(crate) fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
 
 impl<B: Backend> Model<B> {
     /// A model with [`init_params`] of `seed`, jittered by [`jitter_params`] when `jitter` is set.
+    /// Under tensor parallelism (`dims.tp` > 1) the whole model's parameters are drawn and this
+    /// rank keeps its shard of each ([`tp::shard_params`]), so that the ranks together hold the
+    /// one-rank model of the seed.
     pub fn new(be: &mut B, dims: Dims, seed: u64, jitter: Option<u64>) -> Model<B> {
-        let mut host = init_params(&dims, seed);
+        let whole = dims.unsharded();
+        let mut host = init_params(&whole, seed);
         if let Some(j) = jitter {
             jitter_params(&mut host, j);
         }
+        if dims.tp > 1 {
+            host = tp::shard_params(host, &whole, &dims);
+        }
         let params: Vec<B::Buf> = host.iter().map(|p| be.upload(p)).collect();
         let sizes = param_sizes(&dims);
-        let saved = be.attention_saved_len(dims.b, dims.t, dims.c, dims.nh);
+        let saved = be.attention_saved_len(dims.b, dims.t, dims.q_width(), dims.nh);
         // `alloc(n, true)` for a GEMM's output, BF16 by construction, which a backend may keep in 16
         // bits (Backend::zeros_bf16): fc1's and gpt's qkv (saved for the backward), the scratch
         // outputs that only one kernel reads, and the weight gradients a wgrad GEMM assigns;
@@ -271,7 +292,7 @@ impl<B: Backend> Model<B> {
         let adam_m = sizes.iter().map(|&s| alloc(s, false)).collect();
         let adam_v = sizes.iter().map(|&s| alloc(s, false)).collect();
         let Dims { v, c, f, l, n, .. } = dims;
-        let (q, f1) = (dims.qkv_width(), dims.fc1_width());
+        let (q, f1, qw) = (dims.qkv_width(), dims.fc1_width(), dims.q_width());
         let gpt = dims.arch == Arch::Gpt;
         // Buffers only one architecture uses.
         let only = |yes: bool, size: usize| if yes { size } else { 0 };
@@ -283,7 +304,7 @@ impl<B: Backend> Model<B> {
                 qkv: alloc(only(gpt, n * q), true),
                 qkv_rot: alloc(only(!gpt, n * q), true),
                 att: alloc(saved, false),
-                atty: alloc(n * c, true),
+                atty: alloc(n * qw, true),
                 res2: alloc(n * c, false),
                 ln2_mean: alloc(only(gpt, n), false),
                 ln2_rstd: alloc(n, false),
@@ -312,7 +333,7 @@ impl<B: Backend> Model<B> {
             dres: alloc(n * c, false),
             dln: alloc(n * c, true),
             dlnf: alloc(n * c, false),
-            datty: alloc(n * c, true),
+            datty: alloc(n * qw, true),
             dqkv: alloc(n * q, gpt),
             dqkv_rot: alloc(only(!gpt, n * q), false),
             datt: alloc(saved, false),
@@ -509,15 +530,27 @@ impl<B: Backend> Model<B> {
     /// [`crate::layers::IGNORE_TARGET`]: the loss is the mean over them (0, with zero gradients,
     /// when there are none). Nothing here waits for the device unless a dump is taken, so the
     /// caller may do host work while the step runs before it reads the loss.
-    pub fn launch_step(&mut self, be: &mut B, inputs: &B::Tokens, targets: &B::Tokens, supervised: usize, plan: &StepPlan) -> Vec<DumpCapture> {
+    ///
+    /// Under tensor parallelism (`dims.tp` > 1) `tp` is this rank's group: the row-parallel GEMMs'
+    /// outputs and the column-parallel GEMMs' input gradients are all-reduced over it ([`tp`]); a
+    /// model of one rank never calls it.
+    pub fn launch_step(
+        &mut self,
+        be: &mut B,
+        inputs: &B::Tokens,
+        targets: &B::Tokens,
+        supervised: usize,
+        plan: &StepPlan,
+        tp: &mut TpLink<'_>,
+    ) -> Vec<DumpCapture> {
         // Only the gradients that accumulate start from zero (see `assigned_by_gemm`).
         let assigned = assigned_by_gemm(&self.dims);
         let mut accumulating: Vec<&mut B::Buf> = self.state.grads.iter_mut().zip(assigned).filter(|(_, assigned)| !assigned).map(|(g, _)| g).collect();
         be.fill_zero_all(&mut accumulating);
         let mut dumps = Vec::new();
         match self.dims.arch {
-            Arch::Gpt => self.gpt_step(be, inputs, targets, supervised, plan, &mut dumps),
-            Arch::Llama => self.llama_step(be, inputs, targets, supervised, plan, &mut dumps),
+            Arch::Gpt => self.gpt_step(be, inputs, targets, supervised, plan, &mut dumps, tp),
+            Arch::Llama => self.llama_step(be, inputs, targets, supervised, plan, &mut dumps, tp),
         }
         dumps
     }

@@ -176,7 +176,7 @@ mod tests {
     use super::*;
 
     fn dims(arch: Arch, kvh: usize, tied: bool) -> Dims {
-        Dims { arch, v: 512, c: 64, f: 256, nh: 4, kvh, hd: 16, l: 2, b: 8, t: 64, n: 512, causal: true, tied, rope_theta: 1e4, eps: 1e-5 }
+        Dims { arch, v: 512, c: 64, f: 256, nh: 4, kvh, hd: 16, l: 2, b: 8, t: 64, n: 512, causal: true, tied, rope_theta: 1e4, eps: 1e-5, tp: 1, tp_rank: 0 }
     }
 
     #[test]
