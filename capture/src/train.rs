@@ -22,7 +22,7 @@ use crate::model::{Dims, Model, StepPlan};
 use crate::recipe::Scaling;
 use crate::record::rows;
 use crate::record::writer::{RankWriting, StepRows, Writer};
-use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RunConfig};
+use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RecipeKind, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
@@ -131,8 +131,8 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
             for gemm in Gemm::ALL {
                 let id = GemmId { layer, module, gemm };
                 let [ra, rb] = gemm.operands();
-                let mut ca = scaling.operand_cast(cfg, site, gemm, ra);
-                let mut cb = scaling.operand_cast(cfg, site, gemm, rb);
+                let mut ca = scaling.operand_cast(cfg, site, gemm, ra, step);
+                let mut cb = scaling.operand_cast(cfg, site, gemm, rb, step);
                 for &(s, role, from, factor) in &rank.scale_corrupt {
                     if s == site && step >= from {
                         if ra == role {
@@ -335,7 +335,7 @@ pub fn train_rank<B: Backend, C: Collective + ?Sized>(
     let rec = recording(cfg, m.layers)?;
     let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
-    if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
+    if matches!(cfg.recipe.kind, RecipeKind::Block | RecipeKind::Mxfp8 | RecipeKind::Nvfp4) {
         device.block_gemm = Some(if be.kind() == "cpu" { "emulated-cpu".into() } else { "cublaslt-block-scaling".into() });
     }
     let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };
