@@ -57,8 +57,9 @@ mod tests {
 
     /// Against the dense product x · diag(s) H / 4 in f64, and T orthogonal: Tᵀ·T = I.
     #[test]
+    #[allow(clippy::needless_range_loop)] // matrix indices read best as indices
     fn the_butterfly_is_the_signed_hadamard_product_and_it_is_orthogonal() {
-        let h = |i: usize, j: usize| if (i & j).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+        let h = |i: usize, j: usize| if (i & j).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 };
         let x: [f32; 16] = std::array::from_fn(|i| (i as f32 * 0.37 - 2.0).sin() * 3.0);
         let mut y = x;
         transform16(&mut y);
