@@ -32,8 +32,9 @@ import glob, sys
 import numpy as np, pyarrow.parquet as pq
 out, order = sys.argv[1], sys.argv[2].split()
 def tail_loss(run):
-    t = pq.ParquetDataset(sorted(glob.glob(f"{run}/steps/**/*.parquet", recursive=True))).read().to_pandas().sort_values("step")
-    return float(t["loss"].tail(20).mean())
+    t = pq.ParquetDataset(sorted(glob.glob(f"{run}/steps/**/*.parquet", recursive=True))).read(columns=["step", "loss"])
+    step, loss = t.column("step").to_numpy(), t.column("loss").to_numpy()
+    return float(loss[np.argsort(step)][-20:].mean())
 res = {n: np.array([tail_loss(f"{out}/{n}-s{s}") for s in range(3)]) for n in order}
 base = res["bf16"]
 band = base.max() - base.min()

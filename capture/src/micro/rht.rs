@@ -15,17 +15,7 @@ pub fn transform16(v: &mut [f32; RHT_SIZE]) {
     for (x, s) in v.iter_mut().zip(RHT_SIGNS) {
         *x *= s;
     }
-    let mut h = 1;
-    while h < RHT_SIZE {
-        for i in (0..RHT_SIZE).step_by(2 * h) {
-            for j in i..i + h {
-                let (a, b) = (v[j], v[j + h]);
-                v[j] = a + b;
-                v[j + h] = a - b;
-            }
-        }
-        h *= 2;
-    }
+    butterfly(v);
     for x in v.iter_mut() {
         *x *= 0.25;
     }
@@ -49,6 +39,40 @@ pub fn transform_rows(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The inverse transform (Tᵀ = H16 · diag(s) / 4: butterfly, × 1/4, then signs) along the rows, runs
+/// of 16 as in [`transform_rows`]: the values of a transformed operand in the original basis (e.g.
+/// for the bias gradient's column sums of dY, which the transform does not preserve).
+pub fn inverse_transform_rows(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    let mut v = [0f32; RHT_SIZE];
+    for r0 in (0..rows / RHT_SIZE * RHT_SIZE).step_by(RHT_SIZE) {
+        for c in 0..cols {
+            for (i, slot) in v.iter_mut().enumerate() {
+                *slot = x[(r0 + i) * cols + c];
+            }
+            butterfly(&mut v);
+            for (i, &y) in v.iter().enumerate() {
+                out[(r0 + i) * cols + c] = y * 0.25 * RHT_SIGNS[i];
+            }
+        }
+    }
+    out
+}
+
+fn butterfly(v: &mut [f32; RHT_SIZE]) {
+    let mut h = 1;
+    while h < RHT_SIZE {
+        for i in (0..RHT_SIZE).step_by(2 * h) {
+            for j in i..i + h {
+                let (a, b) = (v[j], v[j + h]);
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
 }
 
 #[cfg(test)]
@@ -84,5 +108,7 @@ mod tests {
             assert!((plain - rotated).abs() < 1e-4, "{plain} vs {rotated}");
         }
         assert_eq!(&ta[32 * cols..], &a[32 * cols..], "the short last run is left alone");
+        // The inverse brings the operand back (to f32 rounding; exactly for these dyadic values).
+        assert_eq!(inverse_transform_rows(&ta, rows, cols), a);
     }
 }
