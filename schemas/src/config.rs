@@ -531,7 +531,10 @@ mod tests {
         assert!(json.contains(r#""accumulation":"fast_fprop","#), "{json}");
         // The micro-scaled recipes' settings read as their defaults from an older recipe.
         assert_eq!((r.mx_rounding, r.nvfp4), (crate::quant::E8m0Rounding::Te, crate::quant::Nvfp4Switches::default()));
-        assert!(json.ends_with(r#""mx_rounding":"te","nvfp4":{"disable_rht":false,"disable_stochastic_rounding":false,"disable_2d_quantization":false}}"#), "{json}");
+        assert!(
+            json.ends_with(r#""mx_rounding":"te","nvfp4":{"disable_rht":false,"disable_stochastic_rounding":false,"disable_2d_quantization":false}}"#),
+            "{json}"
+        );
         assert_eq!(serde_json::from_str::<RecipeConfig>(&json).unwrap(), te);
         let fast: Vec<Gemm> = Gemm::ALL.into_iter().filter(|&g| te.accumulation.is_fast(g)).collect();
         assert_eq!(fast, vec![Gemm::Fprop]);
