@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use fp8scope_schemas::config::*;
 use fp8scope_schemas::names::{Gemm, Role, Site};
+use fp8scope_schemas::quant::{E8m0Rounding, Nvfp4Switches};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -52,6 +53,16 @@ and how long the host took between steps while the GPU waited).")]
     Train(Box<TrainArgs>),
     /// List the model presets.
     Presets,
+    /// The quantization contract: every element and scale format with its constants (max finite,
+    /// smallest normal and subnormal, mantissa bits, bias), the E8M0 roundings, and for each recipe
+    /// the element format, block and scale of every GEMM operand.
+    #[command(after_help = "Examples:\n  fp8-capture formats\n  fp8-capture formats --json > formats.json\n\n\
+The JSON is what python/fp8scope/_formats.json holds (the Python package reads its constants from it).")]
+    Formats {
+        /// Print the contract as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -76,6 +87,24 @@ pub enum RecipeArg {
     Delayed,
     Current,
     Block,
+    Mxfp8,
+    Nvfp4,
+}
+
+impl RecipeArg {
+    /// Whether only the CPU backend implements the recipe.
+    pub fn cpu_only(self) -> bool {
+        matches!(self, RecipeArg::Block | RecipeArg::Mxfp8 | RecipeArg::Nvfp4)
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MxRoundingArg {
+    /// Transformer Engine's: the exponent of amax/max rounded up; no element clips.
+    Te,
+    /// The OCP MX specification's: floor(log2 amax) - emax of the element format; the block's
+    /// largest elements may clip to max.
+    Ocp,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -243,11 +272,14 @@ pub struct TrainArgs {
 
     // ---- recipe
     /// Scaling recipe: bf16 (no FP8, the baseline), delayed (TE DelayedScaling), current, block
-    /// (DeepSeek-V3 1×128 / 128×128 tiles, E4M3).
+    /// (DeepSeek-V3 1×128 / 128×128 tiles, E4M3), mxfp8 (E4M3 in blocks of 32 with E8M0 scales),
+    /// nvfp4 (E2M1 in blocks of 16, 16×16 for weights, E4M3 block scales under an FP32 tensor
+    /// scale; RHT on wgrad operands, stochastic rounding of gradients). `fp8-capture formats` lists
+    /// what each operand gets. block, mxfp8 and nvfp4 run on the CPU only.
     #[arg(long, value_enum, default_value = "delayed", help_heading = "FP8 recipe")]
     pub recipe: RecipeArg,
     /// FP8 formats per role.
-    /// [default: hybrid, or the scenario's]
+    /// [default: hybrid (e4m3 for mxfp8, as Transformer Engine), or the scenario's]
     #[arg(long, value_enum, help_heading = "FP8 recipe")]
     pub format: Option<FormatArg>,
     /// Delayed scaling: steps of amax history [default: 1024, or the scenario's].
@@ -266,6 +298,18 @@ pub struct TrainArgs {
     /// accumulates in FP32; the manifest records what was asked.
     #[arg(long, value_enum, default_value = "fast-fprop", help_heading = "FP8 recipe")]
     pub accumulation: AccumulationArg,
+    /// mxfp8: how a block's E8M0 scale is rounded from its amax.
+    #[arg(long, value_enum, default_value = "te", help_heading = "FP8 recipe")]
+    pub mx_rounding: MxRoundingArg,
+    /// nvfp4: no random Hadamard transform on the wgrad operands (TE's disable_rht).
+    #[arg(long, help_heading = "FP8 recipe")]
+    pub nvfp4_disable_rht: bool,
+    /// nvfp4: gradients rounded to nearest, not stochastically (TE's disable_stochastic_rounding).
+    #[arg(long, help_heading = "FP8 recipe")]
+    pub nvfp4_disable_stochastic_rounding: bool,
+    /// nvfp4: weights in 1×16 blocks, not 16×16 (TE's disable_2d_quantization).
+    #[arg(long, help_heading = "FP8 recipe")]
+    pub nvfp4_disable_2d_quantization: bool,
 
     // ---- routing
     /// GEMM kinds sent back to BF16 everywhere: fprop,dgrad,wgrad.
@@ -577,7 +621,19 @@ impl TrainArgs {
             RecipeArg::Delayed => RecipeKind::Delayed,
             RecipeArg::Current => RecipeKind::Current,
             RecipeArg::Block => RecipeKind::Block,
+            RecipeArg::Mxfp8 => RecipeKind::Mxfp8,
+            RecipeArg::Nvfp4 => RecipeKind::Nvfp4,
         };
+        let micro = matches!(kind, RecipeKind::Mxfp8 | RecipeKind::Nvfp4);
+        if !micro && !matches!(self.mx_rounding, MxRoundingArg::Te) {
+            bail!("--mx-rounding belongs to --recipe mxfp8");
+        }
+        if kind != RecipeKind::Nvfp4 && (self.nvfp4_disable_rht || self.nvfp4_disable_stochastic_rounding || self.nvfp4_disable_2d_quantization) {
+            bail!("--nvfp4-disable-* belong to --recipe nvfp4");
+        }
+        if micro && (!self.inject.is_empty() || matches!(self.overflow, Some(OverflowArg::Nan))) {
+            bail!("--recipe {}: --inject and --overflow nan plant faults in per-tensor and block FP8 casts, not in {} casts yet", kind.as_str(), kind.as_str());
+        }
         // FP8SCOPE_FP8_{FPROP,DGRAD,WGRAD}=0 is the environment spelling of --bf16-gemms.
         let mut bf16_gemms = self.bf16_gemms.clone();
         for g in Gemm::ALL {
@@ -749,7 +805,7 @@ impl TrainArgs {
                     Some(FormatArg::Hybrid) => FormatPolicy::Hybrid,
                     Some(FormatArg::E4m3) => FormatPolicy::E4m3,
                     None if scen.as_ref().and_then(|s| s.e4m3) == Some(true) => FormatPolicy::E4m3,
-                    None => FormatPolicy::Hybrid,
+                    None => fp8scope_schemas::quant::default_policy(kind),
                 },
                 amax_history: self.amax_history.or(scen.as_ref().and_then(|s| s.amax_history)).unwrap_or(1024),
                 amax_algo: match self.amax_algo {
@@ -764,6 +820,15 @@ impl TrainArgs {
                     Some(OverflowArg::Nan) => Overflow::Nan,
                     None if scen.as_ref().is_some_and(|s| s.overflow_nan) => Overflow::Nan,
                     None => Overflow::Saturate,
+                },
+                mx_rounding: match self.mx_rounding {
+                    MxRoundingArg::Te => E8m0Rounding::Te,
+                    MxRoundingArg::Ocp => E8m0Rounding::Ocp,
+                },
+                nvfp4: Nvfp4Switches {
+                    disable_rht: self.nvfp4_disable_rht,
+                    disable_stochastic_rounding: self.nvfp4_disable_stochastic_rounding,
+                    disable_2d_quantization: self.nvfp4_disable_2d_quantization,
                 },
                 accumulation: match self.accumulation {
                     AccumulationArg::Split => Accumulation::Split,

@@ -1,9 +1,8 @@
 //! Presets, and the questions the model asks of a run's configuration: which GEMMs run in FP8,
 //! in which format each role is cast, which faults are active at a step.
 
-use crate::fp8::Fp8Format;
-use fp8scope_schemas::config::{Arch, AttnMask, FormatPolicy, ModelDims, RecipeKind, RunConfig};
-use fp8scope_schemas::names::{Gemm, Role, Site};
+use fp8scope_schemas::config::{Arch, AttnMask, ModelDims, RecipeKind, RunConfig};
+use fp8scope_schemas::names::{Gemm, Site};
 
 /// A named model size (DESIGN.md). Every dimension can still be changed by its own flag.
 #[derive(Clone, Copy, Debug)]
@@ -73,38 +72,4 @@ pub fn is_fp8(cfg: &RunConfig, site: Site, gemm: Gemm, step: u32) -> bool {
         return false;
     }
     !cfg.routing.sends_to_bf16_at(site, gemm, step)
-}
-
-/// The FP8 format of `role` under the recipe's format policy (block scaling is always E4M3).
-pub fn format_for(cfg: &RunConfig, role: Role) -> Fp8Format {
-    match (cfg.recipe.kind, cfg.recipe.format, role) {
-        (RecipeKind::Block, _, _) => Fp8Format::E4M3,
-        (_, FormatPolicy::Hybrid, Role::Gradient) => Fp8Format::E5M2,
-        _ => Fp8Format::E4M3,
-    }
-}
-
-/// Block-scaling tile (rows, cols) of an operand in its row-major layout: tiles run along the
-/// GEMM's reduction dimension — 1×128 for activations and gradients in fprop and dgrad, 128×1 in
-/// wgrad (where the reduction runs over tokens), 128×128 for weights.
-pub fn block_tile(gemm: Gemm, role: Role) -> (usize, usize) {
-    match (gemm, role) {
-        (_, Role::Weight) => (128, 128),
-        (Gemm::Wgrad, _) => (128, 1),
-        _ => (1, 128),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_tiles_run_along_the_reduction_dimension() {
-        assert_eq!(block_tile(Gemm::Fprop, Role::Activation), (1, 128));
-        assert_eq!(block_tile(Gemm::Dgrad, Role::Gradient), (1, 128));
-        assert_eq!(block_tile(Gemm::Wgrad, Role::Gradient), (128, 1));
-        assert_eq!(block_tile(Gemm::Wgrad, Role::Activation), (128, 1));
-        assert_eq!(block_tile(Gemm::Dgrad, Role::Weight), (128, 128));
-    }
 }

@@ -23,6 +23,7 @@
 //! `encode(x * scale)` (an f32 multiply, then the cast), and the value it stands for is
 //! `decode(code) / scale`.
 
+use fp8scope_schemas::quant::{ElementFormat, FormatSpec};
 use rayon::prelude::*;
 use std::sync::LazyLock;
 
@@ -56,27 +57,64 @@ struct Params {
     magic: f32,
 }
 
-const E4M3_PARAMS: Params = Params {
-    mbits: 3,
-    bias: 7,
-    max_code: 0x7E,
-    max_bits: 0x43E0_0000,        // 448 = 1.75 * 2^8
-    min_normal_bits: 0x3C80_0000, // 2^-6
-    magic: 16384.0,               // 2^14: f32 ulp there is 2^-9
-};
+impl Params {
+    /// The encoder's bit constants, derived from the quantization contract's entry.
+    const fn of(spec: &FormatSpec) -> Params {
+        let min_subnormal = match spec.min_subnormal {
+            Some(v) => v as f32,
+            None => panic!("an FP8 format has subnormals"),
+        };
+        // magic = 2^23 · min_subnormal: its f32 ulp is the smallest subnormal.
+        Params {
+            mbits: spec.mantissa_bits,
+            bias: spec.bias as u32,
+            max_code: spec.max_code,
+            max_bits: (spec.max_finite as f32).to_bits(),
+            min_normal_bits: (spec.min_normal as f32).to_bits(),
+            magic: min_subnormal * 8_388_608.0,
+        }
+    }
+}
 
-const E5M2_PARAMS: Params = Params {
-    mbits: 2,
-    bias: 15,
-    max_code: 0x7B,
-    max_bits: 0x4760_0000,        // 57344 = 1.75 * 2^15
-    min_normal_bits: 0x3880_0000, // 2^-14
-    magic: 128.0,                 // 2^7: f32 ulp there is 2^-16
-};
+const E4M3_PARAMS: Params = Params::of(ElementFormat::E4M3.spec());
+const E5M2_PARAMS: Params = Params::of(ElementFormat::E5M2.spec());
 
 impl Fp8Format {
     /// Both formats, E4M3 first.
     pub const ALL: [Fp8Format; 2] = [Fp8Format::E4M3, Fp8Format::E5M2];
+
+    /// The format's entry in the quantization contract.
+    pub fn element(self) -> ElementFormat {
+        match self {
+            Fp8Format::E4M3 => ElementFormat::E4M3,
+            Fp8Format::E5M2 => ElementFormat::E5M2,
+        }
+    }
+
+    /// The format's constants, from the quantization contract.
+    pub fn spec(self) -> &'static FormatSpec {
+        self.element().spec()
+    }
+
+    /// The FP8 format of a contract element format (None for E2M1 and E8M0).
+    pub fn of_element(e: ElementFormat) -> Option<Fp8Format> {
+        match e {
+            ElementFormat::E4M3 => Some(Fp8Format::E4M3),
+            ElementFormat::E5M2 => Some(Fp8Format::E5M2),
+            ElementFormat::E2M1 | ElementFormat::E8M0 => None,
+        }
+    }
+
+    /// Where round-to-nearest leaves the finite range (464 for E4M3, 61440 for E5M2): a
+    /// non-saturating cast turns |x·scale| at or above it into [`Self::overflow_code`].
+    pub fn overflow_threshold(self) -> f32 {
+        self.spec().overflow_threshold() as f32
+    }
+
+    /// The code (positive sign) of a non-saturating overflow: NaN `0x7F` (E4M3), Inf `0x7C` (E5M2).
+    pub fn overflow_code(self) -> u8 {
+        self.spec().overflow_code().unwrap_or(CANONICAL_NAN)
+    }
 
     #[inline(always)]
     fn params(self) -> &'static Params {
@@ -98,10 +136,7 @@ impl Fp8Format {
 
     /// Smallest positive subnormal value: 2^-9 (E4M3) or 2^-16 (E5M2).
     pub fn min_subnormal(self) -> f32 {
-        match self {
-            Fp8Format::E4M3 => f32::from_bits(0x3B00_0000), // 2^-9
-            Fp8Format::E5M2 => f32::from_bits(0x3780_0000), // 2^-16
-        }
+        self.spec().min_subnormal.unwrap_or(0.0) as f32
     }
 
     /// Code (positive sign) of the largest finite value: `0x7E` (E4M3) or `0x7B` (E5M2).
@@ -121,35 +156,22 @@ impl Fp8Format {
 
     /// Lower-case name, as used on the command line and in recorded files.
     pub fn name(self) -> &'static str {
-        match self {
-            Fp8Format::E4M3 => "e4m3",
-            Fp8Format::E5M2 => "e5m2",
-        }
+        self.spec().name
     }
 
     /// Parses a name, case-insensitively: `e4m3` (also `e4m3fn`) or `e5m2`.
     pub fn parse(s: &str) -> Option<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "e4m3" | "e4m3fn" => Some(Fp8Format::E4M3),
-            "e5m2" => Some(Fp8Format::E5M2),
-            _ => None,
-        }
+        ElementFormat::parse(s).and_then(Fp8Format::of_element)
     }
 
     /// True if `code` is a NaN code of this format (either sign).
     pub fn is_nan_code(self, code: u8) -> bool {
-        match self {
-            Fp8Format::E4M3 => code & 0x7F == 0x7F,
-            Fp8Format::E5M2 => code & 0x7F > 0x7C,
-        }
+        self.spec().nan_codes.contains(&(code & 0x7F))
     }
 
     /// True if `code` is ±Inf (E5M2 only; E4M3 has no infinities).
     pub fn is_inf_code(self, code: u8) -> bool {
-        match self {
-            Fp8Format::E4M3 => false,
-            Fp8Format::E5M2 => code & 0x7F == 0x7C,
-        }
+        self.spec().inf_code == Some(code & 0x7F)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod fp8;
 pub mod hf_config;
 pub mod interrupt;
 pub mod layers;
+pub mod micro;
 pub mod model;
 pub mod recipe;
 pub mod record;
@@ -50,15 +51,75 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Train(args) => train_command(&args),
+        Command::Formats { json } => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&fp8scope_schemas::quant::contract_json())?);
+            } else {
+                print!("{}", formats_table());
+            }
+            Ok(0)
+        }
     }
+}
+
+/// The quantization contract as text: the formats' constants, then each recipe's operands.
+pub fn formats_table() -> String {
+    use fp8scope_schemas::config::RecipeKind;
+    use fp8scope_schemas::names::Gemm;
+    use fp8scope_schemas::quant::{BlockShape, E8m0Rounding, ElementFormat, Nvfp4Switches, default_policy, operand_quant};
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(t, "{:<6} {:>4} {:>3} {:>3} {:>5} {:>14} {:>14} {:>14}", "format", "bits", "E", "M", "bias", "max finite", "min normal", "min subnormal");
+    for f in ElementFormat::ALL {
+        let s = f.spec();
+        let sub = s.min_subnormal.map_or("-".to_string(), |v| format!("{v:e}"));
+        let _ = writeln!(
+            t,
+            "{:<6} {:>4} {:>3} {:>3} {:>5} {:>14e} {:>14e} {:>14}",
+            s.name, s.bits, s.exponent_bits, s.mantissa_bits, s.bias, s.max_finite, s.min_normal, sub
+        );
+    }
+    let _ = writeln!(t, "\nE8M0 roundings (--mx-rounding):");
+    for r in E8m0Rounding::ALL {
+        let _ = writeln!(t, "  {:<4} {}", r.as_str(), r.about());
+    }
+    let _ = writeln!(t, "\nrecipe   gemm   role        element  block      scale                   rht  stochastic   (default --format and switches)");
+    for recipe in RecipeKind::ALL {
+        for gemm in Gemm::ALL {
+            for role in gemm.operands() {
+                let Some(q) = operand_quant(recipe, default_policy(recipe), E8m0Rounding::Te, Nvfp4Switches::default(), gemm, role) else { continue };
+                let block = match q.block {
+                    BlockShape::Tensor => "tensor".to_string(),
+                    BlockShape::Tile { rows, cols } => format!("{rows}x{cols}"),
+                };
+                let _ = writeln!(
+                    t,
+                    "{:<8} {:<6} {:<11} {:<8} {:<10} {:<23} {:<4} {}",
+                    recipe.as_str(),
+                    gemm.as_str(),
+                    role.as_str(),
+                    q.element.name(),
+                    block,
+                    q.scale.name(),
+                    q.rht,
+                    q.stochastic
+                );
+            }
+        }
+    }
+    t
 }
 
 /// The device a run uses: `auto` is CUDA when a GPU of compute capability ≥ 8.9 is found (and the
 /// recipe runs there), else the CPU; `cuda` without such a GPU is an error saying why, in one line.
 pub fn resolve_device(arg: DeviceArg, recipe: cli::RecipeArg) -> anyhow::Result<&'static str> {
-    let block = matches!(recipe, cli::RecipeArg::Block);
+    let block = recipe.cpu_only();
     match arg {
         DeviceArg::Cpu => Ok("cpu"),
+        DeviceArg::Cuda if matches!(recipe, cli::RecipeArg::Mxfp8 | cli::RecipeArg::Nvfp4) => {
+            let name = if matches!(recipe, cli::RecipeArg::Mxfp8) { "mxfp8" } else { "nvfp4" };
+            bail!("--device cuda: the {name} recipe is emulated on the CPU only (the CUDA backend has no {name} casts yet); use --device cpu")
+        }
         DeviceArg::Auto => Ok(if !block && gpu_usable().is_ok() { "cuda" } else { "cpu" }),
         DeviceArg::Cuda => {
             if let Err(e) = gpu_usable() {

@@ -1,5 +1,6 @@
 //! Scaling recipes: the per-tensor state (amax history) of delayed scaling, and the cast each GEMM
-//! operand gets under bf16 / delayed / current / block scaling.
+//! operand gets under bf16 / delayed / current / block scaling, MXFP8 and NVFP4 — which element
+//! format, block and scale is the quantization contract's (`fp8scope_schemas::quant`).
 //!
 //! Delayed scaling follows Transformer Engine's DelayedScaling: each quantized tensor
 //! (`layers.{i}.{module}.{role}`) keeps the amaxes of its last H steps; the scale used at a step is
@@ -8,11 +9,24 @@
 //! zero amax (an all-zero tensor) is skipped, as Transformer Engine keeps the previous scale then.
 
 use crate::backend::{GemmReport, OperandCast, ScaleSource};
-use crate::config::{block_tile, format_for, is_fp8};
-use crate::fp8;
+use crate::config::is_fp8;
+use crate::fp8::{self, Fp8Format};
 use fp8scope_schemas::config::{AmaxAlgo, RecipeKind, RunConfig};
 use fp8scope_schemas::names::{Gemm, Role, Site};
+use fp8scope_schemas::quant::{self, BlockShape, ScaleEncoding};
 use std::collections::{HashMap, VecDeque};
+
+/// The stochastic-rounding seed of one cast: the run's seed, the step and the operand, mixed by
+/// SplitMix64 so that every cast of a run draws its own numbers and a rerun draws the same.
+pub fn rounding_seed(run_seed: u64, step: u32, site: Site, gemm: Gemm, role: Role) -> u64 {
+    let module = fp8scope_schemas::names::Module::ALL.iter().position(|&m| m == site.module).unwrap_or(0) as u64;
+    let gemm = Gemm::ALL.iter().position(|&g| g == gemm).unwrap_or(0) as u64;
+    let role = Role::ALL.iter().position(|&r| r == role).unwrap_or(0) as u64;
+    let key = (u64::from(step) << 32) | (u64::from(site.layer) << 12) | (module << 8) | (gemm << 4) | role;
+    let hi = crate::micro::e2m1::random_bits(run_seed, key);
+    let lo = crate::micro::e2m1::random_bits(run_seed ^ 0x5851_F42D_4C95_7F2D, key);
+    (u64::from(hi) << 32) | u64::from(lo)
+}
 
 /// Scaling state of every quantized tensor of the model.
 pub struct Scaling {
@@ -43,26 +57,43 @@ impl Scaling {
         }
     }
 
-    /// How `role`, operand of `gemm` at `site`, is cast at `step`.
+    /// How `role`, operand of `gemm` at `site`, is cast at `step`: as the quantization contract
+    /// (`fp8scope_schemas::quant::operand_quant`) says for the recipe, BF16 where the routing (and
+    /// its schedule) says so.
     pub fn operand_cast(&self, cfg: &RunConfig, site: Site, gemm: Gemm, role: Role, step: u32) -> OperandCast {
         if !is_fp8(cfg, site, gemm, step) {
             return OperandCast::Bf16;
         }
-        let format = format_for(cfg, role);
-        match self.kind {
-            RecipeKind::Bf16 => OperandCast::Bf16,
-            RecipeKind::Current => OperandCast::Fp8Tensor { format, scale: ScaleSource::Current { margin: self.margin } },
-            RecipeKind::Block => {
-                let (tile_rows, tile_cols) = block_tile(gemm, role);
-                OperandCast::Fp8Block { format, tile_rows, tile_cols, margin: self.margin }
+        let r = &cfg.recipe;
+        let Some(q) = quant::operand_quant(self.kind, r.format, r.mx_rounding, r.nvfp4, gemm, role) else {
+            return OperandCast::Bf16;
+        };
+        let (tile_rows, tile_cols) = match q.block {
+            BlockShape::Tile { rows, cols } => (rows, cols),
+            BlockShape::Tensor => (0, 0),
+        };
+        let fp8_element =
+            || Fp8Format::of_element(q.element).unwrap_or_else(|| panic!("the contract gives {} scales to {} elements", q.scale.name(), q.element.name()));
+        match q.scale {
+            ScaleEncoding::Fp32Tensor if self.kind == RecipeKind::Current => {
+                OperandCast::Fp8Tensor { format: fp8_element(), scale: ScaleSource::Current { margin: self.margin } }
             }
-            RecipeKind::Delayed => {
+            ScaleEncoding::Fp32Tensor => {
+                let format = fp8_element();
                 let (scale, amax_used) = match self.history_amax(site, role) {
                     Some(a) => (fp8::scale_for_amax(format, a, self.margin), a),
                     None => (1.0, 0.0),
                 };
                 OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale, amax_used } }
             }
+            ScaleEncoding::Fp32Block => OperandCast::Fp8Block { format: fp8_element(), tile_rows, tile_cols, margin: self.margin },
+            ScaleEncoding::E8m0Block(rounding) => OperandCast::Mxfp8 { format: fp8_element(), rounding, tile_rows, tile_cols },
+            ScaleEncoding::E4m3BlockUnderFp32Tensor => OperandCast::Nvfp4 {
+                tile_rows,
+                tile_cols,
+                rht: q.rht,
+                stochastic_seed: q.stochastic.then(|| rounding_seed(cfg.train.seed, step, site, gemm, role)),
+            },
         }
     }
 

@@ -24,7 +24,7 @@ use crate::model::{Dims, Model, StepPlan, TpLink};
 use crate::recipe::Scaling;
 use crate::record::rows;
 use crate::record::writer::{RankWriting, StepRows, Writer};
-use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RunConfig};
+use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RecipeKind, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
 use fp8scope_schemas::names::{Gemm, Module, Role, Site};
@@ -387,7 +387,7 @@ pub fn train_rank<B: Backend>(
     let mut flight = (cfg.record.flight_recorder > 0).then(|| FlightRecorder::new(cfg.record.flight_recorder));
     let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
-    if cfg.recipe.kind == fp8scope_schemas::config::RecipeKind::Block {
+    if matches!(cfg.recipe.kind, RecipeKind::Block | RecipeKind::Mxfp8 | RecipeKind::Nvfp4) {
         device.block_gemm = Some(if be.kind() == "cpu" { "emulated-cpu".into() } else { "cublaslt-block-scaling".into() });
     }
     let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };

@@ -11,13 +11,25 @@
 Scaling follows Transformer Engine: the code of x is ``encode(x * scale)`` (an f32 multiply, then the
 cast) and it stands for ``decode(code) / scale``. The tests compare this module with the Rust cast
 bit for bit; `fp8scope.torch` casts the same way on the device (see `fp8scope/torch/cast.py`).
+
+The formats' constants (max finite, smallest normal and subnormal, mantissa bits, bias, the codes of
+the largest value, of Inf and of NaN) come from `_formats.json`, the quantization contract that the
+Rust crate fp8scope-schemas exports (`fp8-capture formats --json`); nothing here restates them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
+
+#: The quantization contract (`schemas/src/quant.rs`), as exported to `_formats.json`.
+CONTRACT = json.loads(resources.files("fp8scope").joinpath("_formats.json").read_text(encoding="utf-8"))
+#: Its formats by name: e4m3, e5m2, e2m1, e8m0, each with max_finite, min_normal, min_subnormal,
+#: mantissa_bits, bias, max_code, inf_code, nan_codes, ...
+SPECS = {f["name"]: f for f in CONTRACT["formats"]}
 
 #: The code every NaN input gets, in both formats (the H200's answer).
 CANONICAL_NAN = 0x7F
@@ -46,15 +58,34 @@ class Format:
 
     def is_nan_code(self, code: np.ndarray) -> np.ndarray:
         c = np.asarray(code, dtype=np.uint8) & 0x7F
-        return c == 0x7F if self.name == "e4m3" else c > 0x7C
+        return np.isin(c, np.array(SPECS[self.name]["nan_codes"], dtype=np.uint8))
 
     def is_inf_code(self, code: np.ndarray) -> np.ndarray:
         c = np.asarray(code, dtype=np.uint8) & 0x7F
-        return np.zeros(c.shape, bool) if self.name == "e4m3" else c == 0x7C
+        inf = SPECS[self.name]["inf_code"]
+        return np.zeros(c.shape, bool) if inf is None else c == inf
 
 
-E4M3 = Format("e4m3", 3, 7, 0x7E, 0x43E0_0000, 0x3C80_0000, 16384.0, 2.0**-9)
-E5M2 = Format("e5m2", 2, 15, 0x7B, 0x4760_0000, 0x3880_0000, 128.0, 2.0**-16)
+def _f32_bits(v: float) -> int:
+    return int(np.float32(v).view(np.uint32))
+
+
+def _from_contract(name: str) -> Format:
+    f = SPECS[name]
+    return Format(
+        name=name,
+        mbits=f["mantissa_bits"],
+        bias=f["bias"],
+        max_code=f["max_code"],
+        max_bits=_f32_bits(f["max_finite"]),
+        min_normal_bits=_f32_bits(f["min_normal"]),
+        magic=f["min_subnormal"] * 2.0**23,
+        min_subnormal=f["min_subnormal"],
+    )
+
+
+E4M3 = _from_contract("e4m3")
+E5M2 = _from_contract("e5m2")
 FORMATS = {"e4m3": E4M3, "e5m2": E5M2}
 
 

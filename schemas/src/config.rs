@@ -105,16 +105,25 @@ pub enum RecipeKind {
     Current,
     /// DeepSeek-V3 style: 1×128 tiles for activation and gradient, 128×128 blocks for weights, E4M3.
     Block,
+    /// OCP MXFP8 as Transformer Engine's MXFP8BlockScaling: E4M3 elements in blocks of 32 along the
+    /// reduction dimension with E8M0 power-of-two scales (`quant::operand_quant`).
+    Mxfp8,
+    /// Transformer Engine's NVFP4BlockScaling: E2M1 elements in blocks of 16 (16×16 for weights), E4M3
+    /// block scales under an FP32 tensor scale, random Hadamard transform on the wgrad operands and
+    /// stochastic rounding of gradients (`quant::operand_quant`).
+    Nvfp4,
 }
 
 impl RecipeKind {
-    pub const ALL: [RecipeKind; 4] = [RecipeKind::Bf16, RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block];
+    pub const ALL: [RecipeKind; 6] = [RecipeKind::Bf16, RecipeKind::Delayed, RecipeKind::Current, RecipeKind::Block, RecipeKind::Mxfp8, RecipeKind::Nvfp4];
     pub fn as_str(self) -> &'static str {
         match self {
             RecipeKind::Bf16 => "bf16",
             RecipeKind::Delayed => "delayed",
             RecipeKind::Current => "current",
             RecipeKind::Block => "block",
+            RecipeKind::Mxfp8 => "mxfp8",
+            RecipeKind::Nvfp4 => "nvfp4",
         }
     }
 }
@@ -158,6 +167,13 @@ pub struct RecipeConfig {
     /// Absent in older manifests, where it means `split` (what those runs did).
     #[serde(default)]
     pub accumulation: Accumulation,
+    /// MXFP8's E8M0 scale rounding (`te`: up, Transformer Engine's; `ocp`: down, the OCP
+    /// specification's). Absent in older manifests, where it means `te` (and was unused).
+    #[serde(default)]
+    pub mx_rounding: crate::quant::E8m0Rounding,
+    /// NVFP4's switches, as Transformer Engine names them. Absent in older manifests: all off.
+    #[serde(default)]
+    pub nvfp4: crate::quant::Nvfp4Switches,
 }
 
 /// See [`RecipeConfig::accumulation`].
@@ -564,7 +580,13 @@ mod tests {
         assert!(Gemm::ALL.iter().all(|&g| !r.accumulation.is_fast(g)));
         let te = RecipeConfig { accumulation: Accumulation::FastFprop, ..r };
         let json = serde_json::to_string(&te).unwrap();
-        assert!(json.ends_with(r#""accumulation":"fast_fprop"}"#), "{json}");
+        assert!(json.contains(r#""accumulation":"fast_fprop","#), "{json}");
+        // The micro-scaled recipes' settings read as their defaults from an older recipe.
+        assert_eq!((r.mx_rounding, r.nvfp4), (crate::quant::E8m0Rounding::Te, crate::quant::Nvfp4Switches::default()));
+        assert!(
+            json.ends_with(r#""mx_rounding":"te","nvfp4":{"disable_rht":false,"disable_stochastic_rounding":false,"disable_2d_quantization":false}}"#),
+            "{json}"
+        );
         assert_eq!(serde_json::from_str::<RecipeConfig>(&json).unwrap(), te);
         let fast: Vec<Gemm> = Gemm::ALL.into_iter().filter(|&g| te.accumulation.is_fast(g)).collect();
         assert_eq!(fast, vec![Gemm::Fprop]);

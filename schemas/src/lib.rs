@@ -8,6 +8,8 @@
 //! - the Arrow schemas of the `steps`, `stats`, `tensors`, `events`, `shadow` and `extra_stats`
 //!   tables with their column-name constants ([`tables`]),
 //! - the crash-safe Parquet part writer and the checked part reader ([`parts`]),
+//! - the quantization contract: element and scale formats, block shapes, and which operand gets
+//!   which under each recipe ([`quant`]),
 //! - all of the above as JSON for writers in other languages ([`export`]).
 //!
 //! A schema version travels in the manifest and in every Parquet file's key-value metadata; readers
@@ -20,6 +22,7 @@ pub mod layout;
 pub mod manifest;
 pub mod names;
 pub mod parts;
+pub mod quant;
 pub mod ranks;
 pub mod tables;
 

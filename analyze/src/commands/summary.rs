@@ -6,6 +6,7 @@ use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
 use crate::output::{self, num, pct};
 use clap::Args;
+use fp8scope_schemas::config::RecipeKind;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -111,6 +112,20 @@ fn render(run: &Run, s: &Summary) -> String {
         r.accumulation.as_str()
     )
     .to_lowercase();
+    // The switches of the micro-scaled recipes (fp8scope_schemas::quant), where they apply.
+    match r.kind {
+        RecipeKind::Mxfp8 => o += &format!("  mxfp8      e8m0 scale rounding={}\n", r.mx_rounding.as_str()),
+        RecipeKind::Nvfp4 => {
+            let on = |off: bool| if off { "off" } else { "on" };
+            o += &format!(
+                "  nvfp4      rht={} stochastic_rounding={} 2d_quantization={}\n",
+                on(r.nvfp4.disable_rht),
+                on(r.nvfp4.disable_stochastic_rounding),
+                on(r.nvfp4.disable_2d_quantization)
+            );
+        }
+        _ => {}
+    }
     let rt = &c.routing;
     if !rt.fp8_sites.is_empty() {
         o += &format!("  fp8 only   sites=[{}] (every other GEMM in BF16)\n", rt.fp8_sites.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "));

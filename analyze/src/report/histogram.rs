@@ -6,6 +6,7 @@
 //! shaded, and each panel states their shares of the sample.
 
 use super::{DrawError, FONT, LABEL_PX, LEGEND_PX, TICK_PX, TITLE_PX, draw_err, palette, png};
+use fp8scope_schemas::quant::{ElementFormat, FormatSpec};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -20,21 +21,33 @@ pub struct Fp8Range {
     pub max: f64,
 }
 
-/// E4M3 (finite-only variant): subnormals from 2⁻⁹, normals from 2⁻⁶, max 448.
-pub const E4M3: Fp8Range = Fp8Range { name: "E4M3", min_subnormal: 1.0 / 512.0, min_normal: 1.0 / 64.0, max: 448.0 };
-/// E5M2: subnormals from 2⁻¹⁶, normals from 2⁻¹⁴, max 57344.
-pub const E5M2: Fp8Range = Fp8Range { name: "E5M2", min_subnormal: 1.0 / 65536.0, min_normal: 1.0 / 16384.0, max: 57344.0 };
-
 impl Fp8Range {
-    /// The range of a format named as in the tables (`e4m3`, `e5m2`); None for others (`bf16`).
+    /// The range of an element format of the quantization contract (`fp8scope_schemas::quant`).
+    pub const fn of_spec(name: &'static str, s: &FormatSpec) -> Fp8Range {
+        let min_subnormal = match s.min_subnormal {
+            Some(v) => v,
+            None => s.min_normal,
+        };
+        Fp8Range { name, min_subnormal, min_normal: s.min_normal, max: s.max_finite }
+    }
+
+    /// The range of a format named as in the tables (`e4m3`, `e5m2`, `e2m1`); None for others (`bf16`).
     pub fn of(format: &str) -> Option<Fp8Range> {
-        match format {
-            "e4m3" => Some(E4M3),
-            "e5m2" => Some(E5M2),
-            _ => None,
+        match ElementFormat::parse(format)? {
+            ElementFormat::E4M3 => Some(E4M3),
+            ElementFormat::E5M2 => Some(E5M2),
+            ElementFormat::E2M1 => Some(E2M1),
+            ElementFormat::E8M0 => None,
         }
     }
 }
+
+/// E4M3 (finite-only variant): subnormals from 2⁻⁹, normals from 2⁻⁶, max 448.
+pub const E4M3: Fp8Range = Fp8Range::of_spec("E4M3", ElementFormat::E4M3.spec());
+/// E5M2: subnormals from 2⁻¹⁶, normals from 2⁻¹⁴, max 57344.
+pub const E5M2: Fp8Range = Fp8Range::of_spec("E5M2", ElementFormat::E5M2.spec());
+/// E2M1 (NVFP4's elements): 0.5, normals from 1, max 6.
+pub const E2M1: Fp8Range = Fp8Range::of_spec("E2M1", ElementFormat::E2M1.spec());
 
 /// One dumped tensor to draw.
 #[derive(Clone, Debug)]

@@ -95,6 +95,8 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             margin: 0,
             overflow: Default::default(),
             accumulation: Default::default(),
+            mx_rounding: Default::default(),
+            nvfp4: Default::default(),
         },
         routing: RoutingConfig::default(),
         data: DataConfig {

@@ -24,6 +24,7 @@ pub use crate::channel_stats::ChannelStats;
 use crate::fp8::Fp8Format;
 pub use crate::tensor_stats::Moments;
 use fp8scope_schemas::names::{Gemm, Module, Role};
+use fp8scope_schemas::quant::E8m0Rounding;
 
 /// Identifies one GEMM of the model: `layers.{layer}.{module}.{gemm}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,6 +50,13 @@ pub enum OperandCast {
     /// Cast to FP8 with one scale per tile of `tile_rows × tile_cols` elements of the operand's
     /// row-major layout, each from the tile's own amax.
     Fp8Block { format: Fp8Format, tile_rows: usize, tile_cols: usize, margin: i32 },
+    /// Cast to MXFP8 (`crate::micro::mxfp8`): `format` elements in `tile_rows × tile_cols` blocks,
+    /// each with an E8M0 scale from its amax under `rounding`.
+    Mxfp8 { format: Fp8Format, rounding: E8m0Rounding, tile_rows: usize, tile_cols: usize },
+    /// Cast to NVFP4 (`crate::micro::nvfp4`): E2M1 elements in `tile_rows × tile_cols` blocks with
+    /// E4M3 scales under an FP32 tensor scale, after the random Hadamard transform when `rht`,
+    /// rounded stochastically with the seed when there is one.
+    Nvfp4 { tile_rows: usize, tile_cols: usize, rht: bool, stochastic_seed: Option<u64> },
 }
 
 /// Where a per-tensor scale comes from.
@@ -163,9 +171,10 @@ impl GemmCall {
 pub struct CastReport {
     /// The operand's role.
     pub role: Option<Role>,
-    /// `e4m3`, `e5m2` or `bf16`.
+    /// The element format: `e4m3`, `e5m2`, `e2m1` or `bf16`.
     pub format: &'static str,
-    /// The scale used (per-tensor), or the smallest tile scale (block scaling), 1.0 for BF16.
+    /// The scale used (per-tensor), or the smallest tile scale (block scaling, MXFP8: the smallest
+    /// 2^(127 − code)), the tensor scale S_enc (NVFP4), 1.0 for BF16.
     pub scale: f32,
     /// max |x| over finite values of the operand as cast (faults included).
     pub amax: f32,

@@ -49,7 +49,8 @@ pub fn check(run: &str, parts: &[RankParts], mesh: &Mesh, naming: &SiteNaming, r
     let mut res = CastsResult { rows: parts.iter().map(|p| p.rows).sum(), ..Default::default() };
     let infer_reason = match recipe {
         RecipeKind::Delayed => Some("amax groups: the recipe is delayed scaling, whose amax_used comes from an amax history, not from this step's amaxes"),
-        RecipeKind::Block => Some("amax groups: block scaling keeps one scale per block, with no per-tensor amax reduction"),
+        RecipeKind::Block | RecipeKind::Mxfp8 => Some("amax groups: block scaling keeps one scale per block, with no per-tensor amax reduction"),
+        RecipeKind::Nvfp4 => Some("amax groups: nvfp4's tensor scale comes from each rank's own operand, with no amax reduction across ranks"),
         RecipeKind::Bf16 => Some("amax groups: the recipe is bf16 (no FP8 casts to reduce)"),
         RecipeKind::Current => None,
     };

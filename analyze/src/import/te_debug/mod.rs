@@ -354,6 +354,8 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             margin: 0,
             overflow: Overflow::Saturate,
             accumulation: Accumulation::FastFprop,
+            mx_rounding: Default::default(),
+            nvfp4: Default::default(),
         },
         routing: RoutingConfig::default(),
         data: DataConfig {

@@ -1,4 +1,5 @@
-//! CPU operand casts: an operand is rounded to BF16 or cast to FP8 (per tensor or per tile) and
+//! CPU operand casts: an operand is rounded to BF16, cast to FP8 (per tensor or per tile), or cast to
+//! MXFP8 or NVFP4 (`crate::micro`), and
 //! dequantized back to f32 for the FP32-accumulating GEMM, with the statistics the recorder needs.
 //! This is the exact emulation the GPU casts are checked against.
 
@@ -133,6 +134,53 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             };
             (d, report)
         }
+        OperandCast::Mxfp8 { format, rounding, tile_rows, tile_cols } => {
+            let m = crate::micro::mxfp8::quantize(format, rounding, x, rows, cols, tile_rows, tile_cols);
+            let st = m.stats;
+            let multipliers: Vec<f32> = m.scales.iter().map(|&c| crate::micro::e8m0::encode_multiplier(c)).collect();
+            let report = CastReport {
+                format: format.name(),
+                scale: multipliers.iter().copied().fold(f32::INFINITY, f32::min),
+                amax: st.amax,
+                amax_used: st.amax,
+                numel,
+                underflow: st.underflow,
+                saturated: st.saturated,
+                nan: st.nan,
+                inf: st.inf,
+                zeros: st.zeros,
+                quantized: keep.then_some(m.codes),
+                block_scales: keep.then_some((multipliers, tile_rows, tile_cols)),
+                ..Default::default()
+            };
+            (m.dequantized, report)
+        }
+        OperandCast::Nvfp4 { tile_rows, tile_cols, rht, stochastic_seed } => {
+            let opts = crate::micro::nvfp4::Nvfp4Opts { block: (tile_rows, tile_cols), rht, stochastic_seed };
+            let m = crate::micro::nvfp4::quantize(x, rows, cols, opts);
+            let st = m.stats;
+            let report = CastReport {
+                format: fp8scope_schemas::quant::E2M1_SPEC.name,
+                scale: m.s_enc,
+                amax: st.amax,
+                amax_used: m.tensor_amax,
+                numel,
+                underflow: st.underflow,
+                saturated: st.saturated,
+                nan: st.nan,
+                inf: st.inf,
+                zeros: st.zeros,
+                ..Default::default()
+            };
+            // The quantization error is the cast's: against the operand as cast (transformed under RHT).
+            if level >= StatsLevel::Full {
+                let mut r = report;
+                r.quant_error = Some(tensor_stats::quant_error(&m.cast_input, &m.dequantized));
+                (m.dequantized, r)
+            } else {
+                (m.dequantized, report)
+            }
+        }
     };
     if level >= StatsLevel::Cheap {
         report.moments = Some(tensor_stats::moments(x));
@@ -140,7 +188,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
     if level >= StatsLevel::Channels {
         report.channels = Some(channel_stats::channel_stats(x, rows, cols));
     }
-    if level >= StatsLevel::Full {
+    if level >= StatsLevel::Full && report.quant_error.is_none() {
         report.quant_error = Some(tensor_stats::quant_error(x, &dequantized));
     }
     Cast { dequantized, report }
@@ -151,16 +199,13 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
 /// saturated.
 fn overflow_to_nonfinite(format: Fp8Format, x: &[f32], scale: f32, q: &mut [u8], st: &mut fp8::CastStats) {
     // Halfway between max and the next value the format would have: RNE rounds above it.
-    let (limit, code) = match format {
-        Fp8Format::E4M3 => (464.0f32, 0x7Fu8),
-        Fp8Format::E5M2 => (61440.0f32, 0x7Cu8),
-    };
+    let (limit, code) = (format.overflow_threshold(), format.overflow_code());
     for (&v, c) in x.iter().zip(q.iter_mut()) {
         let y = v * scale;
         if y.is_finite() && y.abs() >= limit {
             *c = code | if y < 0.0 { 0x80 } else { 0 };
             st.saturated -= 1;
-            if format == Fp8Format::E4M3 { st.nan += 1 } else { st.inf += 1 }
+            if format.is_nan_code(code) { st.nan += 1 } else { st.inf += 1 }
         }
     }
 }

@@ -248,7 +248,16 @@ impl Backend for CpuBackend {
         if let Some(db) = dbias {
             // Column sums of dY in BF16-rounded operand precision, as the bias gradient.
             let m = call.dims.m;
-            let dy = &ca.dequantized;
+            // Under NVFP4's Hadamard transform the cast dY is in the rotated basis, whose column
+            // sums are not dY's: sum it back in the original basis.
+            let unrotated;
+            let dy = match call.cast_a {
+                OperandCast::Nvfp4 { rht: true, .. } => {
+                    unrotated = crate::micro::rht::inverse_transform_rows(&ca.dequantized, call.dims.n, m);
+                    &unrotated
+                }
+                _ => &ca.dequantized,
+            };
             let sums: Vec<f32> = (0..m).into_par_iter().map(|j| (0..call.dims.n).map(|i| dy[i * m + j]).sum::<f32>()).collect();
             db.iter_mut().zip(sums).for_each(|(d, s)| *d += s);
         }
@@ -312,6 +321,31 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::GemmId;
+    use fp8scope_schemas::names::Module;
+
+    /// The bias gradient of a wgrad whose dY went through NVFP4's Hadamard transform is the column
+    /// sums of dY, not of its rotation (which keep only a signed 4 × the first row of each run of 16).
+    #[test]
+    fn the_bias_gradient_under_the_hadamard_transform_sums_dy_in_its_own_basis() {
+        let d = LinearDims { n: 64, k: 8, m: 8 };
+        let dy: Vec<f32> = (0..d.n * d.m).map(|i| ((i * 37 % 23) as f32 - 11.0) / 8.0 + (i % d.m) as f32 * 0.25).collect();
+        let x: Vec<f32> = (0..d.n * d.k).map(|i| ((i * 11 % 17) as f32 - 8.0) / 4.0).collect();
+        let want: Vec<f64> = (0..d.m).map(|j| (0..d.n).map(|i| f64::from(dy[i * d.m + j])).sum()).collect();
+        for rht in [false, true] {
+            let mut call = GemmCall::bf16(GemmId { layer: 0, module: Module::Fc2, gemm: Gemm::Wgrad }, d);
+            call.cast_a = OperandCast::Nvfp4 { tile_rows: 16, tile_cols: 1, rht, stochastic_seed: None };
+            call.cast_b = OperandCast::Nvfp4 { tile_rows: 16, tile_cols: 1, rht, stochastic_seed: None };
+            let mut be = CpuBackend::new();
+            let (mut out, mut db) = (vec![0f32; d.m * d.k], vec![0f32; d.m]);
+            be.gemm(&call, &mut out, &dy, &x, None, Some(&mut db));
+            for j in 0..d.m {
+                let err = (f64::from(db[j]) - want[j]).abs();
+                // NVFP4 keeps 1 mantissa bit: each element within 1/4 of its block's scale; 64 of them.
+                assert!(err < 0.08 * want.iter().map(|v| v.abs()).fold(1.0, f64::max), "rht {rht}, column {j}: {} vs {}", db[j], want[j]);
+            }
+        }
+    }
 
     #[test]
     fn the_cpu_backend_never_keeps_an_error() {

@@ -35,7 +35,7 @@ impl CudaBackend {
         let castable = match how {
             OperandCast::Bf16 => true,
             OperandCast::Fp8Tensor { scale, .. } => matches!(scale, ScaleSource::Given { .. } | ScaleSource::Current { .. }),
-            OperandCast::Fp8Block { .. } => false,
+            OperandCast::Fp8Block { .. } | OperandCast::Mxfp8 { .. } | OperandCast::Nvfp4 { .. } => false,
         };
         self.error.is_none() && castable && !call.shadow && call.stats <= StatsLevel::Channels && inputs_ok
     }

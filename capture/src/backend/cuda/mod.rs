@@ -109,6 +109,8 @@ fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
             Fp8Format::E5M2 => OpType::E5M2,
         }),
         OperandCast::Fp8Block { .. } => Err(CudaError::Unsupported("the block recipe (per-tile scales)".into())),
+        OperandCast::Mxfp8 { .. } => Err(CudaError::Unsupported("the mxfp8 recipe".into())),
+        OperandCast::Nvfp4 { .. } => Err(CudaError::Unsupported("the nvfp4 recipe".into())),
     }
 }
 
