@@ -140,6 +140,20 @@ class Kernels:
             return operand_stats(x, fmt, scale, amax_used, level)
         return self._call(("operand", fmt, level), stats, x, scale, amax_used)
 
+    def many(self, xs, fmt: str, level: int, kind: str, margin: int, buf, idx) -> torch.Tensor:
+        """The raw vectors of many operands, (n, fields) float64: `fp8scope.torch.batch.batch_fn`,
+        compiled per chunk of `batch.CHUNK` operands when fused, else the per-operand loop."""
+        from .batch import CHUNK, batch_fn
+
+        eager = batch_fn(fmt, level, kind, margin)
+        if not self.fused:
+            return eager(xs, buf, idx)
+        out = []
+        for c in range(0, len(xs), CHUNK):
+            n = min(CHUNK, len(xs) - c)
+            out.append(self._call(("many", fmt, level, kind, margin, c, n), eager, xs[c: c + n], buf, idx[c: c + n]))
+        return out[0] if len(out) == 1 else torch.cat(out)
+
     def current(self, x, fmt: str, margin: int):
         def scale(x):
             return current_scale(x, fmt, margin)
