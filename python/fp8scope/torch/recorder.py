@@ -19,9 +19,12 @@ In a job of several processes (torchrun, …) every rank records into the same r
 partition of each table (`fp8scope.torch.distributed`); torchao `Float8Linear` modules also have their
 own casts recorded (`fp8scope.torch.casts`): the `casts` table, with the cast and forward-weight
 audits.
-The hooks are excluded from torch.compile (`torch._dynamo.disable`): a compiled model breaks its
-graph at each recorded module and the hooks run eagerly there; the statistics themselves are
-compiled functions (`fused`). Forwards run with gradients disabled (validation under
+Eager hooks only note their operands: the step's batch (`batch.py`) reduces them together at the end
+of the backward pass and `step()` copies the results to the host once, asynchronously, read at the
+next step. Under torch.compile the hooks are traced into the graph (`graph.py`: no graph break)
+except at dump steps, whose hooks run eagerly. `batched=False` keeps the per-operand reference path
+(each operand reduced in its hook, hooks excluded from compilation, a synchronous copy per step),
+which writes the same tables bit for bit. Forwards run with gradients disabled (validation under
 `torch.no_grad()`) and forwards inside `with rec.paused():` are not recorded.
 """
 
@@ -50,7 +53,7 @@ from . import discover
 from . import distributed as dist_
 from . import graph as gr
 from .cast import MAX, cast_fp8, dequantize_fp8, round_bf16
-from .stats import DEVICE_FIELDS, Kernels, nonfinite_count, shadow_stats
+from .stats import DEVICE_FIELDS, Kernels, _own_code, nonfinite_count, shadow_stats
 
 _disable = getattr(getattr(torch, "_dynamo", None), "disable", lambda f: f)
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -82,6 +85,10 @@ class Recorder:
     fused: compile the statistics with torch.compile (True / False / "auto" = on CUDA).
     vocab, optimizer, steps: optional facts for the manifest (ln V; lr, betas, eps, weight decay; the
         planned number of steps). lr is read from the optimizer when `step` is not given one.
+    batched: reduce a step's operands together at the end of its backward pass and read the results
+        one step later (True), or each operand in its hook with a synchronous copy per step (False:
+        the reference path; the tables are the same bit for bit). hold_bytes: operands held for the
+        batch before it runs early.
     casts: record the casts torchao's Float8Linear modules make themselves (the `casts` table, with
         the audits) on statistics steps; False leaves torchao untouched.
     audit_every: the cast audit (the module's FP8 bytes against fp8scope's reference cast at the
@@ -239,7 +246,11 @@ class Recorder:
                     return traced(*args)
                 return off(*args)
             return timed(*args)
-        return hook
+        # A code object of its own: where a graph break makes dynamo compile a hook as a frame of its
+        # own, each hook keeps its own cache and recompile limit (one shared code object would hit
+        # the limit and run every hook eagerly from then on, split from its module's other hooks).
+        self._n_hooks = getattr(self, "_n_hooks", 0) + 1
+        return _own_code(hook, ("fp8scope_hook", self._n_hooks))
 
     def _timed(self, fn):
         def timed(*args):
