@@ -193,7 +193,14 @@ class TorchaoCasts(unittest.TestCase):
     def test_each_operand_cast_is_recorded_with_the_modules_own_scale_and_bytes(self):
         with tempfile.TemporaryDirectory() as d:
             run = os.path.join(d, "run")
-            seen = self.train(run, audit_every=2)
+            recomputed = []
+            orig = ct.abs_max
+            ct.abs_max = lambda x: recomputed.append(x.shape) or orig(x)
+            try:
+                seen = self.train(run, audit_every=2)
+            finally:
+                ct.abs_max = orig
+            self.assertEqual(recomputed, [], "one process: amax_local is the amax torchao computed, not a second pass")
             rows = read(run, "casts")
             self.assertEqual(len(rows), 4 * 2 * 3, "steps × modules × roles")
             self.assertEqual({(r["role"], r["gemm"], r["format"]) for r in rows},

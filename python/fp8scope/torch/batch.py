@@ -4,9 +4,9 @@ results copied to the host once, asynchronously, to be read at the next step.
 
 - `operand_batch` computes the raw vectors of many operands in one call: in a loop of
   `fp8scope.torch.stats.operand_stats` (eager: the very per-operand computation of the reference
-  path, so the two agree bit for bit), or as one torch.compile'd multi-tensor function per chunk of
-  operands (`fused`): one guard check and one generated program for dozens of operands instead of
-  two compiled calls per operand.
+  path, so the two agree bit for bit), or as one torch.compile'd multi-tensor function called per chunk of
+  16 operands (`fused`): one guard check and one generated program for 16 operands instead of two
+  compiled calls per operand.
 - `DeviceHistory` is `fp8scope.recipe.Recipe`'s amax history and `fp8.scale_for_amax` on the
   device: a ring buffer per (module, role), updated in float32 with the step's amaxes without
   the host seeing them, so the next step's scales are ready before the host reads the last one.
@@ -22,9 +22,9 @@ import torch
 
 from .stats import current_scale, operand_stats
 
-#: Operands per compiled multi-tensor call (a stable model gives each chunk the same operands every
-#: step, so each chunk compiles once).
-CHUNK = 48
+#: Operands per compiled multi-tensor call: one compiled program per (format, level, recipe kind)
+#: serves every chunk (shapes dynamic), so compile time stays that of 16 reductions.
+CHUNK = 16
 
 
 def batch_fn(fmt: str, level: int, kind: str, margin: int):
