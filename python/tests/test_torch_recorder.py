@@ -58,7 +58,7 @@ if torch is not None:
 
 @unittest.skipIf(torch is None, "torch is not installed")
 class TorchRecorder(unittest.TestCase):
-    def train(self, out, steps=6, nan_at=0, raise_at=0, compile=False, **kw):
+    def train(self, out, steps=6, nan_at=0, raise_at=0, compile=False, inf_at=0, **kw):
         torch.manual_seed(0)
         model = Net()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -73,6 +73,9 @@ class TorchRecorder(unittest.TestCase):
         rec = fp8scope.torch.Recorder(model, out=out, optimizer=opt, vocab=32, **kw)
         with rec:
             for step in range(1, steps + 1):
+                if step == inf_at:  # one token's embedding overflows: non-finite tensors from there on
+                    with torch.no_grad():
+                        model.emb.weight[tok[0, 0]] = float("inf")
                 loss = torch.nn.functional.cross_entropy(fwd(tok).view(-1, 32), tok.view(-1))
                 if step == nan_at:
                     loss = loss * float("nan")
@@ -167,10 +170,10 @@ class TorchRecorder(unittest.TestCase):
         # The same run recorded by the batched path (one multi-tensor reduction and one asynchronous
         # copy per step, delayed scaling's history on the device) and by the reference path (each
         # operand reduced in its hook, the host's history, a synchronous copy): identical tables.
-        for recipe in ("delayed", "current", "bf16"):
+        for recipe, inf_at in (("delayed", 0), ("current", 0), ("bf16", 0), ("delayed", 5)):
             with tempfile.TemporaryDirectory() as d:
                 kw = dict(steps=7, recipe=recipe, dump_every=3, dump_layers=r"layers\.0\.", shadow=True,
-                          quant_error_every=2, amax_history=3, fused=False)
+                          quant_error_every=2, amax_history=3, fused=False, inf_at=inf_at)
                 self.train(os.path.join(d, "batched"), batched=True, **kw)
                 self.train(os.path.join(d, "reference"), batched=False, **kw)
                 for table in ("stats", "tensors", "shadow", "events", "steps"):
@@ -182,6 +185,11 @@ class TorchRecorder(unittest.TestCase):
                     for ra, rb in zip(a, b):
                         self.assertEqual(repr(ra), repr(rb), f"{recipe} {table}")  # repr: NaN equals NaN
                 stats = read(os.path.join(d, "batched"), "stats")
+                if inf_at:  # the run diverged at the poisoned step, after its non-finite tensors
+                    self.assertEqual(manifest(os.path.join(d, "batched"))["status"], "diverged")
+                    self.assertEqual(len(stats), inf_at * 5 * 6)
+                    self.assertTrue(any(e["kind"] == "nonfinite_tensor" for e in read(os.path.join(d, "batched"), "events")))
+                    continue
                 self.assertEqual(len(stats), 7 * 5 * 6)
                 if recipe == "delayed":  # the history was used: scales moved off 1
                     self.assertTrue(any(r["scale"] != 1.0 for r in stats))

@@ -321,6 +321,11 @@ class Recorder:
         for e in pending:
             groups.setdefault((e[2], e[3], e[4].device), []).append(e)
         for (fmt, level, dev), es in groups.items():
+            if fmt == "nonfinite":  # module outputs: their NaN and Inf counts
+                out = self.kernels.nonfinite_many([e[4] for e in es])
+                for r, e in enumerate(es):
+                    self._pieces[e[0]] = out[r]
+                continue
             current = self.recipe.kind == "current" and level >= CHEAP
             shared = self.recipe.kind != "delayed"
             uniq, row_of, keys = [], [], {}
@@ -503,7 +508,12 @@ class Recorder:
             y = output[0] if isinstance(output, (tuple, list)) else output
             yl = ct.local(y) if isinstance(y, torch.Tensor) else y
             dumped = plan.dump and path in self.dump_paths
-            self._add(("output", path), nonfinite_count(yl))
+            if self.batched and isinstance(yl, torch.Tensor):
+                self._pending.append((len(self._pieces), None, "nonfinite", None, yl.detach(), yl._version, path, "output"))
+                self._add(("output", path), None)
+                self._pending_bytes += yl.numel() * yl.element_size()
+            else:
+                self._add(("output", path), nonfinite_count(yl))
             if dumped:
                 self._dump(path, "output", yl, None)
                 if x.requires_grad and "dgrad" in self.session.dump_roles:

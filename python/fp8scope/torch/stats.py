@@ -176,6 +176,23 @@ class Kernels:
             out.append(got[:n])
         return out[0] if len(out) == 1 else torch.cat(out)
 
+    def nonfinite_many(self, ys) -> torch.Tensor:
+        """`nonfinite_count` of many tensors, (n, 1) float64; compiled per chunk like `many`."""
+        from .batch import CHUNK
+
+        def counts(ys):
+            return torch.stack([nonfinite_count(y) for y in ys])
+        if not self.fused:
+            return counts(ys)
+        out = []
+        for c in range(0, len(ys), CHUNK):
+            part = list(ys[c: c + CHUNK])
+            n = len(part)
+            part += [part[0].new_zeros(2, 2)] * (CHUNK - n)
+            with _no_duck_shapes():
+                out.append(self._call(("nonfinite",), counts, part)[:n])
+        return out[0] if len(out) == 1 else torch.cat(out)
+
     def current(self, x, fmt: str, margin: int):
         def scale(x):
             return current_scale(x, fmt, margin)
