@@ -625,8 +625,8 @@ class Recorder:
             raise RuntimeError(f"fp8scope: the recording of {self.out} is closed")
         t_in = time.perf_counter()
         step_ms = (t_in - self._t0) * 1e3
-        ev = self._event_pair()
         self._flush()
+        ev = self._event_pair()
         descs, pieces = self._descs, self._pieces
         self._descs, self._pieces = [], []
         sink = self._sink.grad
