@@ -226,6 +226,21 @@ class TorchaoCasts(unittest.TestCase):
             self.assertEqual({(r["master_changed"], r["forward_changed"]) for r in w if r["step"] > 1}, {(True, True)})
             self.assertTrue(all(r["master_changed"] is None for r in w if r["step"] == 1))
 
+    def test_a_compiled_float8_model_keeps_one_graph_with_the_recorder(self):
+        # torchao's casts stay in the graph with the recorder's traced hooks (no break between them).
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 48, bias=False), nn.ReLU(), nn.Linear(48, 16, bias=False))
+        convert_to_float8_training(model, config=Float8LinearConfig(emulate=True))
+        with tempfile.TemporaryDirectory() as d:
+            with fp8scope.torch.Recorder(model, out=os.path.join(d, "r"), recipe="current") as rec:
+                torch._dynamo.reset()
+                ex = torch._dynamo.explain(model)(torch.randn(6, 32))
+                self.assertEqual((ex.graph_count, ex.graph_break_count), (1, 0), ex.break_reasons)
+                rec.step(torch.tensor(1.0))
+            torch._dynamo.reset()
+
     def test_a_corrupted_cast_is_caught_by_the_audit(self):
         with tempfile.TemporaryDirectory() as d:
             run = os.path.join(d, "run")
