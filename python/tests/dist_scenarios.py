@@ -18,7 +18,8 @@ Faults are planted here, never in the library:
 - `ddp-refuse`: every rank creates a Recorder into the existing run OUT/ddp-clean-s0 and into a
   non-empty directory, and writes the error it got to OUT/ddp-refuse/rank<r>.txt;
 - `ddp-crash`: rank 1 raises at step 3 (every later scenario is skipped: the job ends);
-- `ddp-kill`: rank 2 (rank 1 in a job of 2) kills itself with SIGKILL after step 3.
+- `ddp-kill`: rank 2 (rank 1 in a job of 2) kills itself with SIGKILL after step 4 (the recorder
+  writes a step's rows at the next step: step 2's part, flushed at step 3, is closed by then).
 
 gloo has no float8 collectives: the FP8 all-gathers of sequence parallelism are sent as uint8 here
 (`_gloo_float8_all_gather`), which moves the same bytes.
@@ -44,7 +45,7 @@ FAULT_STEP = 3
 CORRUPT_STEP = 4
 CORRUPT_BYTES = 4
 CRASH_STEP = 3
-KILL_STEP = 3
+KILL_STEP = 4
 C, F, B, T, LAYERS = 32, 64, 8, 16, 2
 
 _faults = {"local_amax": False, "corrupt_armed": False}

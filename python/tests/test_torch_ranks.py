@@ -193,7 +193,14 @@ class TorchaoCasts(unittest.TestCase):
     def test_each_operand_cast_is_recorded_with_the_modules_own_scale_and_bytes(self):
         with tempfile.TemporaryDirectory() as d:
             run = os.path.join(d, "run")
-            seen = self.train(run, audit_every=2)
+            recomputed = []
+            orig = ct.abs_max
+            ct.abs_max = lambda x: recomputed.append(x.shape) or orig(x)
+            try:
+                seen = self.train(run, audit_every=2)
+            finally:
+                ct.abs_max = orig
+            self.assertEqual(recomputed, [], "one process: amax_local is the amax torchao computed, not a second pass")
             rows = read(run, "casts")
             self.assertEqual(len(rows), 4 * 2 * 3, "steps × modules × roles")
             self.assertEqual({(r["role"], r["gemm"], r["format"]) for r in rows},
@@ -218,6 +225,21 @@ class TorchaoCasts(unittest.TestCase):
             self.assertTrue(all(r["master_checked"] == r["numel"] and r["master_mismatched"] == 0 for r in w))
             self.assertEqual({(r["master_changed"], r["forward_changed"]) for r in w if r["step"] > 1}, {(True, True)})
             self.assertTrue(all(r["master_changed"] is None for r in w if r["step"] == 1))
+
+    def test_a_compiled_float8_model_keeps_one_graph_with_the_recorder(self):
+        # torchao's casts stay in the graph with the recorder's traced hooks (no break between them).
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 48, bias=False), nn.ReLU(), nn.Linear(48, 16, bias=False))
+        convert_to_float8_training(model, config=Float8LinearConfig(emulate=True))
+        with tempfile.TemporaryDirectory() as d:
+            with fp8scope.torch.Recorder(model, out=os.path.join(d, "r"), recipe="current") as rec:
+                torch._dynamo.reset()
+                ex = torch._dynamo.explain(model)(torch.randn(6, 32))
+                self.assertEqual((ex.graph_count, ex.graph_break_count), (1, 0), ex.break_reasons)
+                rec.step(torch.tensor(1.0))
+            torch._dynamo.reset()
 
     def test_a_corrupted_cast_is_caught_by_the_audit(self):
         with tempfile.TemporaryDirectory() as d:

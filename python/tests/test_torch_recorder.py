@@ -58,7 +58,7 @@ if torch is not None:
 
 @unittest.skipIf(torch is None, "torch is not installed")
 class TorchRecorder(unittest.TestCase):
-    def train(self, out, steps=6, nan_at=0, raise_at=0, compile=False, **kw):
+    def train(self, out, steps=6, nan_at=0, raise_at=0, compile=False, inf_at=0, **kw):
         torch.manual_seed(0)
         model = Net()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -73,6 +73,9 @@ class TorchRecorder(unittest.TestCase):
         rec = fp8scope.torch.Recorder(model, out=out, optimizer=opt, vocab=32, **kw)
         with rec:
             for step in range(1, steps + 1):
+                if step == inf_at:  # one token's embedding overflows: non-finite tensors from there on
+                    with torch.no_grad():
+                        model.emb.weight[tok[0, 0]] = float("inf")
                 loss = torch.nn.functional.cross_entropy(fwd(tok).view(-1, 32), tok.view(-1))
                 if step == nan_at:
                     loss = loss * float("nan")
@@ -163,6 +166,61 @@ class TorchRecorder(unittest.TestCase):
             self.assertEqual((m["status"], m["steps_completed"], m["error"]), ("diverged", 3, "non-finite loss at step 3"))
             self.assertEqual(read(run, "events")[-1]["kind"], "nonfinite_loss")
 
+    def test_the_batched_recorder_writes_the_reference_paths_tables_bit_for_bit(self):
+        # The same run recorded by the batched path (one multi-tensor reduction and one asynchronous
+        # copy per step, delayed scaling's history on the device) and by the reference path (each
+        # operand reduced in its hook, the host's history, a synchronous copy): identical tables.
+        for recipe, inf_at in (("delayed", 0), ("current", 0), ("bf16", 0), ("delayed", 5)):
+            with tempfile.TemporaryDirectory() as d:
+                kw = dict(steps=7, recipe=recipe, dump_every=3, dump_layers=r"layers\.0\.", shadow=True,
+                          quant_error_every=2, amax_history=3, fused=False, inf_at=inf_at)
+                self.train(os.path.join(d, "batched"), batched=True, **kw)
+                self.train(os.path.join(d, "reference"), batched=False, **kw)
+                for table in ("stats", "tensors", "shadow", "events", "steps"):
+                    a, b = read(os.path.join(d, "batched"), table), read(os.path.join(d, "reference"), table)
+                    self.assertEqual(len(a), len(b), f"{recipe} {table}")
+                    if table == "steps":
+                        for r in a + b:
+                            r.pop("step_ms")
+                    for ra, rb in zip(a, b):
+                        self.assertEqual(repr(ra), repr(rb), f"{recipe} {table}")  # repr: NaN equals NaN
+                stats = read(os.path.join(d, "batched"), "stats")
+                if inf_at:  # the run diverged at the poisoned step, after its non-finite tensors
+                    self.assertEqual(manifest(os.path.join(d, "batched"))["status"], "diverged")
+                    self.assertEqual(len(stats), inf_at * 5 * 6)
+                    self.assertTrue(any(e["kind"] == "nonfinite_tensor" for e in read(os.path.join(d, "batched"), "events")))
+                    continue
+                self.assertEqual(len(stats), 7 * 5 * 6)
+                if recipe == "delayed":  # the history was used: scales moved off 1
+                    self.assertTrue(any(r["scale"] != 1.0 for r in stats))
+                cost = manifest(os.path.join(d, "batched"))["recorder_cost"]
+                self.assertEqual(cost["steps"], 6)
+                self.assertTrue(0 < cost["host_ms"] and 0 < cost["share"], cost)
+
+    def test_the_batched_recorder_holds_at_most_hold_bytes_of_operands(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.train(os.path.join(d, "small"), steps=3, recipe="delayed", hold_bytes=1, fused=False)
+            self.train(os.path.join(d, "reference"), steps=3, recipe="delayed", batched=False, fused=False)
+            a, b = read(os.path.join(d, "small"), "stats"), read(os.path.join(d, "reference"), "stats")
+            self.assertEqual([repr(r) for r in a], [repr(r) for r in b])
+
+    def test_a_compiled_model_keeps_one_graph_with_the_recorder(self):
+        # dynamo's explanation of one recorded training forward: no graph break (the hooks are traced
+        # into the graph); a dump step may break (the dumps read values on the host side).
+        torch.manual_seed(0)
+        model = Net()
+        tok = torch.randint(0, 32, (4, 8))
+        with tempfile.TemporaryDirectory() as d:
+            rec = fp8scope.torch.Recorder(model, out=os.path.join(d, "r"), recipe="current", dump_every=3)
+            rec.step(torch.tensor(1.0))  # step 1 dumps; step 2 does not (dump_every 3)
+            torch._dynamo.reset()
+            ex = torch._dynamo.explain(model)(tok)
+            self.assertEqual((ex.graph_count, ex.graph_break_count), (1, 0), ex.break_reasons)
+            rec.close()
+            torch._dynamo.reset()
+            base = torch._dynamo.explain(model)(tok)
+            self.assertEqual((base.graph_count, base.graph_break_count), (1, 0))
+
     def test_a_compiled_model_records_the_same_statistics_as_the_eager_one(self):
         with tempfile.TemporaryDirectory() as d:
             self.train(os.path.join(d, "eager"), steps=3, recipe="delayed", fused=False)
@@ -172,7 +230,8 @@ class TorchRecorder(unittest.TestCase):
             key = lambda r: (r["step"], r["module"], r["gemm"], r["role"])  # noqa: E731
             for ra, rb in zip(sorted(a, key=key), sorted(b, key=key)):
                 self.assertEqual(key(ra), key(rb))
-                for k in ("amax", "scale", "underflow_frac", "saturated_frac", "zero_frac", "numel"):
+                for k in ("amax", "scale", "underflow_frac", "saturated_frac", "zero_frac", "numel", "min", "max",
+                          "mean", "std"):
                     self.assertAlmostEqual(ra[k], rb[k], delta=1e-4 * max(1.0, abs(ra[k])), msg=f"{key(ra)} {k}")
 
 

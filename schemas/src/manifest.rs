@@ -194,6 +194,29 @@ pub struct Manifest {
     /// Each rank's host and process, by rank; empty for one process.
     #[serde(default)]
     pub ranks: Vec<RankInfo>,
+    /// What recording cost the run's own steps, where the writer measured it (the PyTorch recorder);
+    /// absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorder_cost: Option<RecorderCost>,
+}
+
+/// The recorder's own cost, per step after the first (see python/README.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecorderCost {
+    /// Steps it covers.
+    pub steps: u32,
+    /// Mean step time, measured between the recorder's `step()` calls.
+    pub step_ms: f64,
+    /// Host time in the recorder (its hooks and `step()`).
+    pub host_ms: f64,
+    /// Device time of its batched work (CUDA events); null where not measured.
+    #[serde(default)]
+    pub device_ms: Option<f64>,
+    /// (host_ms + device_ms) / step_ms: an upper bound of its share where host and device overlap.
+    pub share: f64,
+    /// Whether the statistics were batched (false: the per-operand reference path).
+    #[serde(default)]
+    pub batched: bool,
 }
 
 impl Manifest {
@@ -254,6 +277,7 @@ impl Manifest {
             world_size: None,
             parallel: None,
             ranks: Vec::new(),
+            recorder_cost: None,
         }
     }
 

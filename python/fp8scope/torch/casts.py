@@ -103,6 +103,18 @@ def abs_max(x: torch.Tensor) -> torch.Tensor:
     return x.abs().amax().double()
 
 
+def reuse_amax(hp, used_amax, used) -> bool:
+    """Whether the amax torchao computed for a cast is this rank's own max |x|: a plain tensor (not
+    a DTensor's shard) in a process that reduces nothing across ranks (no process group of more
+    than one rank), and a float32/bfloat16/float16 input whose max torch computed exactly."""
+    if used is None or used_amax is None or hasattr(hp, "placements") or hasattr(used_amax, "placements"):
+        return False
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return False
+    return hp.dtype in (torch.float32, torch.bfloat16, torch.float16)
+
+
 def audit_count(x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
     """The cast audit: bytes of `codes` that differ from fp8scope's reference cast of x at `scale`."""
     return mismatches(cast_fp8(x, fmt, scale), codes, fmt)
@@ -263,7 +275,12 @@ def measure(hp, used_amax, out, role: str, *, audit: bool, master=None):
             used = MAX[fmt] / scale_v
     else:
         used, scale_v = nan, nan
-    amax_local = abs_max(x) if x.numel() else torch.zeros((), dtype=torch.float64, device=dev)
+    if reuse_amax(hp, used_amax, used):
+        # torchao computed max |x| of this very tensor for its scale (tensor_to_amax, NaN included):
+        # read it instead of a second pass over x.
+        amax_local = used
+    else:
+        amax_local = abs_max(x) if x.numel() else torch.zeros((), dtype=torch.float64, device=dev)
     floats = torch.stack([scale_v, used, amax_local.to(dev)])
     rm, transposed = row_major_codes(codes, role)
     ints = [digest(rm)]

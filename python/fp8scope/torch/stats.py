@@ -103,6 +103,19 @@ def shadow_stats(test: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.stack([v.double() for v in out])
 
 
+def _no_duck_shapes():
+    """Symbolic sizes that do not assume equal sizes are one size (a chunk's operands of equal shape
+    would otherwise be guarded equal, and another chunk would recompile)."""
+    try:
+        from torch.fx.experimental import _config
+
+        return _config.patch(use_duck_shape=False)
+    except (ImportError, AttributeError):  # pragma: no cover - older torch
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
 def _own_code(fn, key: tuple):
     """`fn` with a code object of its own: dynamo keeps one cache (and one recompile limit) per code
     object, and the closures of `Kernels` share theirs."""
@@ -139,6 +152,46 @@ class Kernels:
         def stats(x, scale, amax_used):
             return operand_stats(x, fmt, scale, amax_used, level)
         return self._call(("operand", fmt, level), stats, x, scale, amax_used)
+
+    def many(self, xs, fmt: str, level: int, kind: str, margin: int, buf, idx) -> torch.Tensor:
+        """The raw vectors of many operands, (n, fields) float64: `fp8scope.torch.batch.batch_fn`,
+        eagerly, or when fused one compiled function of `batch.CHUNK` operands called per chunk (the
+        last padded with 2x2 zeros), its shapes dynamic and not duck-shaped, so that every chunk of
+        every step reuses one compiled program per (format, level, recipe kind)."""
+        from .batch import CHUNK, batch_fn
+
+        eager = batch_fn(fmt, level, kind, margin)
+        if not self.fused:
+            return eager(xs, buf, idx)
+        out = []
+        for c in range(0, len(xs), CHUNK):
+            part, ix = list(xs[c: c + CHUNK]), list(idx[c: c + CHUNK])
+            n = len(part)
+            if n < CHUNK:
+                pad = part[0].new_zeros(2, 2)
+                part += [pad] * (CHUNK - n)
+                ix += [ix[0]] * (CHUNK - n)
+            with _no_duck_shapes():
+                got = self._call(("many", fmt, level, kind, margin), eager, part, buf, ix)
+            out.append(got[:n])
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+    def nonfinite_many(self, ys) -> torch.Tensor:
+        """`nonfinite_count` of many tensors, (n, 1) float64; compiled per chunk like `many`."""
+        from .batch import CHUNK
+
+        def counts(ys):
+            return torch.stack([nonfinite_count(y) for y in ys])
+        if not self.fused:
+            return counts(ys)
+        out = []
+        for c in range(0, len(ys), CHUNK):
+            part = list(ys[c: c + CHUNK])
+            n = len(part)
+            part += [part[0].new_zeros(2, 2)] * (CHUNK - n)
+            with _no_duck_shapes():
+                out.append(self._call(("nonfinite",), counts, part)[:n])
+        return out[0] if len(out) == 1 else torch.cat(out)
 
     def current(self, x, fmt: str, margin: int):
         def scale(x):
