@@ -364,9 +364,10 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     let mut predicted_test = None;
     if a.predict {
         let dims = fp8_run.manifest.config.model.clone();
-        let from_spike = match spike_start {
-            Some(step) => predicted::spike_suspects(&fp8_run, step)?,
-            None => None,
+        let jump = rep.counted_gap_spikes().first().map(|s| s.peak_loss - s.peak_base_loss);
+        let from_spike = match (spike_start, jump) {
+            (Some(step), Some(jump)) => predicted::spike_suspects(&fp8_run, step, jump)?,
+            _ => None,
         };
         if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
             let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;

@@ -13,7 +13,9 @@
 //! The suspects, in this order:
 //! - for a spike, from the shadow GEMMs of its first two steps (the FP8 run of `--predict` records
 //!   with the flight recorder, so they exist): the forward GEMMs whose error raised the loss there
-//!   (⟨δY, dY⟩ > 0), the fewest that hold [`SUSPECT_SHARE`] of that rise;
+//!   (⟨δY, dY⟩ > 0), the fewest that hold [`SUSPECT_SHARE`] of that rise, when the rise explains at
+//!   least [`SPIKE_EXPLAINED`] of the spike's jump over the baseline (a spike that comes from
+//!   corrupted gradients, steps after the fault, is not a forward error at its own step);
 //! - the leads when there are any (the GEMM whose operand went non-finite first; for a spike
 //!   without signed records, the GEMMs whose casts saturated at its first step);
 //! - else the GEMM kind of the largest first-order mass, and within it the fewest GEMMs that hold
@@ -38,6 +40,8 @@ use std::collections::BTreeMap;
 
 /// Share of the first-order mass (of their kind), or of a spike's rise, the suspects must hold.
 pub const SUSPECT_SHARE: f64 = 0.75;
+/// Share of a spike's jump the forward GEMMs' first-order rise must explain to be its suspects.
+pub const SPIKE_EXPLAINED: f64 = 0.5;
 /// Most GEMMs tested as suspects.
 pub const MAX_SUSPECTS: usize = 4;
 
@@ -80,9 +84,10 @@ pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Optio
     fewest_holding(&ranked, total)
 }
 
-/// The suspects of a spike starting at `start`, from the signed effect of the forward GEMMs in the
-/// shadow records of steps `start` and `start + 1`; None without such records.
-pub fn spike_suspects(run: &Run, start: i64) -> Result<Option<Vec<String>>, AnalyzeError> {
+/// The suspects of a spike starting at `start` whose loss jumped `jump` over the baseline's, from
+/// the signed effect of the forward GEMMs in the shadow records of steps `start` and `start + 1`;
+/// None without such records, or when their rise explains less than [`SPIKE_EXPLAINED`] of it.
+pub fn spike_suspects(run: &Run, start: i64, jump: f64) -> Result<Option<Vec<String>>, AnalyzeError> {
     if !run.has(Table::Shadow)? {
         return Ok(None);
     }
@@ -103,6 +108,9 @@ pub fn spike_suspects(run: &Run, start: i64) -> Result<Option<Vec<String>>, Anal
     let mut ranked: Vec<(String, f64)> = rise.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let total: f64 = ranked.iter().map(|r| r.1).sum();
+    if !(total >= SPIKE_EXPLAINED * jump.abs()) {
+        return Ok(None);
+    }
     Ok(fewest_holding(&ranked, total))
 }
 
