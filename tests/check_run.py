@@ -47,7 +47,8 @@ COLUMNS = {
                ("rank", pa.int32())],
     "shadow": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("gemm", pa.string()),
                ("numel", pa.int64()), ("cosine", pa.float64()), ("mse", pa.float64()), ("rel_l2", pa.float64()),
-               ("max_abs_diff", pa.float64()), ("rank", pa.int32())],
+               ("max_abs_diff", pa.float64()), ("rank", pa.int32()), ("dual_inner", pa.float64()),
+               ("dual_norm", pa.float64())],
     "extra_stats": [("step", pa.int64()), ("rank", pa.int32()), ("layer", pa.int32()), ("module", pa.string()),
                     ("tensor", pa.string()), ("stat", pa.string()), ("value", pa.float64())],
     "casts": [("step", pa.int64()), ("rank", pa.int32()), ("layer", pa.int32()), ("module", pa.string()),
@@ -114,6 +115,24 @@ def channel_stats(values, rows, cols):
         return channel, None
     k = max(1, cols // 100)
     return channel, float(np.sort(per)[::-1][:k].sum() / total)
+
+
+def check_shadow_bound(data):
+    """Every signed shadow effect |<delta, dual>| is at most ||delta||·||dual||, ||delta||^2 = mse·numel
+    (Cauchy-Schwarz, with a relative slack for the f64 sums). Returns the rows checked."""
+    t = data.get("shadow")
+    if t is None or t.num_rows == 0:
+        return 0
+    rows = 0
+    for r in t.to_pylist():
+        inner, norm = r["dual_inner"], r["dual_norm"]
+        if inner is None or norm is None or not np.isfinite(inner):
+            continue
+        bound = np.sqrt(max(r["mse"], 0.0) * r["numel"]) * norm
+        if abs(inner) > bound * (1 + 1e-9) + 1e-30:
+            fail(f"shadow: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}: |dual_inner| {abs(inner)!r} > bound {bound!r}")
+        rows += 1
+    return rows
 
 
 def check_channels(data, cfg):
@@ -216,8 +235,10 @@ def main():
                 fail(f"fp8 bytes differ at step {row['step']} layers.{row['layer']}.{row['module']}.{row['role']} "
                      f"element {i}: value {vals[i]!r} scale {scales[i]!r} -> ml_dtypes {want[i]:#04x}, recorded {got[i]:#04x}")
     channels = check_channels(data, cfg)
+    signed = check_shadow_bound(data)
     print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-          + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps")
+          + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps"
+          + f"; {signed} signed shadow effects within their Cauchy-Schwarz bound")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,19 @@ fn check_shape(v: &Value) {
     sorted.sort();
     assert_eq!(
         sorted,
-        ["anomaly", "block_scaling_cures", "confirmation", "culprits", "current_scaling_cures", "healthy", "inconclusive", "noise", "runs"],
+        [
+            "anomaly",
+            "block_scaling_cures",
+            "confirmation",
+            "culprits",
+            "current_scaling_cures",
+            "healthy",
+            "inconclusive",
+            "mechanisms",
+            "noise",
+            "predicted",
+            "runs"
+        ],
         "verdict keys"
     );
     for r in v["runs"].as_array().expect("runs") {
