@@ -290,6 +290,32 @@ pub struct CastStats {
 }
 
 impl CastStats {
+    /// Counts one input by its class (NaN, ±Inf, ±0, finite non-zero); returns whether it is finite
+    /// and non-zero. Branch-free, so the casts' loops stay straight-line.
+    #[inline(always)]
+    pub fn count_input(&mut self, v: f32) -> bool {
+        let a = v.abs();
+        let finite_nonzero = a > 0.0 && a < f32::INFINITY;
+        self.nan += u64::from(a.is_nan());
+        self.inf += u64::from(a == f32::INFINITY);
+        self.zeros += u64::from(a == 0.0);
+        self.nonzero += u64::from(finite_nonzero);
+        finite_nonzero
+    }
+
+    /// Counts one element of an FP8 cast: input `v`, its scaled value `y`, its `code`, and the
+    /// format's `max`: the input's class, underflow (a finite non-zero input coded ±0), saturation
+    /// (|y| > max) and the amax of the finite inputs.
+    #[inline(always)]
+    pub fn count_fp8(&mut self, v: f32, y: f32, code: u8, max: f32) {
+        let finite_nonzero = self.count_input(v);
+        self.underflow += u64::from(finite_nonzero && code & 0x7F == 0);
+        self.saturated += u64::from(y.abs() > max);
+        let a = v.abs();
+        let finite_a = if a < f32::INFINITY { a } else { 0.0 };
+        self.amax = if finite_a > self.amax { finite_a } else { self.amax };
+    }
+
     /// Total number of inputs counted.
     pub fn len(&self) -> u64 {
         self.zeros + self.nonzero + self.nan + self.inf
@@ -325,16 +351,7 @@ fn quantize_serial(fmt: Fp8Format, x: &[f32], scale: f32, out: &mut [u8]) -> Cas
         let y = v * scale;
         let code = encode(fmt, y);
         *o = code;
-        let a = v.abs();
-        let finite_nonzero = a > 0.0 && a < f32::INFINITY;
-        s.nan += u64::from(a.is_nan());
-        s.inf += u64::from(a == f32::INFINITY);
-        s.zeros += u64::from(a == 0.0);
-        s.nonzero += u64::from(finite_nonzero);
-        s.underflow += u64::from(finite_nonzero && code & 0x7F == 0);
-        s.saturated += u64::from(y.abs() > max);
-        let finite_a = if a < f32::INFINITY { a } else { 0.0 };
-        s.amax = if finite_a > s.amax { finite_a } else { s.amax };
+        s.count_fp8(v, y, code, max);
     }
     s
 }

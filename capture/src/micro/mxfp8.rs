@@ -39,17 +39,7 @@ pub fn quantize(fmt: Fp8Format, rounding: E8m0Rounding, x: &[f32], rows: usize, 
             let q = fp8::encode(fmt, y);
             codes[i] = q;
             dequantized[i] = fp8::decode(fmt, q) * e8m0::decode(code);
-            let a = v.abs();
-            let finite_nonzero = a > 0.0 && a < f32::INFINITY;
-            s.nan += u64::from(a.is_nan());
-            s.inf += u64::from(a == f32::INFINITY);
-            s.zeros += u64::from(a == 0.0);
-            s.nonzero += u64::from(finite_nonzero);
-            s.underflow += u64::from(finite_nonzero && q & 0x7F == 0);
-            s.saturated += u64::from(y.abs() > max);
-            if a < f32::INFINITY && a > s.amax {
-                s.amax = a;
-            }
+            s.count_fp8(v, y, q, max);
         }
     }
     MxCast { codes, scales, dequantized, stats: s }

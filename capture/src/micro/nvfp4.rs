@@ -85,12 +85,7 @@ pub fn quantize(x: &[f32], rows: usize, cols: usize, opts: Nvfp4Opts) -> Nvfp4Ca
             };
             codes[i] = q;
             dequantized[i] = if t[i].is_nan() { f32::NAN } else { e2m1::decode(q) * finals[b] };
-            let a = x[i].abs();
-            let finite_nonzero = a > 0.0 && a < f32::INFINITY;
-            s.nan += u64::from(a.is_nan());
-            s.inf += u64::from(a == f32::INFINITY);
-            s.zeros += u64::from(a == 0.0);
-            s.nonzero += u64::from(finite_nonzero);
+            s.count_input(x[i]);
             s.underflow += u64::from(t[i] != 0.0 && t[i].is_finite() && q & 0x7 == 0);
             s.saturated += u64::from(y.abs() > e2m1::MAX);
         }
