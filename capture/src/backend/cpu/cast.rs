@@ -28,6 +28,24 @@ pub struct Cast {
     pub report: CastReport,
 }
 
+/// The report of a cast from its counts: `format`, the `scale` it cast with, the amax that scale
+/// came from, and the counts of [`fp8::CastStats`]; the rest (moments, bytes, block scales) default.
+fn counted(format: &'static str, scale: f32, amax_used: f32, numel: u64, st: &fp8::CastStats) -> CastReport {
+    CastReport {
+        format,
+        scale,
+        amax: st.amax,
+        amax_used,
+        numel,
+        underflow: st.underflow,
+        saturated: st.saturated,
+        nan: st.nan,
+        inf: st.inf,
+        zeros: st.zeros,
+        ..Default::default()
+    }
+}
+
 /// Casts `x` (rows × cols, row-major) as `how` says, applying `fault`.
 pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault: OperandFault, level: StatsLevel, keep: bool) -> Cast {
     debug_assert_eq!(x.len(), rows * cols);
@@ -87,20 +105,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             }
             let mut d = vec![0f32; x.len()];
             fp8::dequantize(format, &q, base, &mut d);
-            let report = CastReport {
-                format: format.name(),
-                scale: s,
-                amax: st.amax,
-                amax_used,
-                numel,
-                underflow: st.underflow,
-                saturated: st.saturated,
-                nan: st.nan,
-                inf: st.inf,
-                zeros: st.zeros,
-                quantized: keep.then_some(q),
-                ..Default::default()
-            };
+            let report = CastReport { quantized: keep.then_some(q), ..counted(format.name(), s, amax_used, numel, &st) };
             (d, report)
         }
         OperandCast::Fp8Block { format, tile_rows, tile_cols, margin } => {
@@ -118,19 +123,11 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             let d = dequantize_tiles(format, &q, rows, cols, tile_rows, tile_cols, &true_scales);
             let counts = count_block_cast(format, x, &q, cols, tile_rows, tile_cols, &scales);
             let report = CastReport {
-                format: format.name(),
-                scale: scales.iter().copied().fold(f32::INFINITY, f32::min),
-                amax: st.amax,
-                amax_used: st.amax,
-                numel,
                 underflow: counts.0,
                 saturated: counts.1,
-                nan: st.nan,
-                inf: st.inf,
-                zeros: st.zeros,
                 quantized: keep.then(|| q.clone()),
                 block_scales: keep.then(|| (scales.clone(), tile_rows, tile_cols)),
-                ..Default::default()
+                ..counted(format.name(), scales.iter().copied().fold(f32::INFINITY, f32::min), st.amax, numel, &st)
             };
             (d, report)
         }
@@ -138,20 +135,11 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             let m = crate::micro::mxfp8::quantize(format, rounding, x, rows, cols, tile_rows, tile_cols);
             let st = m.stats;
             let multipliers: Vec<f32> = m.scales.iter().map(|&c| crate::micro::e8m0::encode_multiplier(c)).collect();
+            let scale = multipliers.iter().copied().fold(f32::INFINITY, f32::min);
             let report = CastReport {
-                format: format.name(),
-                scale: multipliers.iter().copied().fold(f32::INFINITY, f32::min),
-                amax: st.amax,
-                amax_used: st.amax,
-                numel,
-                underflow: st.underflow,
-                saturated: st.saturated,
-                nan: st.nan,
-                inf: st.inf,
-                zeros: st.zeros,
                 quantized: keep.then_some(m.codes),
                 block_scales: keep.then_some((multipliers, tile_rows, tile_cols)),
-                ..Default::default()
+                ..counted(format.name(), scale, st.amax, numel, &st)
             };
             (m.dequantized, report)
         }
@@ -159,19 +147,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             let opts = crate::micro::nvfp4::Nvfp4Opts { block: (tile_rows, tile_cols), rht, stochastic_seed };
             let m = crate::micro::nvfp4::quantize(x, rows, cols, opts);
             let st = m.stats;
-            let report = CastReport {
-                format: fp8scope_schemas::quant::E2M1_SPEC.name,
-                scale: m.s_enc,
-                amax: st.amax,
-                amax_used: m.tensor_amax,
-                numel,
-                underflow: st.underflow,
-                saturated: st.saturated,
-                nan: st.nan,
-                inf: st.inf,
-                zeros: st.zeros,
-                ..Default::default()
-            };
+            let report = counted(fp8scope_schemas::quant::E2M1_SPEC.name, m.s_enc, m.tensor_amax, numel, &st);
             // The quantization error is the cast's: against the operand as cast (transformed under RHT).
             if level >= StatsLevel::Full {
                 let mut r = report;
