@@ -54,9 +54,16 @@ pub struct Spike {
     pub peak_z: f64,
 }
 
-fn median(sorted: &[f64]) -> f64 {
+/// The median of a sorted slice (NaN when it is empty).
+pub fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();
-    if n % 2 == 1 { sorted[n / 2] } else { 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]) }
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
+    }
 }
 
 /// Median and σ of a window of finite losses.

@@ -66,17 +66,11 @@ impl Mechanism {
     }
 }
 
+/// The median of unsorted values.
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    crate::analysis::detect::median(&v)
 }
 
 /// The mechanisms of one operand's series of (step, underflow, saturated), sorted by step.

@@ -8,6 +8,7 @@
 use super::finding::{Finding, check, num};
 use super::rules::STRAGGLER_FACTOR;
 use super::scan::{self, RankParts};
+use crate::analysis::detect::median;
 use crate::error::AnalyzeError;
 use crate::output;
 use fp8scope_schemas::layout::Table;
@@ -24,18 +25,6 @@ pub struct RankStepTime {
     pub p90_ms: f64,
     /// Steps with a finite step time.
     pub steps: usize,
-}
-
-/// The median of a sorted slice.
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
-    }
 }
 
 /// What the step-time check found.
