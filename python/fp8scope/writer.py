@@ -99,6 +99,11 @@ class RunWriter:
             return
         self.manifest["heartbeat_at"] = now
         rows = own
+        if final and self.world_size > 1:
+            # The status goes into run.json before the wait for the other ranks: a launcher that
+            # stops this process during the wait (torchrun's SIGTERM once a rank has failed) leaves
+            # run.json agreeing with this rank's liveness record (its row counts those of the last flush).
+            mf.write(self.run_dir, self.manifest)
         if self.world_size > 1 and (final or self.world_size <= SUM_ROWS_EVERY_FLUSH_UP_TO):
             others = self._others(final)
             rows = dict(own)
