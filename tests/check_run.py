@@ -35,7 +35,7 @@ COLUMNS = {
               ("zero_frac", pa.float64()), ("min", pa.float32()), ("max", pa.float32()), ("mean", pa.float64()),
               ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
               ("quant_cos", pa.float64()), ("amax_channel", pa.int32()), ("top_channel_sq_frac", pa.float64()),
-              ("rank", pa.int32())],
+              ("rank", pa.int32()), ("quant_bias", pa.float64())],
     "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
@@ -131,6 +131,35 @@ def check_shadow_bound(data):
         bound = np.sqrt(max(r["mse"], 0.0) * r["numel"]) * norm
         if abs(inner) > bound * (1 + 1e-9) + 1e-30:
             fail(f"shadow: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}: |dual_inner| {abs(inner)!r} > bound {bound!r}")
+        rows += 1
+    return rows
+
+
+def check_quant_bias(data):
+    """Every stats row with a quantization error has its bias, and |bias| = |<x, e>| / ||x||^2 is at
+    most ||e|| / ||x|| = sqrt(quant_mse / mean(x^2)) (Cauchy-Schwarz; operands without NaN / Inf,
+    where the moments and the error cover the same elements). Returns the rows checked."""
+    stats = data["stats"]
+    if stats is None:
+        return 0
+    rows = 0
+    for r in stats.select(["step", "layer", "module", "gemm", "role", "quant_mse", "quant_bias", "mean", "std",
+                           "nan_count", "inf_count"]).to_pylist():
+        if r["quant_mse"] is None:
+            if r["quant_bias"] is not None:
+                fail(f"stats: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}.{r['role']}: a bias without an error")
+            continue
+        if r["quant_bias"] is None:
+            fail(f"stats: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}.{r['role']}: quant_mse without quant_bias")
+        if r["nan_count"] or r["inf_count"]:
+            continue
+        ms = r["std"] ** 2 + r["mean"] ** 2
+        if ms == 0:
+            continue
+        bound = np.sqrt(r["quant_mse"] / ms)
+        if abs(r["quant_bias"]) > bound * (1 + 1e-6) + 1e-12:
+            fail(f"stats: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}.{r['role']}: "
+                 f"|quant_bias| {abs(r['quant_bias'])!r} > bound {bound!r}")
         rows += 1
     return rows
 
@@ -236,9 +265,11 @@ def main():
                      f"element {i}: value {vals[i]!r} scale {scales[i]!r} -> ml_dtypes {want[i]:#04x}, recorded {got[i]:#04x}")
     channels = check_channels(data, cfg)
     signed = check_shadow_bound(data)
+    biases = check_quant_bias(data)
     print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps"
-          + f"; {signed} signed shadow effects within their Cauchy-Schwarz bound")
+          + f"; {signed} signed shadow effects within their Cauchy-Schwarz bound"
+          + f"; {biases} quantization biases within theirs")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-//! End to end: FP8 failure mechanisms in the statistics (saturation, underflow surges) come before
-//! the loss moves, and a run that has one without a loss anomaly is not called healthy.
+//! End to end: FP8 failure mechanisms in the statistics (saturation, underflow surges) and the early
+//! warnings (quantization bias, gradient below quantization noise) come before the loss moves, a
+//! clean run stays quiet, and a run that has one without a loss anomaly is not called healthy.
 
 mod common;
 
@@ -19,14 +20,41 @@ fn the_drift_scenarios_underflow_surge_is_seen_before_the_drift() {
     assert_eq!(first["role"], "gradient");
     let (warned, drifted) = (first["step"].as_i64().unwrap(), v["drift"]["first_step"].as_i64().unwrap());
     assert!(warned + 20 < drifted, "the surge (step {warned}) comes well before the drift (step {drifted})");
+    // The gradient drowns in the wgrad quantization noise from the scenario's batch on, long before
+    // the loss drifts.
+    let noise = v["mechanisms"].as_array().unwrap().iter().find(|m| m["kind"] == "gradient below quantization noise").unwrap_or_else(|| panic!("{}", v["mechanisms"]));
+    let (at, ratio) = (noise["step"].as_i64().unwrap(), noise["value"].as_f64().unwrap());
+    assert!(at + 20 < drifted && ratio < 8.0 && ratio > 1.0, "gradient-to-noise {ratio} from step {at}, drift at {drifted}");
     let text = String::from_utf8_lossy(&analyze(&["anomalies", fp8.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]).stdout).to_string();
-    assert!(text.contains("before the loss moved"), "{text}");
+    assert!(text.contains("before the loss moved") && text.contains("gradient below quantization noise: ‖g‖ / ‖wgrad quantization noise‖ down to"), "{text}");
     // A clean run stays quiet.
     let clean = dir.path().join("clean");
     train_tiny(&clean, &["--recipe", "delayed", "--steps", "150", "--quiet"]);
     let o = analyze(&["--json", "anomalies", clean.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mechanisms"], serde_json::json!([]), "{}", v["mechanisms"]);
+}
+
+#[test]
+fn a_mis_scaled_cast_is_a_quantization_bias_before_any_loss_anomaly() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("ov");
+    // From step 100 layers.1.fc2's fprop operands are cast with twice their scale and dequantized
+    // with the true one: the GEMM sees them doubled. The activation saturates under 1% (no
+    // saturation mechanism); only its bias names it.
+    train_tiny(&run, &["--recipe", "delayed", "--steps", "150", "--inject", "site=layers.1.fc2,gemm=fprop,kind=overflow,step=100,magnitude=1", "--quiet"]);
+    let o = analyze(&["--json", "anomalies", run.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mech = v["mechanisms"].as_array().unwrap();
+    let act = mech.iter().find(|m| m["role"] == "activation").unwrap_or_else(|| panic!("{mech:?}"));
+    assert_eq!((act["kind"].as_str(), act["gemm_name"].as_str(), act["step"].as_i64()), (Some("quantization bias"), Some("layers.1.fc2.fprop"), Some(100)), "{act}");
+    let bias = act["value"].as_f64().unwrap();
+    assert!((bias - 1.0).abs() < 0.05, "a doubled operand: bias {bias} ≈ +100%");
+    assert!(mech.iter().all(|m| m["step"].as_i64() == Some(100) && m["gemm_name"] == "layers.1.fc2.fprop"), "only the planted GEMM: {mech:?}");
+    assert!(mech.iter().all(|m| !(m["kind"] == "saturation" && m["role"] == "activation")), "{mech:?}");
+    let text = String::from_utf8_lossy(&analyze(&["anomalies", run.to_str().unwrap()]).stdout).to_string();
+    assert!(text.contains("quantization bias: the cast inflates layers.1.fc2.fprop's activation by up to"), "{text}");
 }
 
 #[test]

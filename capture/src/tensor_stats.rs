@@ -115,11 +115,32 @@ pub fn cosine_from(dot: f64, na2: f64, nb2: f64) -> f64 {
     }
 }
 
-/// (MSE, cosine) of `approx` against `exact`, over pairs where both are finite.
-pub fn quant_error(exact: &[f32], approx: &[f32]) -> (f64, f64) {
+/// How a cast's dequantized values differ from its input.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QuantError {
+    /// Mean squared error.
+    pub mse: f64,
+    /// Cosine similarity.
+    pub cos: f64,
+    /// Multiplicative bias ⟨x, q⟩ / ⟨x, x⟩ − 1 (0 when x is all zero).
+    pub bias: f64,
+}
+
+impl QuantError {
+    /// From the sums Σ (q−x)², Σ q·x, Σ q², Σ x² over `n` finite pairs.
+    pub fn from_sums(d2: f64, dot: f64, q2: f64, x2: f64, n: f64) -> QuantError {
+        QuantError {
+            mse: if n == 0.0 { 0.0 } else { d2 / n },
+            cos: cosine_from(dot, q2, x2),
+            bias: if x2 == 0.0 { 0.0 } else { dot / x2 - 1.0 },
+        }
+    }
+}
+
+/// MSE, cosine and multiplicative bias of `approx` against `exact`, over pairs where both are finite.
+pub fn quant_error(exact: &[f32], approx: &[f32]) -> QuantError {
     let (d2, dot, a2, b2, _, n) = error_sums(approx, exact);
-    let mse = if n == 0 { 0.0 } else { d2 / n as f64 };
-    (mse, cosine_from(dot, a2, b2))
+    QuantError::from_sums(d2, dot, a2, b2, n as f64)
 }
 
 /// The error's signed first-order effect: (⟨test − reference, dual⟩, ‖dual‖), in f64 over the

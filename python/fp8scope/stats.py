@@ -131,12 +131,13 @@ def stat_row(step: int, layer: int, module: str, gemm: str, role: str, fmt_name:
         "underflow_frac": _frac(g("underflow"), nonzero), "saturated_frac": _frac(g("saturated"), numel),
         "nan_count": int(g("nan")), "inf_count": int(g("inf")), "zero_frac": _frac(g("zeros"), numel),
         "min": lo, "max": hi, "mean": mean, "std": std, "dynamic_range_log2": dyn,
-        "quant_mse": None, "quant_cos": None,
+        "quant_mse": None, "quant_cos": None, "quant_bias": None,
     }
     if not math.isnan(g("q_n")):
         qn = g("q_n")
         row["quant_mse"] = 0.0 if qn == 0 else g("q_d2") / qn
         row["quant_cos"] = cosine_from(g("q_dot"), g("q_dq2"), g("q_x2"))
+        row["quant_bias"] = 0.0 if g("q_x2") == 0 else g("q_dot") / g("q_x2") - 1.0
     return row
 
 

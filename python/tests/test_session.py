@@ -59,6 +59,8 @@ class Stats(unittest.TestCase):
         e = x[ok].astype(np.float64)
         self.assertAlmostEqual(row["quant_mse"], ((dq - e) ** 2).mean(), places=9)
         self.assertAlmostEqual(row["quant_cos"], (dq @ e) / np.linalg.norm(dq) / np.linalg.norm(e), places=12)
+        self.assertAlmostEqual(row["quant_bias"], (dq @ e) / (e @ e) - 1.0, places=12)
+        self.assertLess(row["quant_bias"], 0.0, "clipping 1000 to 448 shrinks the operand")
 
     def test_bf16_casts_count_what_bf16_loses(self):
         x = np.array([1.0, 1e-41, 3.4028235e38, 0.0], dtype=np.float32)  # 1e-41 rounds to 0, f32 max to Inf

@@ -81,6 +81,7 @@ pub mod col {
     pub const REL_L2: &str = "rel_l2";
     pub const MAX_ABS_DIFF: &str = "max_abs_diff";
     pub const DUAL_INNER: &str = "dual_inner";
+    pub const QUANT_BIAS: &str = "quant_bias";
     pub const DUAL_NORM: &str = "dual_norm";
 }
 
@@ -139,6 +140,8 @@ static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(AMAX_CHANNEL, DataType::Int32, true),
         f(TOP_CHANNEL_SQ_FRAC, DataType::Float64, true),
         f(RANK, DataType::Int32, true),
+        // Added within schema version 3, at the end; a part written before reads it as null.
+        f(QUANT_BIAS, DataType::Float64, true),
     ]))
 });
 
@@ -346,6 +349,10 @@ pub struct StatRow {
     pub top_channel_sq_frac: Option<f64>,
     /// The process rank; None for a run of one process.
     pub rank: Option<u32>,
+    /// The cast's multiplicative bias ⟨x, q⟩ / ⟨x, x⟩ − 1 (q = dequant(cast(x))), measured with
+    /// quant_mse: 0 for unbiased rounding, negative when the cast shrinks the operand (underflow,
+    /// saturation), positive when it inflates it.
+    pub quant_bias: Option<f64>,
 }
 
 impl Row for StatRow {
@@ -383,6 +390,7 @@ impl Row for StatRow {
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
                 opt(|r| r.top_channel_sq_frac),
                 ranks(rows.iter().map(|r| r.rank)),
+                opt(|r| r.quant_bias),
             ],
         )
     }
@@ -419,6 +427,7 @@ pub struct ExternalStatRow {
     pub quant_cos: Option<f64>,
     pub amax_channel: Option<u32>,
     pub top_channel_sq_frac: Option<f64>,
+    pub quant_bias: Option<f64>,
 }
 
 impl ExternalStatRow {
@@ -450,6 +459,7 @@ impl ExternalStatRow {
             quant_cos: None,
             amax_channel: None,
             top_channel_sq_frac: None,
+            quant_bias: None,
         }
     }
 }
@@ -489,6 +499,7 @@ impl Row for ExternalStatRow {
                 Arc::new(Int32Array::from(rows.iter().map(|r| r.amax_channel.map(|c| c as i32)).collect::<Vec<_>>())),
                 f64s(|r| r.top_channel_sq_frac),
                 ranks(rows.iter().map(|r| r.rank)),
+                f64s(|r| r.quant_bias),
             ],
         )
     }

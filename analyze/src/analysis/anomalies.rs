@@ -142,7 +142,8 @@ pub struct AnomalyReport {
     pub unavailable: Vec<String>,
     /// The caveat of the statistics the non-finite search read, when their source rounded them.
     pub stats_caveat: Option<String>,
-    /// FP8 failure mechanisms in the statistics (saturation, underflow surges), earliest first,
+    /// FP8 failure mechanisms in the statistics (saturation, underflow surges, and the early
+    /// warnings: quantization bias, gradient below quantization noise), earliest first,
     /// whether or not the loss moved ([`crate::analysis::mechanisms`]).
     pub mechanisms: Vec<crate::analysis::mechanisms::Mechanism>,
 }

@@ -1,5 +1,6 @@
 //! FP8 failure mechanisms seen in the statistics, whether or not the loss has moved yet: a cast that
-//! saturates, and an operand whose underflow surges. `anomalies` lists them beside the loss
+//! saturates, an operand whose underflow surges, and the early warnings of
+//! [`crate::analysis::early_warnings`] (a biased cast, a gradient below the quantization noise). `anomalies` lists them beside the loss
 //! detectors (and says which came first), and `triage` says "mechanism present, no loss anomaly
 //! yet" instead of "healthy" when they fire without a loss anomaly (the `swiglu-outliers` case: fc2's
 //! input saturates at step 200, then 46% of it underflows for 16 steps, and the loss never reacts).
@@ -32,16 +33,18 @@ pub const REFERENCE_STEPS: usize = 20;
 /// One mechanism, at its first step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Mechanism {
-    /// `saturation` or `underflow surge`.
+    /// `saturation`, `underflow surge`, or an early warning: `quantization bias`, `gradient below
+    /// quantization noise` ([`crate::analysis::early_warnings`]).
     pub kind: &'static str,
     /// `layers.0.fc2.fprop`
     pub gemm_name: String,
     pub role: String,
     pub rank: Option<i64>,
     pub step: i64,
-    /// Recorded steps it lasted (1 for a saturation).
+    /// Recorded steps it lasted (1 for a saturation; measured steps for the early warnings).
     pub steps: usize,
-    /// The saturated share, or the peak underflow share of the surge.
+    /// The saturated share, the peak underflow share of the surge, the largest bias, or the lowest
+    /// gradient-to-noise ratio.
     pub value: f64,
     /// The operand's reference underflow share (surges only).
     pub reference: Option<f64>,
@@ -51,8 +54,8 @@ impl Mechanism {
     /// "saturation: 94.9% of layers.0.qkv.fprop's activation at step 251".
     pub fn describe(&self) -> String {
         let at = self.rank.map(|r| format!(" on rank {r}")).unwrap_or_default();
-        match self.reference {
-            Some(r) => format!(
+        match (self.kind, self.reference) {
+            (_, Some(r)) => format!(
                 "underflow surge: {}'s {} underflows up to {:.1}% (against {:.1}% before) from step {} for {} recorded steps{at}",
                 self.gemm_name,
                 self.role,
@@ -61,7 +64,23 @@ impl Mechanism {
                 self.step,
                 self.steps
             ),
-            None => format!("saturation: {:.1}% of {}'s {} at step {}{at}", 100.0 * self.value, self.gemm_name, self.role, self.step),
+            ("quantization bias", None) => format!(
+                "quantization bias: the cast {} {}'s {} by up to {:.1}% along itself from step {} for {} measured steps{at}",
+                if self.value < 0.0 { "shrinks" } else { "inflates" },
+                self.gemm_name,
+                self.role,
+                100.0 * self.value.abs(),
+                self.step,
+                self.steps
+            ),
+            ("gradient below quantization noise", None) => format!(
+                "gradient below quantization noise: ‖g‖ / ‖wgrad quantization noise‖ down to {:.2} (warning below {}, training stops helping below √3 by arXiv 2505.19115) from step {} for {} measured steps{at}",
+                self.value,
+                crate::analysis::early_warnings::GRADIENT_NOISE,
+                self.step,
+                self.steps
+            ),
+            _ => format!("saturation: {:.1}% of {}'s {} at step {}{at}", 100.0 * self.value, self.gemm_name, self.role, self.step),
         }
     }
 }
@@ -120,7 +139,12 @@ pub fn find_mechanisms(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
             out.push(Mechanism { kind, gemm_name: run.naming.gemm(layer, &module, &gemm), role: role.clone(), rank, step, steps, value, reference });
         }
     }
-    out.sort_by(|a, b| a.step.cmp(&b.step).then(b.value.total_cmp(&a.value)).then(a.gemm_name.cmp(&b.gemm_name)));
+    out.extend(crate::analysis::early_warnings::find_early_warnings(run)?);
+    // By step, then kind (values of different kinds do not compare), then the largest first.
+    let order = |k: &str| ["saturation", "underflow surge", "quantization bias"].iter().position(|&o| o == k).unwrap_or(3);
+    out.sort_by(|a, b| {
+        a.step.cmp(&b.step).then(order(a.kind).cmp(&order(b.kind))).then(b.value.abs().total_cmp(&a.value.abs())).then(a.gemm_name.cmp(&b.gemm_name))
+    });
     Ok(out)
 }
 

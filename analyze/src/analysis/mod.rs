@@ -6,7 +6,8 @@
 //!   cure is judged against; [`dynamics`]: the horizontal gap (how many more steps a run needs to
 //!   reach the baseline's loss);
 //! - [`anomalies`]: the detectors applied to recorded runs; [`mechanisms`]: saturation and
-//!   underflow surges in the statistics, whether or not the loss has moved;
+//!   underflow surges in the statistics, whether or not the loss has moved, and the
+//!   [`early_warnings`] of the quantization error (a biased cast, a gradient below the noise);
 //! - [`compare`] and [`metrics`]: tensors against the baseline's; [`compat`]: whether two runs
 //!   can be compared;
 //! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence; [`predict`]:
@@ -23,6 +24,7 @@ pub mod detect;
 pub mod dynamics;
 pub mod liveness;
 pub mod locate;
+pub mod early_warnings;
 pub mod mechanisms;
 pub mod metrics;
 pub mod noise;

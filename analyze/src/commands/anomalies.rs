@@ -224,20 +224,34 @@ fn render(r: &AnomalyReport) -> String {
 /// The mechanisms in the statistics, the earliest first, and whether they came before the loss moved.
 pub fn mechanisms_text(r: &AnomalyReport) -> String {
     if r.mechanisms.is_empty() {
-        return "mechanisms in the statistics (saturation, underflow surges): none\n".into();
+        return "mechanisms in the statistics (saturation, underflow surges, quantization bias, gradient below quantization noise): none\n".into();
     }
     let first = r.mechanisms[0].step;
-    let mut s = format!("mechanisms in the statistics ({} operand(s)), earliest first", r.mechanisms.len());
+    let mut s = format!("mechanisms in the statistics ({} found), earliest first", r.mechanisms.len());
     s += &match r.first_anomaly_step() {
         Some(a) if first < a => format!(", from step {first}, {} step(s) before the loss moved (step {a}):\n", a - first),
         Some(a) => format!(", from step {first} (the loss moved at step {a}):\n"),
         None => format!(", from step {first}, with no loss anomaly yet:\n"),
     };
-    for m in r.mechanisms.iter().take(8) {
-        s += &format!("  {}\n", m.describe());
+    // Each kind in the order it first appears, its first few each, so one kind's many operands do
+    // not hide another kind.
+    let mut kinds: Vec<&str> = Vec::new();
+    for m in &r.mechanisms {
+        if !kinds.contains(&m.kind) {
+            kinds.push(m.kind);
+        }
     }
-    if r.mechanisms.len() > 8 {
-        s += &format!("  … and {} more (--json lists them all)\n", r.mechanisms.len() - 8);
+    for kind in kinds {
+        let of: Vec<_> = r.mechanisms.iter().filter(|m| m.kind == kind).collect();
+        for m in of.iter().take(PER_KIND) {
+            s += &format!("  {}\n", m.describe());
+        }
+        if of.len() > PER_KIND {
+            s += &format!("  … and {} more {kind} (--json lists them all)\n", of.len() - PER_KIND);
+        }
     }
     s
 }
+
+/// Mechanisms of one kind the text shows.
+const PER_KIND: usize = 4;

@@ -257,6 +257,7 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         amax_channel: Some(7),
         top_channel_sq_frac: Some(0.03),
         rank: None,
+        quant_bias: None,
     }
 }
 

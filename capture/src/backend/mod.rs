@@ -191,8 +191,8 @@ pub struct CastReport {
     /// Filled from `StatsLevel::Channels` on: where the amax sits and how much of Σx² the top channels
     /// (columns of the operand's row-major layout) hold ([`crate::channel_stats`]).
     pub channels: Option<ChannelStats>,
-    /// Filled at `StatsLevel::Full`: (MSE, cosine) of x against dequant(cast(x)).
-    pub quant_error: Option<(f64, f64)>,
+    /// Filled at `StatsLevel::Full`: MSE, cosine and bias of dequant(cast(x)) against x.
+    pub quant_error: Option<crate::tensor_stats::QuantError>,
     /// With `keep_quantized`: the FP8 bytes, row-major in the operand's layout.
     pub quantized: Option<Vec<u8>>,
     /// With `keep_quantized` and block scaling: tile scales, row-major over tiles, and the tile.

@@ -36,11 +36,12 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
         mean: m.mean,
         std: m.std,
         dynamic_range_log2: m.dynamic_range_log2,
-        quant_mse: cast.quant_error.map(|e| e.0),
-        quant_cos: cast.quant_error.map(|e| e.1),
+        quant_mse: cast.quant_error.map(|e| e.mse),
+        quant_cos: cast.quant_error.map(|e| e.cos),
         amax_channel: cast.channels.and_then(|c| c.amax_channel),
         top_channel_sq_frac: cast.channels.and_then(|c| c.top_channel_sq_frac),
         rank: None,
+        quant_bias: cast.quant_error.map(|e| e.bias),
     })
 }
 

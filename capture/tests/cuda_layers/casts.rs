@@ -51,7 +51,10 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
             assert_eq!((gm.min, gm.max), (cm.min, cm.max));
             assert!((gm.mean - cm.mean).abs() <= 1e-9 * cm.mean.abs().max(1e-30) + 1e-300, "mean {} vs {}", gm.mean, cm.mean);
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
-            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() + 1e-300 && (gq.1 - cq.1).abs() <= 1e-9, "quant error {gq:?} vs {cq:?}");
+            assert!(
+                (gq.mse - cq.mse).abs() <= 1e-6 * cq.mse.abs() + 1e-300 && (gq.cos - cq.cos).abs() <= 1e-9 && (gq.bias - cq.bias).abs() <= 1e-9,
+                "quant error {gq:?} vs {cq:?}"
+            );
         }
         // Current scaling: the scale is computed on the device from the amax.
         let finite: Vec<f32> = x.iter().copied().filter(|v| v.is_finite() && v.abs() < 1e4).collect();
@@ -83,7 +86,10 @@ fn fp8_casts_match_the_cpu_emulation_bit_for_bit() {
                 format.name()
             );
             let (gq, cq) = (rep.quant_error.expect("qe"), cpu.quant_error.expect("qe"));
-            assert!((gq.0 - cq.0).abs() <= 1e-6 * cq.0.abs() && (gq.1 - cq.1).abs() <= 1e-9, "faulted quant error {gq:?} vs {cq:?}");
+            assert!(
+                (gq.mse - cq.mse).abs() <= 1e-6 * cq.mse.abs() && (gq.cos - cq.cos).abs() <= 1e-9 && (gq.bias - cq.bias).abs() <= 1e-9,
+                "faulted quant error {gq:?} vs {cq:?}"
+            );
             same_channels(&rep, &cpu, "faulted cast (planted outliers)");
         }
     }

@@ -4,6 +4,7 @@
 
 use super::{CudaBackend, CudaError, PendingOp, SLOT_FLOATS, STAT_FIELDS, stat};
 use crate::backend::{CastReport, GemmReport, Moments, StatsLevel};
+use crate::tensor_stats::QuantError;
 
 impl CudaBackend {
     pub(super) fn download_all(&mut self) -> Result<Vec<GemmReport>, CudaError> {
@@ -64,11 +65,9 @@ impl CudaBackend {
                 let dynamic_range_log2 = if amax > 0.0 && minabs.is_finite() { (amax as f64 / minabs).log2() } else { 0.0 };
                 Moments { min: r[stat::MIN] as f32, max: r[stat::MAX] as f32, mean, std: var.sqrt(), dynamic_range_log2 }
             });
-            let quant_error = (p.level >= StatsLevel::Full).then(|| {
-                let np = r[stat::NP];
-                let mse = if np == 0.0 { 0.0 } else { r[stat::D2] / np };
-                (mse, crate::tensor_stats::cosine_from(r[stat::DOT], r[stat::A2], r[stat::B2]))
-            });
+            // A2 is Σ dequant², B2 Σ x² (kernels/cast_stats.cuh).
+            let quant_error = (p.level >= StatsLevel::Full)
+                .then(|| QuantError::from_sums(r[stat::D2], r[stat::DOT], r[stat::A2], r[stat::B2], r[stat::NP]));
             CastReport {
                 role: Some(p.role),
                 format: p.format,
