@@ -22,7 +22,8 @@ fn the_drift_scenarios_underflow_surge_is_seen_before_the_drift() {
     assert!(warned + 20 < drifted, "the surge (step {warned}) comes well before the drift (step {drifted})");
     // The gradient drowns in the wgrad quantization noise from the scenario's batch on, long before
     // the loss drifts.
-    let noise = v["mechanisms"].as_array().unwrap().iter().find(|m| m["kind"] == "gradient below quantization noise").unwrap_or_else(|| panic!("{}", v["mechanisms"]));
+    let noise =
+        v["mechanisms"].as_array().unwrap().iter().find(|m| m["kind"] == "gradient below quantization noise").unwrap_or_else(|| panic!("{}", v["mechanisms"]));
     let (at, ratio) = (noise["step"].as_i64().unwrap(), noise["value"].as_f64().unwrap());
     assert!(at + 20 < drifted && ratio < 8.0 && ratio > 1.0, "gradient-to-noise {ratio} from step {at}, drift at {drifted}");
     let text = String::from_utf8_lossy(&analyze(&["anomalies", fp8.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]).stdout).to_string();
@@ -48,7 +49,11 @@ fn a_mis_scaled_cast_is_a_quantization_bias_before_any_loss_anomaly() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let mech = v["mechanisms"].as_array().unwrap();
     let act = mech.iter().find(|m| m["role"] == "activation").unwrap_or_else(|| panic!("{mech:?}"));
-    assert_eq!((act["kind"].as_str(), act["gemm_name"].as_str(), act["step"].as_i64()), (Some("quantization bias"), Some("layers.1.fc2.fprop"), Some(100)), "{act}");
+    assert_eq!(
+        (act["kind"].as_str(), act["gemm_name"].as_str(), act["step"].as_i64()),
+        (Some("quantization bias"), Some("layers.1.fc2.fprop"), Some(100)),
+        "{act}"
+    );
     let bias = act["value"].as_f64().unwrap();
     assert!((bias - 1.0).abs() < 0.05, "a doubled operand: bias {bias} ≈ +100%");
     assert!(mech.iter().all(|m| m["step"].as_i64() == Some(100) && m["gemm_name"] == "layers.1.fc2.fprop"), "only the planted GEMM: {mech:?}");

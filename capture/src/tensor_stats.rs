@@ -129,11 +129,7 @@ pub struct QuantError {
 impl QuantError {
     /// From the sums Σ (q−x)², Σ q·x, Σ q², Σ x² over `n` finite pairs.
     pub fn from_sums(d2: f64, dot: f64, q2: f64, x2: f64, n: f64) -> QuantError {
-        QuantError {
-            mse: if n == 0.0 { 0.0 } else { d2 / n },
-            cos: cosine_from(dot, q2, x2),
-            bias: if x2 == 0.0 { 0.0 } else { dot / x2 - 1.0 },
-        }
+        QuantError { mse: if n == 0.0 { 0.0 } else { d2 / n }, cos: cosine_from(dot, q2, x2), bias: if x2 == 0.0 { 0.0 } else { dot / x2 - 1.0 } }
     }
 }
 

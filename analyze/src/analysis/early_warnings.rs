@@ -90,13 +90,28 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     if !run.has(Table::Stats)? {
         return Ok(Vec::new());
     }
-    let cols = [col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FORMAT, col::AMAX_USED, col::NUMEL, col::MEAN, col::STD, col::QUANT_MSE, col::QUANT_BIAS, col::RANK];
+    let cols = [
+        col::STEP,
+        col::LAYER,
+        col::MODULE,
+        col::GEMM,
+        col::ROLE,
+        col::FORMAT,
+        col::AMAX_USED,
+        col::NUMEL,
+        col::MEAN,
+        col::STD,
+        col::QUANT_MSE,
+        col::QUANT_BIAS,
+        col::RANK,
+    ];
     let lf = run.scan(Table::Stats, &cols)?.filter(col(col::QUANT_MSE).is_not_null());
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
     let fm = crate::load::strs(&df, col::FORMAT).map_err(e)?;
-    let (au, nu, me, sd) = (f64s(&df, col::AMAX_USED).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::MEAN).map_err(e)?, f64s(&df, col::STD).map_err(e)?);
+    let (au, nu, me, sd) =
+        (f64s(&df, col::AMAX_USED).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::MEAN).map_err(e)?, f64s(&df, col::STD).map_err(e)?);
     let (qm, qb, rk) = (f64s(&df, col::QUANT_MSE).map_err(e)?, f64s(&df, col::QUANT_BIAS).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
 
     let mut biases: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64)>> = BTreeMap::new();
@@ -123,7 +138,16 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     for ((layer, module, gemm, role, rank), mut series) in biases {
         series.sort_by_key(|r| r.0);
         if let Some((step, steps, value)) = bias_of_series(&series) {
-            out.push(Mechanism { kind: "quantization bias", gemm_name: run.naming.gemm(layer, &module, &gemm), role, rank, step, steps, value, reference: None });
+            out.push(Mechanism {
+                kind: "quantization bias",
+                gemm_name: run.naming.gemm(layer, &module, &gemm),
+                role,
+                rank,
+                step,
+                steps,
+                value,
+                reference: None,
+            });
         }
     }
     let mut noise: BTreeMap<(Option<i64>, i64), f64> = BTreeMap::new();
@@ -146,7 +170,16 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     }
     for (rank, series) in ratios {
         if let Some((step, steps, value)) = gradient_noise_of_series(&series) {
-            out.push(Mechanism { kind: "gradient below quantization noise", gemm_name: "the wgrad GEMMs".into(), role: "gradient".into(), rank, step, steps, value, reference: None });
+            out.push(Mechanism {
+                kind: "gradient below quantization noise",
+                gemm_name: "the wgrad GEMMs".into(),
+                role: "gradient".into(),
+                rank,
+                step,
+                steps,
+                value,
+                reference: None,
+            });
         }
     }
     Ok(out)

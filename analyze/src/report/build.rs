@@ -750,6 +750,26 @@ fn anomaly_sentences(a: &AnomalyReport) -> Vec<String> {
             100.0 * d.final_raw_gap
         ));
     }
+    // The mechanisms in the statistics: the first of each kind, and whether it came before the loss moved.
+    let mut kinds: Vec<&str> = Vec::new();
+    for m in &a.mechanisms {
+        if kinds.contains(&m.kind) {
+            continue;
+        }
+        kinds.push(m.kind);
+        let n = a.mechanisms.iter().filter(|o| o.kind == m.kind).count();
+        let more = if n > 1 { format!(" ({} more of this kind in anomalies --json)", n - 1) } else { String::new() };
+        let when = match a.first_anomaly_step() {
+            Some(s) if m.step < s => format!(", {} step(s) before the loss moved", s - m.step),
+            Some(_) => String::new(),
+            None => ", with no loss anomaly yet".into(),
+        };
+        let mut t = m.describe();
+        if let Some(first) = t.get(..1) {
+            t = first.to_uppercase() + &t[1..];
+        }
+        out.push(format!("{t}{when}{more}."));
+    }
     let own = if a.baseline.is_some() { " in the run's own curve (the baseline may share it: only spikes against the baseline count)" } else { "" };
     for s in &a.spikes {
         out.push(format!(

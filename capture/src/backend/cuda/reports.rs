@@ -66,8 +66,7 @@ impl CudaBackend {
                 Moments { min: r[stat::MIN] as f32, max: r[stat::MAX] as f32, mean, std: var.sqrt(), dynamic_range_log2 }
             });
             // A2 is Σ dequant², B2 Σ x² (kernels/cast_stats.cuh).
-            let quant_error = (p.level >= StatsLevel::Full)
-                .then(|| QuantError::from_sums(r[stat::D2], r[stat::DOT], r[stat::A2], r[stat::B2], r[stat::NP]));
+            let quant_error = (p.level >= StatsLevel::Full).then(|| QuantError::from_sums(r[stat::D2], r[stat::DOT], r[stat::A2], r[stat::B2], r[stat::NP]));
             CastReport {
                 role: Some(p.role),
                 format: p.format,
