@@ -82,7 +82,8 @@ pub fn wgrad_noise_sq(dy: (f64, f64, f64, f64), x: (f64, f64, f64, f64), w_numel
     Some(dy.3 * m * sq(x) + x.3 * k * sq(dy))
 }
 
-type Key = (Option<i64>, i64, String, String);
+/// (rank, step, layer, module) of a site at one step.
+type Key = (Option<i64>, i64, i64, String);
 
 /// The early warnings of `run`: sustained quantization biases (per operand) and a gradient below
 /// the quantization noise (per rank).
@@ -130,7 +131,7 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
             _ => continue,
         };
         if let (Some(n), Some(mean), Some(std), Some(mse)) = (nu[i], me[i], sd[i], qm[i]) {
-            sites.entry((rk[i], step, format!("{layer}"), module)).or_default()[slot] = Some((n as f64, mean, std, mse));
+            sites.entry((rk[i], step, layer, module)).or_default()[slot] = Some((n as f64, mean, std, mse));
         }
     }
 
