@@ -102,8 +102,13 @@ def main():
         firsts = {}
         for m in v["mechanisms"]:
             firsts.setdefault(m["kind"], m)
-        cell = lambda k: (f"step {firsts[k]['step']} ({firsts[k]['gemm_name']} {firsts[k]['role']}, {firsts[k]['value']:+.3g})"
-                          if k in firsts else "-")
+        def cell(k):
+            if k not in firsts:
+                return "-"
+            m = firsts[k]
+            value = f"{m['value']:+.3g}" if k == "quantization bias" else f"R {m['value']:.3g}"
+            return f"step {m['step']} ({m['gemm_name']} {m['role']}, {value})"
+
         others = ", ".join(f"{k} @{m['step']}" for k, m in firsts.items() if k not in ("quantization bias", "gradient below quantization noise")) or "-"
         lo, bias = python_figures(fp8)
         anomaly = first_loss_anomaly(v)
