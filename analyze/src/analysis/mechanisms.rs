@@ -1,9 +1,10 @@
 //! FP8 failure mechanisms seen in the statistics, whether or not the loss has moved yet: a cast that
 //! saturates, an operand whose underflow surges, and the early warnings of
-//! [`crate::analysis::early_warnings`] (a biased cast, a gradient below the quantization noise). `anomalies` lists them beside the loss
-//! detectors (and says which came first), and `triage` says "mechanism present, no loss anomaly
-//! yet" instead of "healthy" when they fire without a loss anomaly (the `swiglu-outliers` case: fc2's
-//! input saturates at step 200, then 46% of it underflows for 16 steps, and the loss never reacts).
+//! [`crate::analysis::early_warnings`] (a biased cast, a gradient below the quantization noise).
+//! `anomalies` lists them beside the loss detectors (and says which came first), and `triage` says
+//! "mechanism present, no loss anomaly yet" instead of "healthy" when they fire without a loss
+//! anomaly (the `swiglu-outliers` case: fc2's input saturates at step 200, then 46% of it
+//! underflows for 16 steps, and the loss never reacts).
 //!
 //! Read from the `stats` table, FP8 operands only, after delayed scaling's warm-up (a cast whose
 //! scale came from a real amax, `amax_used` > 0):
