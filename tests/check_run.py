@@ -35,7 +35,8 @@ COLUMNS = {
               ("zero_frac", pa.float64()), ("min", pa.float32()), ("max", pa.float32()), ("mean", pa.float64()),
               ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
               ("quant_cos", pa.float64()), ("amax_channel", pa.int32()), ("top_channel_sq_frac", pa.float64()),
-              ("rank", pa.int32()), ("quant_bias", pa.float64())],
+              ("rank", pa.int32()), ("quant_bias", pa.float64()),
+              ("flip_frac", pa.float64()), ("flip_ratio", pa.float64())],
     "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
@@ -164,6 +165,27 @@ def check_quant_bias(data):
     return rows
 
 
+def check_weight_motion(data):
+    """flip_frac and flip_ratio are set on fprop weight rows only, together (but for a weight that
+    did not move), flip_frac within [0, 1] and flip_ratio >= 0. Returns the rows that have them."""
+    stats = data["stats"]
+    if stats is None or "flip_frac" not in stats.column_names:
+        return 0
+    rows = 0
+    for r in stats.select(["step", "layer", "module", "gemm", "role", "flip_frac", "flip_ratio"]).to_pylist():
+        where = f"stats: step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}.{r['role']}"
+        if r["flip_frac"] is None:
+            if r["flip_ratio"] is not None:
+                fail(f"{where}: a flip ratio without a flip share")
+            continue
+        if (r["gemm"], r["role"]) != ("fprop", "weight"):
+            fail(f"{where}: weight motion on an operand that is not an fprop weight")
+        if not 0.0 <= r["flip_frac"] <= 1.0 or (r["flip_ratio"] is not None and r["flip_ratio"] < 0.0):
+            fail(f"{where}: flip_frac {r['flip_frac']!r}, flip_ratio {r['flip_ratio']!r}")
+        rows += 1
+    return rows
+
+
 def check_channels(data, cfg):
     """Every stats row has an amax channel; whole dumps agree with the stats. Returns tensors checked."""
     stats = data["stats"]
@@ -266,10 +288,12 @@ def main():
     channels = check_channels(data, cfg)
     signed = check_shadow_bound(data)
     biases = check_quant_bias(data)
+    motions = check_weight_motion(data)
     print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps"
           + f"; {signed} signed shadow effects within their Cauchy-Schwarz bound"
-          + f"; {biases} quantization biases within theirs")
+          + f"; {biases} quantization biases within theirs"
+          + f"; {motions} weight motions on fprop weights only")
 
 
 if __name__ == "__main__":

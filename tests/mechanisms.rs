@@ -34,6 +34,14 @@ fn the_drift_scenarios_underflow_surge_is_seen_before_the_drift() {
     let o = analyze(&["--json", "anomalies", clean.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mechanisms"], serde_json::json!([]), "{}", v["mechanisms"]);
+    // Its FP8 weights move freely through the grid: about one bin flipped per bin moved, on every
+    // fprop weight at every step but the first.
+    let sql = "SELECT COUNT(flip_ratio) AS n, AVG(flip_ratio) AS mean, MAX(flip_ratio) AS hi FROM stats WHERE gemm = 'fprop' AND role = 'weight'";
+    let q = analyze(&["query", clean.to_str().unwrap(), "--format", "json", "--sql", sql]);
+    let rows: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&q.stderr)));
+    let (n, mean, hi) = (rows[0]["n"].as_i64().unwrap(), rows[0]["mean"].as_f64().unwrap(), rows[0]["hi"].as_f64().unwrap());
+    assert_eq!(n, 149 * 8, "8 fprop weights, steps 2 to 150");
+    assert!((mean - 1.0).abs() < 0.03 && hi < 1.5, "flip ratio mean {mean}, max {hi}");
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub mod step;
 pub mod tensor_stats;
 pub mod text;
 pub mod train;
+pub mod weight_motion;
 
 use anyhow::{Context, bail};
 use cli::{Cli, Command, DeviceArg, TrainArgs};

@@ -132,6 +132,7 @@ def stat_row(step: int, layer: int, module: str, gemm: str, role: str, fmt_name:
         "nan_count": int(g("nan")), "inf_count": int(g("inf")), "zero_frac": _frac(g("zeros"), numel),
         "min": lo, "max": hi, "mean": mean, "std": std, "dynamic_range_log2": dyn,
         "quant_mse": None, "quant_cos": None, "quant_bias": None,
+        "flip_frac": None, "flip_ratio": None,
     }
     if not math.isnan(g("q_n")):
         qn = g("q_n")

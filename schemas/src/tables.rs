@@ -82,6 +82,8 @@ pub mod col {
     pub const MAX_ABS_DIFF: &str = "max_abs_diff";
     pub const DUAL_INNER: &str = "dual_inner";
     pub const QUANT_BIAS: &str = "quant_bias";
+    pub const FLIP_FRAC: &str = "flip_frac";
+    pub const FLIP_RATIO: &str = "flip_ratio";
     pub const DUAL_NORM: &str = "dual_norm";
 }
 
@@ -140,8 +142,10 @@ static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(AMAX_CHANNEL, DataType::Int32, true),
         f(TOP_CHANNEL_SQ_FRAC, DataType::Float64, true),
         f(RANK, DataType::Int32, true),
-        // Added within schema version 3, at the end; a part written before reads it as null.
+        // Added within schema version 3, at the end; a part written before reads them as null.
         f(QUANT_BIAS, DataType::Float64, true),
+        f(FLIP_FRAC, DataType::Float64, true),
+        f(FLIP_RATIO, DataType::Float64, true),
     ]))
 });
 
@@ -353,6 +357,12 @@ pub struct StatRow {
     /// quant_mse: 0 for unbiased rounding, negative when the cast shrinks the operand (underflow,
     /// saturation), positive when it inflates it.
     pub quant_bias: Option<f64>,
+    /// fprop weights (CPU backend, per-tensor FP8): the share of elements whose quantized value
+    /// changed since the previous recorded step, both quantized on this step's grid.
+    pub flip_frac: Option<f64>,
+    /// fprop weights: Σ|Δq| / Σ|Δw| over the same steps, bins flipped per unit of master-weight
+    /// change (≈ 1 moving freely, ≫ 1 held at rounding boundaries: oscillation).
+    pub flip_ratio: Option<f64>,
 }
 
 impl Row for StatRow {
@@ -391,6 +401,8 @@ impl Row for StatRow {
                 opt(|r| r.top_channel_sq_frac),
                 ranks(rows.iter().map(|r| r.rank)),
                 opt(|r| r.quant_bias),
+                opt(|r| r.flip_frac),
+                opt(|r| r.flip_ratio),
             ],
         )
     }
@@ -428,6 +440,8 @@ pub struct ExternalStatRow {
     pub amax_channel: Option<u32>,
     pub top_channel_sq_frac: Option<f64>,
     pub quant_bias: Option<f64>,
+    pub flip_frac: Option<f64>,
+    pub flip_ratio: Option<f64>,
 }
 
 impl ExternalStatRow {
@@ -460,6 +474,8 @@ impl ExternalStatRow {
             amax_channel: None,
             top_channel_sq_frac: None,
             quant_bias: None,
+            flip_frac: None,
+            flip_ratio: None,
         }
     }
 }
@@ -500,6 +516,8 @@ impl Row for ExternalStatRow {
                 f64s(|r| r.top_channel_sq_frac),
                 ranks(rows.iter().map(|r| r.rank)),
                 f64s(|r| r.quant_bias),
+                f64s(|r| r.flip_frac),
+                f64s(|r| r.flip_ratio),
             ],
         )
     }

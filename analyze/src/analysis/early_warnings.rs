@@ -21,6 +21,13 @@
 //!   `tiny` at ≥ 10.4; the `drift` scenario measures 2.8 to 6.8 from its first step (its loss
 //!   drifts past 1% at step 60), an underflowing wgrad gradient (`kind=underflow` on
 //!   `layers.1.fc2` wgrad) 6.0 to 7.6.
+//! - **weight oscillation** (TetraJet-v2, Chen et al.: FP4 master weights that settle at rounding
+//!   boundaries flip their quantized value back and forth): the first run of at least
+//!   [`OSCILLATION_STEPS`] recorded steps where an fprop weight flips at least [`OSCILLATION`] bins
+//!   per unit of master-weight change (`stats.flip_ratio`, capture/src/weight_motion.rs; ≈ 1 for
+//!   weights moving freely). Clean `tiny` runs measure 1.00 on average and 0.84 to 1.19 at single
+//!   steps; a learning rate of 1e-4 reaches 1.5 at single late steps. No run of the library
+//!   oscillates: per-tensor FP8 weights do not, in these runs.
 
 use crate::analysis::mechanisms::Mechanism;
 use crate::error::AnalyzeError;
@@ -38,6 +45,10 @@ pub const BIAS_STEPS: usize = 3;
 pub const GRADIENT_NOISE: f64 = 8.0;
 /// Consecutive measured steps the ratio must stay below [`GRADIENT_NOISE`].
 pub const GRADIENT_NOISE_STEPS: usize = 3;
+/// Bins flipped per unit of master-weight change that, sustained, is oscillation.
+pub const OSCILLATION: f64 = 1.5;
+/// Consecutive recorded steps the flip ratio must stay at or above [`OSCILLATION`].
+pub const OSCILLATION_STEPS: usize = 10;
 /// The ratio below which, by Chmiel et al., quantized training stops helping (reported beside).
 pub const PAPER_THRESHOLD: f64 = 1.732_050_807_568_877_2;
 
@@ -70,6 +81,11 @@ fn gradient_noise_of_series(series: &[(i64, f64)]) -> Option<(i64, usize, f64)> 
     first_run(series, GRADIENT_NOISE_STEPS, |r| r < GRADIENT_NOISE, |a, b| a < b)
 }
 
+/// A sustained oscillation in one weight's series of (step, flip_ratio), sorted by step.
+fn oscillation_of_series(series: &[(i64, f64)]) -> Option<(i64, usize, f64)> {
+    first_run(series, OSCILLATION_STEPS, |r| r >= OSCILLATION, |a, b| a > b)
+}
+
 /// The wgrad quantization noise E‖ε‖² of one site at one step, from its wgrad operands dY and X
 /// and its weight W: (numel, mean, std, quant_mse) each.
 pub fn wgrad_noise_sq(dy: (f64, f64, f64, f64), x: (f64, f64, f64, f64), w_numel: f64) -> Option<f64> {
@@ -85,8 +101,8 @@ pub fn wgrad_noise_sq(dy: (f64, f64, f64, f64), x: (f64, f64, f64, f64), w_numel
 /// (rank, step, layer, module) of a site at one step.
 type Key = (Option<i64>, i64, i64, String);
 
-/// The early warnings of `run`: sustained quantization biases (per operand) and a gradient below
-/// the quantization noise (per rank).
+/// The early warnings of `run`: sustained quantization biases (per operand), a gradient below the
+/// quantization noise (per rank) and oscillating weights (per fprop weight).
 pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     if !run.has(Table::Stats)? {
         return Ok(Vec::new());
@@ -183,6 +199,42 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
             });
         }
     }
+    out.extend(oscillations(run)?);
+    Ok(out)
+}
+
+/// Sustained weight oscillations of `run` (`stats.flip_ratio`), one per fprop weight.
+fn oscillations(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
+    let cols = [col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FLIP_RATIO, col::RANK];
+    let lf = run.scan(Table::Stats, &cols)?.filter(col(col::FLIP_RATIO).is_not_null());
+    let df = run.collect(Table::Stats, lf)?;
+    let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
+    let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
+    let (fr, rk) = (f64s(&df, col::FLIP_RATIO).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
+    let mut by: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64)>> = BTreeMap::new();
+    for i in 0..df.height() {
+        let (Some(step), Some(layer), Some(module), Some(gemm), Some(role), Some(r)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), ro[i].clone(), fr[i])
+        else {
+            continue;
+        };
+        by.entry((layer, module, gemm, role, rk[i])).or_default().push((step, r));
+    }
+    let mut out = Vec::new();
+    for ((layer, module, gemm, role, rank), mut series) in by {
+        series.sort_by_key(|r| r.0);
+        if let Some((step, steps, value)) = oscillation_of_series(&series) {
+            out.push(Mechanism {
+                kind: "weight oscillation",
+                gemm_name: run.naming.gemm(layer, &module, &gemm),
+                role,
+                rank,
+                step,
+                steps,
+                value,
+                reference: None,
+            });
+        }
+    }
     Ok(out)
 }
 
@@ -224,6 +276,21 @@ mod tests {
         }
         s[12].1 = 3.0;
         assert_eq!(gradient_noise_of_series(&s), Some((11, 5, 3.0)));
+    }
+
+    #[test]
+    fn oscillation_needs_ten_recorded_steps_of_one_and_a_half_bins_per_bin_moved() {
+        let mut s: Vec<(i64, f64)> = (1..=60).map(|t| (t, if t % 3 == 0 { 1.19 } else { 0.95 })).collect();
+        assert_eq!(oscillation_of_series(&s), None, "a clean run's spread");
+        for r in s.iter_mut().skip(20).take(9) {
+            r.1 = 3.0;
+        }
+        assert_eq!(oscillation_of_series(&s), None, "nine steps are not enough");
+        for r in s.iter_mut().skip(40).take(12) {
+            r.1 = 2.0;
+        }
+        s[45].1 = 4.5;
+        assert_eq!(oscillation_of_series(&s), Some((41, 12, 4.5)));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub const REFERENCE_STEPS: usize = 20;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Mechanism {
     /// `saturation`, `underflow surge`, or an early warning: `quantization bias`, `gradient below
-    /// quantization noise` ([`crate::analysis::early_warnings`]).
+    /// quantization noise`, `weight oscillation` ([`crate::analysis::early_warnings`]).
     pub kind: &'static str,
     /// `layers.0.fc2.fprop`
     pub gemm_name: String,
@@ -44,8 +44,8 @@ pub struct Mechanism {
     pub step: i64,
     /// Recorded steps it lasted (1 for a saturation; measured steps for the early warnings).
     pub steps: usize,
-    /// The saturated share, the peak underflow share of the surge, the largest bias, or the lowest
-    /// gradient-to-noise ratio.
+    /// The saturated share, the peak underflow share of the surge, the largest bias, the lowest
+    /// gradient-to-noise ratio, or the highest flip ratio.
     pub value: f64,
     /// The operand's reference underflow share (surges only).
     pub reference: Option<f64>,
@@ -78,6 +78,15 @@ impl Mechanism {
                 "gradient below quantization noise: ‖g‖ / ‖wgrad quantization noise‖ down to {:.2} (warning below {}, training stops helping below √3 by arXiv 2505.19115) from step {} for {} measured steps{at}",
                 self.value,
                 crate::analysis::early_warnings::GRADIENT_NOISE,
+                self.step,
+                self.steps
+            ),
+            ("weight oscillation", None) => format!(
+                "weight oscillation: {}'s {} flips up to {:.2} bins per bin its master weight moves (warning from {}, ≈ 1 moving freely) from step {} for {} recorded steps{at}",
+                self.gemm_name,
+                self.role,
+                self.value,
+                crate::analysis::early_warnings::OSCILLATION,
                 self.step,
                 self.steps
             ),
@@ -142,7 +151,7 @@ pub fn find_mechanisms(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     }
     out.extend(crate::analysis::early_warnings::find_early_warnings(run)?);
     // By step, then kind (values of different kinds do not compare), then the largest first.
-    let order = |k: &str| ["saturation", "underflow surge", "quantization bias"].iter().position(|&o| o == k).unwrap_or(3);
+    let order = |k: &str| ["saturation", "underflow surge", "quantization bias", "gradient below quantization noise"].iter().position(|&o| o == k).unwrap_or(4);
     out.sort_by(|a, b| {
         a.step.cmp(&b.step).then(order(a.kind).cmp(&order(b.kind))).then(b.value.abs().total_cmp(&a.value.abs())).then(a.gemm_name.cmp(&b.gemm_name))
     });

@@ -258,6 +258,8 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         top_channel_sq_frac: Some(0.03),
         rank: None,
         quant_bias: None,
+        flip_frac: None,
+        flip_ratio: None,
     }
 }
 

@@ -193,6 +193,9 @@ pub struct CastReport {
     pub channels: Option<ChannelStats>,
     /// Filled at `StatsLevel::Full`: MSE, cosine and bias of dequant(cast(x)) against x.
     pub quant_error: Option<crate::tensor_stats::QuantError>,
+    /// The fprop weight's motion since the previous recorded step (CPU backend, per-tensor FP8
+    /// casts): [`crate::weight_motion`].
+    pub weight_motion: Option<crate::weight_motion::WeightMotion>,
     /// With `keep_quantized`: the FP8 bytes, row-major in the operand's layout.
     pub quantized: Option<Vec<u8>>,
     /// With `keep_quantized` and block scaling: tile scales, row-major over tiles, and the tile.

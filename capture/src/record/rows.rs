@@ -42,6 +42,8 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
         top_channel_sq_frac: cast.channels.and_then(|c| c.top_channel_sq_frac),
         rank: None,
         quant_bias: cast.quant_error.map(|e| e.bias),
+        flip_frac: cast.weight_motion.map(|w| frac(w.flips, cast.numel)),
+        flip_ratio: cast.weight_motion.and_then(|w| w.flip_ratio()),
     })
 }
 

@@ -5,9 +5,10 @@
 pub mod cast;
 
 use crate::backend::operands::operand_shapes;
-use crate::backend::{AdamW, Backend, GemmCall, GemmId, GemmReport, LinearDims, OperandCast, ShadowError};
+use crate::backend::{AdamW, Backend, GemmCall, GemmId, GemmReport, LinearDims, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
 use crate::layers;
 use crate::tensor_stats;
+use crate::weight_motion::WeightMotion;
 use cast::{cast_operand, round_bf16_inplace};
 use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Module};
@@ -21,6 +22,9 @@ pub struct CpuBackend {
     /// The shadowed fprops of this step that wait for their output's gradient: (FP8 output, BF16
     /// output) by site, paired with dY by the first gradient GEMM of the site (`pair_fprop_error`).
     fprop_errors: HashMap<(u32, Module), (Vec<f32>, Vec<f32>)>,
+    /// Each FP8 fprop weight as of the last recorded step, by site: where [`crate::weight_motion`]
+    /// measures its motion from.
+    prev_weights: HashMap<(u32, Module), Vec<f32>>,
     /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
     rope: Option<((usize, usize, u32), Vec<f32>)>,
     /// Tests only: `take_error` reports a planted failure once `take_reports` has run this many
@@ -47,6 +51,27 @@ impl CpuBackend {
             s.dual_inner = Some(inner);
             s.dual_norm = Some(norm);
         }
+    }
+
+    /// The motion of the fprop weight `w` (cast as `how` with `fault` into `cast`) since this site's
+    /// last recorded step, and `w` kept for the next: per-tensor FP8 casts only (a block or
+    /// micro-scaled grid changes with each block's amax). The previous weight is quantized on this
+    /// step's grid, so a scale change is not motion.
+    fn weight_motion(&mut self, id: GemmId, w: &[f32], how: OperandCast, fault: OperandFault, cast: &cast::Cast, dims: (usize, usize)) -> Option<WeightMotion> {
+        let OperandCast::Fp8Tensor { format, .. } = how else { return None };
+        let prev = self.prev_weights.insert((id.layer, id.module), w.to_vec())?;
+        if prev.len() != w.len() {
+            return None;
+        }
+        // This step's grid: the scale the cast used, before the planted mis-scale it applies again.
+        let grid =
+            OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: cast.report.scale / fault.scale_mult, amax_used: cast.report.amax_used } };
+        let q_prev = cast_operand(&prev, dims.0, dims.1, grid, fault, StatsLevel::Amax, false).dequantized;
+        let mut motion = crate::weight_motion::weight_motion(&prev, w, &q_prev, &cast.dequantized);
+        // Counted in the weight's own units: a planted mis-scale dequantizes the cast × scale_mult
+        // (the quantization bias reports that), which would read as a motion × scale_mult.
+        motion.quant_change /= f64::from(fault.scale_mult);
+        Some(motion)
     }
 
     /// The RoPE table for (t, hd, theta), computed on the first call with these dimensions.
@@ -289,9 +314,13 @@ impl Backend for CpuBackend {
             out[0] = f32::NAN;
         }
         let output_nonfinite = self.count_nonfinite(out);
+        let motion = (call.id.gemm == Gemm::Fprop && call.stats >= StatsLevel::Cheap)
+            .then(|| self.weight_motion(call.id, b, call.cast_b, call.fault_b, &cb, (br, bc)))
+            .flatten();
         let [role_a, role_b] = call.id.gemm.operands();
         let mut ra = ca.report;
         let mut rb = cb.report;
+        rb.weight_motion = motion;
         ra.role = Some(role_a);
         rb.role = Some(role_b);
         self.reports.push(GemmReport { id: call.id, a: ra, b: rb, shadow, output_nonfinite });

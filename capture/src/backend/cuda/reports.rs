@@ -82,6 +82,7 @@ impl CudaBackend {
                 moments,
                 quant_error,
                 channels: (p.level >= StatsLevel::Channels).then(|| chans.get(p.slot).copied().flatten()).flatten(),
+                weight_motion: None,
                 quantized: p.quantized,
                 block_scales: None,
             }
