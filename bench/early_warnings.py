@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The early warnings (quantization bias, gradient below quantization noise) over the scenario and
-planted-fault library and clean runs (CPU): when each fires against when the loss moves.
+"""The early warnings (quantization bias, gradient below quantization noise, weight oscillation)
+over the scenario and planted-fault library and clean runs (CPU): when each fires against when the
+loss moves.
 
 For each case: the FP8 run at the default statistics cadence (quant_mse / quant_bias at step 1 and
 every 10 steps), its BF16 baseline with the same arguments, and `fp8-analyze --json anomalies` of the
@@ -8,7 +9,8 @@ pair. The table gives the first loss anomaly (gap spike, drift or non-finite los
 each mechanism kind, and two figures recomputed here in Python from the stats and steps tables, an
 independent check of the analyzer's arithmetic: the lowest gradient-to-noise ratio
 R = ||g|| / ||wgrad quantization noise|| (independent-rounding model, see
-analyze/src/analysis/early_warnings.rs) and the largest |quant_bias| of an FP8 operand.
+analyze/src/analysis/early_warnings.rs), the largest |quant_bias| of an FP8 operand, and the mean
+and largest flip_ratio of the fprop weights.
 
     python3 bench/early_warnings.py --bin $CARGO_TARGET_DIR/release --out bench/results/early-warnings
 """
@@ -23,6 +25,7 @@ CASES = [
     ("llama-tiny", "clean s0", []),
     ("llama-tiny", "clean s1", ["--seed", "1"]),
     ("tiny", "nvfp4 (recipe)", ["@nvfp4"]),
+    ("tiny", "clean, lr 1e-4", ["--lr", "1e-4"]),
     ("tiny", "drift", ["--scenario", "drift"]),
     ("tiny", "spike", ["--scenario", "spike"]),
     ("tiny", "nan", ["--scenario", "nan"]),
@@ -44,10 +47,12 @@ def table(run, name):
 
 
 def python_figures(run):
-    """(lowest R, largest |quant_bias| of an FP8 operand after warm-up), recomputed from the tables."""
+    """(lowest R, largest |quant_bias| of an FP8 operand after warm-up, mean and largest flip_ratio of
+    the fprop weights), recomputed from the tables."""
     stats, steps = table(run, "stats"), {r["step"]: r["grad_norm"] for r in table(run, "steps")}
     sites = collections.defaultdict(dict)
     worst_bias = 0.0
+    flips = [r["flip_ratio"] for r in stats if r.get("flip_ratio") is not None]
     for r in stats:
         if r["quant_mse"] is None:
             continue
@@ -64,7 +69,8 @@ def python_figures(run):
         sq = lambda o: o["numel"] * (o["std"] ** 2 + o["mean"] ** 2)
         noise[step] += dy["quant_mse"] * m * sq(x) + x["quant_mse"] * k * sq(dy)
     ratios = [steps[s] / math.sqrt(n) for s, n in noise.items() if n > 0 and math.isfinite(steps.get(s, math.nan))]
-    return (min(ratios) if ratios else None), worst_bias
+    flip = (sum(flips) / len(flips), max(flips)) if flips else (None, None)
+    return (min(ratios) if ratios else None), worst_bias, flip
 
 
 def first_loss_anomaly(v):
@@ -86,8 +92,8 @@ def main():
     work = os.path.join(a.out, "runs")
     shutil.rmtree(work, ignore_errors=True)
     cap, ana = os.path.join(a.bin, "fp8-capture"), os.path.join(a.bin, "fp8-analyze")
-    lines = ["| preset | case | loss anomaly | quantization bias | gradient below noise | other mechanisms | min R | max abs bias |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| preset | case | loss anomaly | quantization bias | gradient below noise | weight oscillation | other mechanisms | min R | max abs bias | flip ratio mean / max |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for i, (preset, label, args) in enumerate(CASES):
         recipe = "nvfp4" if "@nvfp4" in args else "delayed"
         args = [x for x in args if x != "@nvfp4"]
@@ -106,14 +112,16 @@ def main():
             if k not in firsts:
                 return "-"
             m = firsts[k]
-            value = f"{m['value']:+.3g}" if k == "quantization bias" else f"R {m['value']:.3g}"
+            value = {"quantization bias": f"{m['value']:+.3g}", "gradient below quantization noise": f"R {m['value']:.3g}"}.get(k, f"{m['value']:.3g}")
             return f"step {m['step']} ({m['gemm_name']} {m['role']}, {value})"
 
-        others = ", ".join(f"{k} @{m['step']}" for k, m in firsts.items() if k not in ("quantization bias", "gradient below quantization noise")) or "-"
-        lo, bias = python_figures(fp8)
+        warnings = ("quantization bias", "gradient below quantization noise", "weight oscillation")
+        others = ", ".join(f"{k} @{m['step']}" for k, m in firsts.items() if k not in warnings) or "-"
+        lo, bias, (flip_mean, flip_max) = python_figures(fp8)
+        flip = "-" if flip_mean is None else f"{flip_mean:.3f} / {flip_max:.2f}"
         anomaly = first_loss_anomaly(v)
         row = (f"| {preset} | {label} | {anomaly if anomaly is not None else '-'} | {cell('quantization bias')} | "
-               f"{cell('gradient below quantization noise')} | {others} | {lo:.2f} | {bias:.4f} |")
+               f"{cell('gradient below quantization noise')} | {cell('weight oscillation')} | {others} | {lo:.2f} | {bias:.4f} | {flip} |")
         print(row, flush=True)
         lines.append(row)
     with open(os.path.join(a.out, "early-warnings.md"), "w") as f:

@@ -11,6 +11,8 @@
 //! - the `spike` scenario is detected as a spike in layer 0's forward GEMMs and current scaling
 //!   cures it;
 //! - triage on `tiny` (300 steps) finishes in under 10 minutes on the CI's 2 cores;
+//! - on two data-parallel ranks (`-- --dp 2`), triage names a planted GEMM as on one rank, and
+//!   one rank's corrupted scale as a mechanism on that rank;
 //! - regress passes on a clean run and fails with a planted fault;
 //! - bad input exits 2 with one line.
 //!
@@ -367,6 +369,34 @@ fn regress_passes_on_clean_tiny_and_fails_with_a_planted_fault() {
     assert_eq!(code, Some(1), "a planted fault fails regress: {v}");
     assert!(!passed[1].1, "the fp8 mode fails");
     assert!(passed[2].1, "without FP8 dgrad the fault is gone and the mode passes");
+}
+
+#[test]
+fn triage_on_two_data_parallel_ranks_names_the_planted_gemm_and_the_rank_of_a_rank_fault() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // A GEMM fault on every rank: the same method as on one rank, current and block scaling left
+    // out (fp8-capture's runs of several ranks reduce amaxes between steps) and said to be.
+    let out = tmp.path().join("dp2");
+    let (code, v, stderr) = triage(&out, &["--steps", "150", "--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100", "--", "--dp", "2"]);
+    check_shape(&v);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(culprits(&v), ["layers.1.fc2.dgrad"], "{v}");
+    assert_eq!(v["confirmation"]["held"], true, "{}", v["confirmation"]);
+    assert_eq!((run_entry(&v, "current"), run_entry(&v, "block")), (Value::Null, Value::Null));
+    let text = std::fs::read_to_string(out.join("verdict.txt")).expect("verdict.txt");
+    assert!(text.contains("4. current scaling: not tried (fp8-capture runs of several ranks") && text.contains("current scaling was not tried"), "{text}");
+    // One rank's scale × 16 from step 100: the loss barely moves (under the drift threshold), and
+    // the verdict names the GEMM and the rank instead of calling the run healthy.
+    let (code, v, stderr) = triage(
+        &tmp.path().join("corrupt"),
+        &["--steps", "150", "--inject", "kind=scale-corrupt,rank=1,site=layers.1.fc2,step=100,magnitude=16", "--", "--dp", "2"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!((v["healthy"].clone(), v["anomaly"].clone()), (Value::Bool(false), Value::Null), "{v}");
+    let mech: Vec<&str> = v["mechanisms"].as_array().expect("mechanisms").iter().filter_map(|m| m.as_str()).collect();
+    assert!(mech.iter().any(|m| m.contains("layers.1.fc2.fprop's weight") && m.contains("at step 100 on rank 1")), "{mech:?}");
+    assert!(mech.iter().all(|m| m.ends_with("on rank 1")), "only rank 1's casts: {mech:?}");
 }
 
 #[test]

@@ -305,6 +305,22 @@ impl CaptureFlags {
         f.extend(self.extra.iter().cloned());
         f
     }
+    /// Whether the extra flags train on several ranks (`--dp N` or `--tp N` with N ≥ 2): such runs
+    /// support the delayed and bf16 recipes only (fp8-capture reduces amaxes between steps).
+    pub fn multi_rank(&self) -> bool {
+        let mut it = self.extra.iter().peekable();
+        while let Some(f) = it.next() {
+            let value = match f.split_once('=') {
+                Some((name, v)) if name == "--dp" || name == "--tp" => Some(v.to_string()),
+                None if f == "--dp" || f == "--tp" => it.peek().map(|v| v.to_string()),
+                _ => None,
+            };
+            if value.and_then(|v| v.parse::<u32>().ok()).is_some_and(|n| n >= 2) {
+                return true;
+            }
+        }
+        false
+    }
     /// The `--inject` flags.
     pub fn injections(&self) -> Vec<String> {
         self.inject.iter().flat_map(|s| ["--inject".to_string(), s.clone()]).collect()
@@ -317,5 +333,30 @@ impl CaptureFlags {
     pub fn driver(&self, out: &Path) -> Result<Driver, AnalyzeError> {
         prepare_out(out)?;
         Driver::new(out, self.jobs, self.on_cpu(), &self.extra, self.quiet)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CaptureFlags;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        capture: CaptureFlags,
+    }
+
+    fn multi_rank(args: &[&str]) -> bool {
+        Flags::parse_from(["triage"].iter().chain(args)).capture.multi_rank()
+    }
+
+    #[test]
+    fn runs_of_several_ranks_are_told_from_their_flags() {
+        assert!(!multi_rank(&[]));
+        assert!(!multi_rank(&["--", "--tp", "1", "--dp=1"]));
+        assert!(multi_rank(&["--", "--dp", "2"]));
+        assert!(multi_rank(&["--", "--lr", "1e-3", "--tp=4"]));
+        assert!(!multi_rank(&["--", "--dp"]), "a flag without its value is fp8-capture's to refuse");
     }
 }

@@ -403,7 +403,9 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     //    alone back to BF16, in one batch.
     let mut specs: Vec<RunSpec> =
         Gemm::ALL.iter().map(|g| RunSpec { name: format!("bf16-{}", g.as_str()), flags: fp8_flags(&["--bf16-gemms".into(), g.as_str().into()]) }).collect();
-    let try_current = a.recipe != "current";
+    // Runs of several ranks reduce their amaxes between steps: current and block scaling, which
+    // need them inside the step, are not tried there (the verdict says so).
+    let try_current = a.recipe != "current" && !c.multi_rank();
     if try_current {
         let mut f = c.common();
         f.extend(["--recipe".into(), "current".into()]);
@@ -412,7 +414,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     }
     // Block scaling (1×128 / 128×128 tiles): the cure of an outlier a per-tensor scale cannot hold
     // (one channel on a few tokens). Tried where it runs: the CPU (the CUDA backend has none yet).
-    let try_block = a.recipe != "block" && c.device == "cpu";
+    let try_block = a.recipe != "block" && c.device == "cpu" && !c.multi_rank();
     if try_block {
         let mut f = c.common();
         f.extend(["--recipe".into(), "block".into()]);

@@ -53,8 +53,9 @@ fn operands(ev: &[OperandEvidence]) -> String {
     ev.iter()
         .map(|e| {
             format!(
-                "{} underflow {} saturated {} (amax {}, amax used {})",
+                "{}{} underflow {} saturated {} (amax {}, amax used {})",
                 e.role,
+                e.rank.map(|r| format!(" (rank {r})")).unwrap_or_default(),
                 e.underflow_frac.map(pct).unwrap_or("-".into()),
                 e.saturated_frac.map(pct).unwrap_or("-".into()),
                 e.amax.map(num).unwrap_or("-".into()),
@@ -181,6 +182,7 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     let Some(f) = found else { return s };
     s += "\n2. each GEMM kind back to BF16:\n";
     s += &table_of(&["kind", "all-gemms"], "bf16 gemms", &|e| flag_after(e, "--bf16-gemms"));
+    s.push('\n');
     if let (Some(tc), Some(e)) = (&f.top, t.entry("top-ranked")) {
         s += &format!(
             "   the top-ranked GEMM alone back to BF16 ({}): {} ({})\n",
@@ -222,7 +224,15 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
                 e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())
             )
         }
-        None => s += "not tried (the FP8 run already uses it)\n",
+        None => {
+            let fp8_flags = t.entry("fp8").map(|e| e.flags.clone()).unwrap_or_default();
+            let uses_current = fp8_flags.windows(2).any(|w| w[0] == "--recipe" && w[1] == "current");
+            s += if uses_current {
+                "not tried (the FP8 run already uses it)\n"
+            } else {
+                "not tried (fp8-capture runs of several ranks, --dp or --tp, support delayed and bf16 only)\n"
+            }
+        }
     }
     if let Some(e) = t.entry("block") {
         let cures = e.outcome.cured == Some(true);
@@ -324,7 +334,15 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             s.push('\n');
         }
     }
-    s += &format!("current scaling {}", if v.current_scaling_cures { "cures it" } else { "does not cure it" });
+    let current_tried = t.entry("current").is_some();
+    s += &format!(
+        "current scaling {}",
+        match (current_tried, v.current_scaling_cures) {
+            (_, true) => "cures it",
+            (true, false) => "does not cure it",
+            (false, false) => "was not tried",
+        }
+    );
     s += &match v.block_scaling_cures {
         Some(true) => "; block scaling cures it.\n".to_string(),
         Some(false) => "; block scaling does not.\n".to_string(),
