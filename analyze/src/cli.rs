@@ -65,6 +65,13 @@ pub enum Command {
                               fp8-analyze predict runs/fp8 --set mlp=layers.1.fc1.dgrad,layers.1.fc2.dgrad --json")]
     Predict(crate::commands::predict::PredictArgs),
 
+    /// What another format would do to the run's dumped tensors: each whole dump cast as e4m3 or
+    /// e5m2 (per tensor), mxfp8, nvfp4 or block (DeepSeek's tiles) would cast it, with fp8-capture's
+    /// exact CPU emulation; per tensor and format the underflow and saturation shares, MSE, cosine
+    /// and SQNR. Works on runs of any source with whole dumps, on any machine.
+    #[command(after_help = "Example:\n  fp8-analyze whatif runs/fp8\n  fp8-analyze whatif runs/fp8 --formats mxfp8,nvfp4 --step 100 --json")]
+    Whatif(crate::commands::whatif::WhatIfArgs),
+
     /// SQL over the tables steps, stats, tensors, events, shadow and extra_stats of one or many
     /// runs; a `run` column holds each row's run name. Quote the column "values" (an SQL keyword).
     #[command(after_help = "Example:\n  fp8-analyze query runs/fp8 runs/bf16 --format csv \\\n    \

@@ -40,6 +40,7 @@ pub fn run(cli: Cli) -> Result<Outcome, AnalyzeError> {
         Command::Locate(a) => commands::locate::run(a, opts.one_rank(), cli.json),
         Command::Predict(a) => commands::predict::run(a, opts.one_rank(), cli.json),
         Command::Query(a) => commands::query::run(a, opts, cli.json),
+        Command::Whatif(a) => commands::whatif::run(a, opts, cli.json),
         Command::Ranks(a) => commands::ranks::run(a, opts, cli.json),
         Command::Report(a) => commands::report::run(a, opts.one_rank(), cli.json),
         Command::Triage(a) => commands::triage::run(a, cli.json),

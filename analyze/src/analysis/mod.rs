@@ -33,3 +33,4 @@ pub mod predict;
 pub mod provenance;
 pub mod ranks;
 pub mod summary;
+pub mod whatif;

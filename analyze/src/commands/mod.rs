@@ -13,6 +13,7 @@ pub mod report;
 pub mod schedule;
 pub mod summary;
 pub mod triage;
+pub mod whatif;
 
 /// What a command printed and whether it found something (exit status 1 for the commands that
 /// say so in their help).
