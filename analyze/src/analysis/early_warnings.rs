@@ -26,7 +26,8 @@
 //!   [`OSCILLATION_STEPS`] recorded steps where an fprop weight flips at least [`OSCILLATION`] bins
 //!   per unit of master-weight change (`stats.flip_ratio`, capture/src/weight_motion.rs; ≈ 1 for
 //!   weights moving freely). Clean `tiny` runs measure 1.00 on average and 0.84 to 1.19 at single
-//!   steps; a learning rate of 1e-4 reaches 1.5 at single late steps. No run of the library
+//!   steps; a learning rate of 1e-4 reaches 1.7 at single late steps. Steps where under
+//!   [`OSCILLATION_MIN_FLIPS`] of the elements flip do not count. No run of the library
 //!   oscillates: per-tensor FP8 weights do not, in these runs.
 
 use crate::analysis::mechanisms::Mechanism;
@@ -49,6 +50,10 @@ pub const GRADIENT_NOISE_STEPS: usize = 3;
 pub const OSCILLATION: f64 = 1.5;
 /// Consecutive recorded steps the flip ratio must stay at or above [`OSCILLATION`].
 pub const OSCILLATION_STEPS: usize = 10;
+/// Share of a weight's elements that must flip at a step for its ratio to count: a weight whose
+/// updates have all but stopped (a gradient that underflows to zero) flips a handful of elements,
+/// whose ratio is noise (up to 19 at single steps in the library's wgrad-underflow cases).
+pub const OSCILLATION_MIN_FLIPS: f64 = 0.01;
 /// The ratio below which, by Chmiel et al., quantized training stops helping (reported beside).
 pub const PAPER_THRESHOLD: f64 = 1.732_050_807_568_877_2;
 
@@ -205,18 +210,21 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
 
 /// Sustained weight oscillations of `run` (`stats.flip_ratio`), one per fprop weight.
 fn oscillations(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
-    let cols = [col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FLIP_RATIO, col::RANK];
+    let cols = [col::STEP, col::LAYER, col::MODULE, col::GEMM, col::ROLE, col::FLIP_RATIO, col::FLIP_FRAC, col::RANK];
     let lf = run.scan(Table::Stats, &cols)?.filter(col(col::FLIP_RATIO).is_not_null());
     let df = run.collect(Table::Stats, lf)?;
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
-    let (fr, rk) = (f64s(&df, col::FLIP_RATIO).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
+    let (fr, ff, rk) = (f64s(&df, col::FLIP_RATIO).map_err(e)?, f64s(&df, col::FLIP_FRAC).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
     let mut by: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64)>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm), Some(role), Some(r)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), ro[i].clone(), fr[i])
         else {
             continue;
         };
+        // A step with too few flips to judge keeps its place in the series but cannot count (NaN
+        // compares false), so it ends a run of high ratios.
+        let r = if ff[i].is_some_and(|f| f >= OSCILLATION_MIN_FLIPS) { r } else { f64::NAN };
         by.entry((layer, module, gemm, role, rk[i])).or_default().push((step, r));
     }
     let mut out = Vec::new();
@@ -291,6 +299,9 @@ mod tests {
         }
         s[45].1 = 4.5;
         assert_eq!(oscillation_of_series(&s), Some((41, 12, 4.5)));
+        // A step with too few flips to judge (NaN) breaks the run.
+        s[46].1 = f64::NAN;
+        assert_eq!(oscillation_of_series(&s), None);
     }
 
     #[test]
