@@ -11,8 +11,8 @@
 //! - the `spike` scenario is detected as a spike in layer 0's forward GEMMs and current scaling
 //!   cures it;
 //! - triage on `tiny` (300 steps) finishes in under 10 minutes on the CI's 2 cores;
-//! - on two data-parallel ranks (`-- --dp 2`), triage names a planted GEMM as on one rank, and
-//!   one rank's corrupted scale as a mechanism on that rank;
+//! - on two data-parallel ranks (`-- --dp 2`) and two tensor-parallel ranks (`-- --tp 2`), triage
+//!   names a planted GEMM as on one rank, and one rank's corrupted scale as a mechanism on that rank;
 //! - regress passes on a clean run and fails with a planted fault;
 //! - bad input exits 2 with one line.
 //!
@@ -372,7 +372,7 @@ fn regress_passes_on_clean_tiny_and_fails_with_a_planted_fault() {
 }
 
 #[test]
-fn triage_on_two_data_parallel_ranks_names_the_planted_gemm_and_the_rank_of_a_rank_fault() {
+fn triage_on_two_ranks_names_the_planted_gemm_and_the_rank_of_a_rank_fault() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().expect("tempdir");
     // A GEMM fault on every rank: the same method as on one rank, current and block scaling left
@@ -386,6 +386,14 @@ fn triage_on_two_data_parallel_ranks_names_the_planted_gemm_and_the_rank_of_a_ra
     assert_eq!((run_entry(&v, "current"), run_entry(&v, "block")), (Value::Null, Value::Null));
     let text = std::fs::read_to_string(out.join("verdict.txt")).expect("verdict.txt");
     assert!(text.contains("4. current scaling: not tried (fp8-capture runs of several ranks") && text.contains("current scaling was not tried"), "{text}");
+    // The same fault under tensor parallelism (llama-tiny, every layer halved over 2 ranks).
+    let (code, v, stderr) = triage(
+        &tmp.path().join("tp2"),
+        &["--preset", "llama-tiny", "--steps", "150", "--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100", "--", "--tp", "2"],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(culprits(&v), ["layers.1.fc2.dgrad"], "{v}");
+    assert_eq!(v["confirmation"]["held"], true, "{}", v["confirmation"]);
     // One rank's scale × 16 from step 100: the loss barely moves (under the drift threshold), and
     // the verdict names the GEMM and the rank instead of calling the run healthy.
     let (code, v, stderr) = triage(
