@@ -136,7 +136,7 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
         (f64s(&df, col::AMAX_USED).map_err(e)?, i64s(&df, col::NUMEL).map_err(e)?, f64s(&df, col::MEAN).map_err(e)?, f64s(&df, col::STD).map_err(e)?);
     let (qm, qb, rk) = (f64s(&df, col::QUANT_MSE).map_err(e)?, f64s(&df, col::QUANT_BIAS).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
 
-    let mut biases: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64)>> = BTreeMap::new();
+    let mut biases: BTreeMap<Operand, Vec<(i64, f64)>> = BTreeMap::new();
     // (rank, step, layer, module) → (dY, X, W numel) of the site's wgrad.
     let mut sites: BTreeMap<Key, [Option<(f64, f64, f64, f64)>; 3]> = BTreeMap::new();
     for i in 0..df.height() {
@@ -156,22 +156,7 @@ pub fn find_early_warnings(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
         }
     }
 
-    let mut out = Vec::new();
-    for ((layer, module, gemm, role, rank), mut series) in biases {
-        series.sort_by_key(|r| r.0);
-        if let Some((step, steps, value)) = bias_of_series(&series) {
-            out.push(Mechanism {
-                kind: "quantization bias",
-                gemm_name: run.naming.gemm(layer, &module, &gemm),
-                role,
-                rank,
-                step,
-                steps,
-                value,
-                reference: None,
-            });
-        }
-    }
+    let mut out = per_operand(run, "quantization bias", biases, bias_of_series);
     let mut noise: BTreeMap<(Option<i64>, i64), f64> = BTreeMap::new();
     for ((rank, step, ..), [dy, x, w]) in sites {
         if let (Some(dy), Some(x), Some(w)) = (dy, x, w)
@@ -216,7 +201,7 @@ fn oscillations(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
     let e = |e: PolarsError| AnalyzeError::scan(&run.name, "stats", e);
     let (st, la, mo, ge, ro) = crate::load::operand_keys(&df).map_err(e)?;
     let (fr, ff, rk) = (f64s(&df, col::FLIP_RATIO).map_err(e)?, f64s(&df, col::FLIP_FRAC).map_err(e)?, i64s(&df, col::RANK).map_err(e)?);
-    let mut by: BTreeMap<(i64, String, String, String, Option<i64>), Vec<(i64, f64)>> = BTreeMap::new();
+    let mut by: BTreeMap<Operand, Vec<(i64, f64)>> = BTreeMap::new();
     for i in 0..df.height() {
         let (Some(step), Some(layer), Some(module), Some(gemm), Some(role), Some(r)) = (st[i], la[i], mo[i].clone(), ge[i].clone(), ro[i].clone(), fr[i])
         else {
@@ -227,23 +212,23 @@ fn oscillations(run: &Run) -> Result<Vec<Mechanism>, AnalyzeError> {
         let r = if ff[i].is_some_and(|f| f >= OSCILLATION_MIN_FLIPS) { r } else { f64::NAN };
         by.entry((layer, module, gemm, role, rk[i])).or_default().push((step, r));
     }
+    Ok(per_operand(run, "weight oscillation", by, oscillation_of_series))
+}
+
+/// An operand: (layer, module, gemm, role, rank).
+type Operand = (i64, String, String, String, Option<i64>);
+
+/// One mechanism of `kind` for each operand whose series of (step, value), sorted here, `rule`
+/// finds a sustained run in.
+fn per_operand(run: &Run, kind: &'static str, by: BTreeMap<Operand, Vec<(i64, f64)>>, rule: fn(&[(i64, f64)]) -> Option<(i64, usize, f64)>) -> Vec<Mechanism> {
     let mut out = Vec::new();
     for ((layer, module, gemm, role, rank), mut series) in by {
         series.sort_by_key(|r| r.0);
-        if let Some((step, steps, value)) = oscillation_of_series(&series) {
-            out.push(Mechanism {
-                kind: "weight oscillation",
-                gemm_name: run.naming.gemm(layer, &module, &gemm),
-                role,
-                rank,
-                step,
-                steps,
-                value,
-                reference: None,
-            });
+        if let Some((step, steps, value)) = rule(&series) {
+            out.push(Mechanism { kind, gemm_name: run.naming.gemm(layer, &module, &gemm), role, rank, step, steps, value, reference: None });
         }
     }
-    Ok(out)
+    out
 }
 
 /// The gradient norm of every (rank, step).
