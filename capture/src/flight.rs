@@ -28,17 +28,46 @@ pub const SPIKE_K: f64 = 6.0;
 pub const SPIKE_WINDOW: usize = 50;
 pub const MIN_SPIKE_HISTORY: usize = 8;
 
+/// The trailing losses and the online spike rule over them.
+#[derive(Default)]
+pub struct LossWatch {
+    losses: VecDeque<f64>,
+}
+
+impl LossWatch {
+    /// Why `loss` is anomalous against the losses seen so far (a spike, or not finite), then keeps
+    /// it in the window.
+    pub fn observe(&mut self, loss: f64) -> Option<String> {
+        let why = if loss.is_finite() { self.spike(loss) } else { Some(format!("non-finite loss ({loss})")) };
+        self.losses.push_back(loss);
+        while self.losses.len() > SPIKE_WINDOW {
+            self.losses.pop_front();
+        }
+        why
+    }
+
+    fn spike(&self, loss: f64) -> Option<String> {
+        let w: Vec<f64> = self.losses.iter().copied().filter(|x| x.is_finite()).collect();
+        if w.len() < MIN_SPIKE_HISTORY {
+            return None;
+        }
+        let (median, sigma) = robust_band(&w);
+        let limit = median + SPIKE_K * sigma;
+        (loss > limit).then(|| format!("loss spike: {loss:.4} over median {median:.4} + {SPIKE_K}·σ ({sigma:.2e}) of the last {} steps", w.len()))
+    }
+}
+
 /// The ring of the last K steps' dumps and shadow GEMMs, and the trailing losses.
 pub struct FlightRecorder {
     k: usize,
     ring: VecDeque<(Vec<TensorRow>, Vec<ShadowRow>)>,
-    losses: VecDeque<f64>,
+    losses: LossWatch,
     quiet_until: u32,
 }
 
 impl FlightRecorder {
     pub fn new(k: u32) -> FlightRecorder {
-        FlightRecorder { k: k.max(1) as usize, ring: VecDeque::new(), losses: VecDeque::new(), quiet_until: 0 }
+        FlightRecorder { k: k.max(1) as usize, ring: VecDeque::new(), losses: LossWatch::default(), quiet_until: 0 }
     }
 
     /// Whether `step` follows a firing closely enough that its rows are written as they come.
@@ -56,11 +85,7 @@ impl FlightRecorder {
 
     /// Why the recorder fires at `step` (None: it does not). Call once per step, after `keep`.
     pub fn fires(&mut self, step: u32, loss: f64, reports: &[GemmReport]) -> Option<String> {
-        let spike = self.spike(loss);
-        self.losses.push_back(loss);
-        while self.losses.len() > SPIKE_WINDOW {
-            self.losses.pop_front();
-        }
+        let spike = self.losses.observe(loss).filter(|_| loss.is_finite());
         if step < self.quiet_until {
             return None;
         }
@@ -78,16 +103,6 @@ impl FlightRecorder {
         }
         (t, s)
     }
-
-    fn spike(&self, loss: f64) -> Option<String> {
-        let w: Vec<f64> = self.losses.iter().copied().filter(|x| x.is_finite()).collect();
-        if w.len() < MIN_SPIKE_HISTORY || !loss.is_finite() {
-            return None;
-        }
-        let (median, sigma) = robust_band(&w);
-        let limit = median + SPIKE_K * sigma;
-        (loss > limit).then(|| format!("loss spike: {loss:.4} over median {median:.4} + {SPIKE_K}·σ ({sigma:.2e}) of the last {} steps", w.len()))
-    }
 }
 
 /// Median and σ = max(1.4826·MAD, 1e-4·|median|) of `w` (not empty).
@@ -100,6 +115,14 @@ fn robust_band(w: &[f64]) -> (f64, f64) {
     let m = median(&mut w.to_vec());
     let mad = median(&mut w.iter().map(|x| (x - m).abs()).collect());
     (m, (1.4826 * mad).max(1e-4 * m.abs()))
+}
+
+/// Why a step is anomalous, by the recorder's triggers in its order (a non-finite value, a
+/// saturation burst, a loss spike against `losses`, which keeps the loss): the anomaly replay's
+/// trigger (`train.rs`).
+pub fn anomaly(losses: &mut LossWatch, loss: f64, reports: &[GemmReport]) -> Option<String> {
+    let spike = losses.observe(loss).filter(|_| loss.is_finite());
+    nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike)
 }
 
 fn nonfinite(loss: f64, reports: &[GemmReport]) -> Option<String> {

@@ -4,6 +4,7 @@ use clap::Parser;
 use fp8_capture::cli::Cli;
 
 fn main() {
+    fp8_capture::process_clock::mark_start();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

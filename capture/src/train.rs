@@ -24,6 +24,7 @@ use crate::model::{Dims, Model, StepPlan, TpLink};
 use crate::recipe::Scaling;
 use crate::record::rows;
 use crate::record::writer::{RankWriting, StepRows, Writer};
+use crate::replay::ReplayWatch;
 use fp8scope_schemas::config::{DumpSample, InjectionKind, Overflow, RecipeKind, RunConfig};
 use fp8scope_schemas::layout::RunDir;
 use fp8scope_schemas::manifest::{DataInfo, Manifest, RunStatus};
@@ -237,12 +238,14 @@ struct Finished {
     flight_step: bool,
     /// Each weight's forward cast (digest, what changed), for the casts table of several ranks.
     weights: HashMap<Site, WeightCast>,
+    /// Why the step was launched again with every statistic (the anomaly replay), if it was.
+    replayed: Option<String>,
 }
 
 /// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
 /// closes the tables' parts when `flush_every` says so.
 fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, flight: &mut Option<FlightRecorder>) -> anyhow::Result<()> {
-    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step, weights } = f;
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step, weights, replayed } = f;
     let mut rows_out = StepRows {
         step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports), rank: None }),
         ..Default::default()
@@ -295,6 +298,20 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, fligh
                 rank: None,
             });
         }
+    }
+    if let Some(why) = replayed {
+        let message = format!("{why}: the step was launched again with every statistic (per-channel statistics and quantization error)");
+        rows_out.events.push(EventRow {
+            step,
+            kind: "full_statistics".into(),
+            layer: None,
+            module: None,
+            gemm: None,
+            role: None,
+            value: None,
+            message,
+            rank: None,
+        });
     }
     for message in planted {
         rows_out.events.push(EventRow { step, kind: "injection".into(), layer: None, module: None, gemm: None, role: None, value: None, message, rank: None });
@@ -385,6 +402,11 @@ pub fn train_rank<B: Backend>(
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
     let mut flight = (cfg.record.flight_recorder > 0).then(|| FlightRecorder::new(cfg.record.flight_recorder));
+    // The anomaly replay's watch on the loss: where some statistics steps go without the full set
+    // (`--channel-stats-every` or `--quant-error-every` above 1), on one rank (a replay on several
+    // would have to be agreed by all).
+    let mut replay =
+        (role.is_none() && cfg.record.stats_every > 0 && (cfg.record.channel_stats_every != 1 || cfg.record.quant_error_every != 1)).then(ReplayWatch::default);
     let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
     if matches!(cfg.recipe.kind, RecipeKind::Block | RecipeKind::Mxfp8 | RecipeKind::Nvfp4) {
@@ -454,7 +476,7 @@ pub fn train_rank<B: Backend>(
         // group's all-reduces inside).
         be.begin_step_work(plan.graph_signature());
         let mut tp = TpLink::new(&mut *groups.tp);
-        let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
+        let mut dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
         let tp_done = tp.finish();
         be.end_step_work();
         be.gemms_done();
@@ -471,9 +493,36 @@ pub fn train_rank<B: Backend>(
         }
         // The loss, then phases 3 (gradient reduction) and 5 (optimizer); a collective that fails
         // (another rank stopped) ends this rank as a crash.
-        let reduced = tp_done
+        let mut loss = tp_done
             .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
-            .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step))
+            .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
+        // The anomaly replay: a statistics step whose loss spikes or is not finite, planned without
+        // the per-channel statistics or the quantization error, is launched again with every statistic
+        // before the optimizer runs (same weights, same batch, same bits), so that the anomaly's
+        // own step has the full set whatever the cadence.
+        let mut replayed = None;
+        let mut early_reports = None;
+        if let (Ok(l), Some(watch)) = (&loss, replay.as_mut()) {
+            let reports = be.take_reports();
+            match watch.fires(step, *l, &reports, (StatsLevel::Cheap..StatsLevel::Full).contains(&plan.stats)) {
+                Some(why) => {
+                    be.repeat_step();
+                    plan.stats = StatsLevel::Full;
+                    be.begin_step_work(plan.graph_signature());
+                    let mut tp = TpLink::new(&mut *groups.tp);
+                    dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
+                    let tp_done = tp.finish();
+                    be.end_step_work();
+                    be.gemms_done();
+                    loss = tp_done
+                        .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
+                        .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
+                    replayed = Some(why);
+                }
+                None => early_reports = Some(reports),
+            }
+        }
+        let reduced = loss
             .and_then(|loss| crate::step::reduce_gradients(be, &mut model.state.grads, &mut *groups.dp, step).map(|_| loss))
             .and_then(|loss| crate::step::optimizer(be, &mut model, cfg, step, loss.is_finite(), &mut *groups.tp).map(|u| (loss, u)));
         let (loss, crate::step::Update { grad_norm, lr }) = match reduced {
@@ -486,7 +535,7 @@ pub fn train_rank<B: Backend>(
             }
         };
         let finite = loss.is_finite();
-        let reports = be.take_reports();
+        let reports = early_reports.unwrap_or_else(|| be.take_reports());
         // A failed primitive leaves the whole step unknown: stop before any of its rows is written.
         if let Err(e) = check_backend(be) {
             groups.abort(&format!("{e:#}"));
@@ -509,6 +558,13 @@ pub fn train_rank<B: Backend>(
         }
         scaling.push_amaxes(&amaxes);
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
+        if step == 1 {
+            let seconds = (crate::process_clock::seconds_since_start() * 100.0).round() / 100.0;
+            writer.first_step(seconds)?;
+            if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                pb.suspend(|| eprintln!("fp8scope: the first step ended {seconds:.2} s after the process started"));
+            }
+        }
         let planted = dist
             .faults
             .iter()
@@ -523,7 +579,7 @@ pub fn train_rank<B: Backend>(
             .map(DistFault::describe)
             .collect();
         let flight_step = cfg.record.flight_recorder > 0 && !is_dump_step(&cfg.record, step);
-        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step, weights };
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step, weights, replayed };
         losses.push(loss);
         let tok_s = tokens as f64 * dp as f64 * step as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));

@@ -198,6 +198,10 @@ pub struct Manifest {
     /// absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorder_cost: Option<RecorderCost>,
+    /// Seconds from the writer's process start to the end of its first training step: the start-up
+    /// a user waits through (the GPU's kernels, the weights, the data). Absent where not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_step_s: Option<f64>,
 }
 
 /// The recorder's own cost, per step after the first (see python/README.md).
@@ -278,6 +282,7 @@ impl Manifest {
             parallel: None,
             ranks: Vec::new(),
             recorder_cost: None,
+            first_step_s: None,
         }
     }
 

@@ -596,6 +596,12 @@ pub trait Backend {
     /// The reports of every `gemm` since the last call, in call order.
     fn take_reports(&mut self) -> Vec<GemmReport>;
 
+    /// The step just launched (its reports taken) will be launched again on the same weights (the
+    /// anomaly replay of `train.rs`, with more statistics): whatever the backend carries from one
+    /// step to the next and the launch changed is put back as it was before it. Default: nothing
+    /// carried.
+    fn repeat_step(&mut self) {}
+
     /// The first error of a primitive since the last call, in one line, and forgets it. A device
     /// backend whose primitive fails (a launch, an allocation, a copy) keeps the error, returns a
     /// harmless value in place of the result and skips the device work of every later primitive

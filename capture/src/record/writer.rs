@@ -61,6 +61,7 @@ impl Live {
 enum Msg {
     Rows(Box<StepRows>),
     Flush { steps_completed: u32 },
+    FirstStep { seconds: f64 },
     Finish { status: RunStatus, steps_completed: u32, final_loss: Option<f64>, error: Option<String> },
 }
 
@@ -236,6 +237,7 @@ impl Writer {
                             manifest.steps_completed = steps_completed;
                             tables.flush(&mut manifest, &run, write_manifest)?;
                         }
+                        Msg::FirstStep { seconds } => manifest.first_step_s = Some(seconds),
                         Msg::Finish { status, steps_completed, final_loss, error } => {
                             manifest.steps_completed = steps_completed;
                             manifest.status = status;
@@ -275,6 +277,12 @@ impl Writer {
 
     pub fn flush(&mut self, steps_completed: u32) -> Result<(), SchemaError> {
         self.send(Msg::Flush { steps_completed })
+    }
+
+    /// Notes the seconds from the process start to the end of the first step (in the manifest from
+    /// its next write).
+    pub fn first_step(&mut self, seconds: f64) -> Result<(), SchemaError> {
+        self.send(Msg::FirstStep { seconds })
     }
 
     /// Closes every table, writes the final manifest and returns it.

@@ -25,6 +25,9 @@ pub struct CpuBackend {
     /// Each FP8 fprop weight as of the last recorded step, by site: where [`crate::weight_motion`]
     /// measures its motion from.
     prev_weights: HashMap<(u32, Module), Vec<f32>>,
+    /// What this step's casts replaced in `prev_weights` (None: nothing was there), since
+    /// `begin_step_work`, for [`Backend::repeat_step`].
+    replaced_weights: HashMap<(u32, Module), Option<Vec<f32>>>,
     /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
     rope: Option<((usize, usize, u32), Vec<f32>)>,
     /// Tests only: `take_error` reports a planted failure once `take_reports` has run this many
@@ -59,19 +62,21 @@ impl CpuBackend {
     /// step's grid, so a scale change is not motion.
     fn weight_motion(&mut self, id: GemmId, w: &[f32], how: OperandCast, fault: OperandFault, cast: &cast::Cast, dims: (usize, usize)) -> Option<WeightMotion> {
         let OperandCast::Fp8Tensor { format, .. } = how else { return None };
-        let prev = self.prev_weights.insert((id.layer, id.module), w.to_vec())?;
-        if prev.len() != w.len() {
-            return None;
-        }
-        // This step's grid: the scale the cast used, before the planted mis-scale it applies again.
-        let grid =
-            OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: cast.report.scale / fault.scale_mult, amax_used: cast.report.amax_used } };
-        let q_prev = cast_operand(&prev, dims.0, dims.1, grid, fault, StatsLevel::Amax, false).dequantized;
-        let mut motion = crate::weight_motion::weight_motion(&prev, w, &q_prev, &cast.dequantized);
-        // Counted in the weight's own units: a planted mis-scale dequantizes the cast × scale_mult
-        // (the quantization bias reports that), which would read as a motion × scale_mult.
-        motion.quant_change /= f64::from(fault.scale_mult);
-        Some(motion)
+        let site = (id.layer, id.module);
+        let prev = self.prev_weights.insert(site, w.to_vec());
+        let motion = prev.as_ref().filter(|p| p.len() == w.len()).map(|prev| {
+            // This step's grid: the scale the cast used, before the planted mis-scale it applies again.
+            let grid =
+                OperandCast::Fp8Tensor { format, scale: ScaleSource::Given { scale: cast.report.scale / fault.scale_mult, amax_used: cast.report.amax_used } };
+            let q_prev = cast_operand(prev, dims.0, dims.1, grid, fault, StatsLevel::Amax, false).dequantized;
+            let mut motion = crate::weight_motion::weight_motion(prev, w, &q_prev, &cast.dequantized);
+            // Counted in the weight's own units: a planted mis-scale dequantizes the cast × scale_mult
+            // (the quantization bias reports that), which would read as a motion × scale_mult.
+            motion.quant_change /= f64::from(fault.scale_mult);
+            motion
+        });
+        self.replaced_weights.insert(site, prev);
+        motion
     }
 
     /// The RoPE table for (t, hd, theta), computed on the first call with these dimensions.
@@ -333,6 +338,19 @@ impl Backend for CpuBackend {
             self.steps_taken += 1;
         }
         std::mem::take(&mut self.reports)
+    }
+
+    fn begin_step_work(&mut self, _signature: Option<u64>) {
+        self.replaced_weights.clear();
+    }
+
+    fn repeat_step(&mut self) {
+        for (site, prev) in std::mem::take(&mut self.replaced_weights) {
+            match prev {
+                Some(w) => self.prev_weights.insert(site, w),
+                None => self.prev_weights.remove(&site),
+            };
+        }
     }
 
     #[cfg(test)]

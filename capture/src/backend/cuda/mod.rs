@@ -39,7 +39,9 @@ pub mod blas;
 mod buffer;
 mod host_gap;
 pub mod kernel_cache;
+mod kernel_units;
 pub mod kernels;
+pub mod precompiled;
 mod prof;
 
 pub use buffer::DevBuf;
@@ -326,6 +328,44 @@ fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'stati
     Ok(())
 }
 
+/// Every kernel the backend launches, loaded from its family's CUBIN for `arch`: the ones embedded
+/// at build time ([`precompiled`]), or, when the binary has none for this GPU or the driver refuses
+/// them, NVRTC's ([`kernels::compile_all`]). `FP8SCOPE_VERBOSE=1` says which and how long it took.
+fn load_kernels(ctx: &Arc<CudaContext>, arch: &str) -> Result<HashMap<&'static str, CudaFunction>, CudaError> {
+    let load = |precompiled: bool| -> Result<(HashMap<&'static str, CudaFunction>, usize), CudaError> {
+        let includes =
+            if precompiled && kernels::Family::ALL.iter().all(|&f| precompiled::cubin(arch, f).is_some()) { Vec::new() } else { kernels::nvrtc_setup() };
+        let mut funcs = HashMap::new();
+        let mut embedded = 0;
+        for (fam, cubin, origin) in kernels::compile_all(arch, &includes, precompiled)? {
+            let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.as_ref().clone()))?;
+            for &k in fam.kernels() {
+                let f = module.load_function(k).map_err(|_| CudaError::MissingKernel(k))?;
+                funcs.insert(k, f);
+            }
+            embedded += (origin == kernels::CubinOrigin::Precompiled) as usize;
+        }
+        Ok((funcs, embedded))
+    };
+    let t = std::time::Instant::now();
+    let (funcs, embedded) = match load(precompiled::enabled()) {
+        Err(e) if precompiled::enabled() && !precompiled::archs().is_empty() => {
+            eprintln!("fp8scope: the kernels compiled at build time did not load ({e}); compiling them with NVRTC");
+            load(false)?
+        }
+        r => r?,
+    };
+    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+        let nvrtc = precompiled::NVRTC_VERSION.map(|(a, b)| format!(" by NVRTC {a}.{b}")).unwrap_or_default();
+        eprintln!(
+            "fp8scope: kernels for {arch} ready in {:.2} s: {embedded} of {} families compiled at build time{nvrtc}, the rest by NVRTC now or from its disk cache",
+            t.elapsed().as_secs_f64(),
+            kernels::Family::ALL.len()
+        );
+    }
+    Ok(funcs)
+}
+
 impl CudaBackend {
     /// Opens GPU 0, checks it can run FP8 GEMMs, compiles the kernels and creates the BLAS handles.
     pub fn new() -> Result<CudaBackend, CudaError> {
@@ -339,15 +379,7 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let arch = format!("sm_{major}{minor}");
-        let includes = kernels::include_dirs();
-        let mut funcs = HashMap::new();
-        for (fam, cubin) in kernels::compile_all(&arch, &includes)? {
-            let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin.as_ref().clone()))?;
-            for &k in fam.kernels() {
-                let f = module.load_function(k).map_err(|_| CudaError::MissingKernel(k))?;
-                funcs.insert(k, f);
-            }
-        }
+        let funcs = load_kernels(&ctx, &arch)?;
         attention::configure(&funcs)?;
         let (loss_row_smem, loss_split_smem) = loss::configure(&funcs)?;
         let lt = Lt::new(&stream)?;
