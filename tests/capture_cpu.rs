@@ -86,6 +86,7 @@ fn every_recipe_and_routing_records_a_readable_run() {
         // Whole dumps of layer 0's operands: check_run.py recomputes their channel statistics.
         ("current", vec!["--recipe", "current", "--dump-max-elems", "200000", "--dump-layers", "layers\\.0\\..*"]),
         ("block", vec!["--recipe", "block", "--channels", "128", "--ffn", "256", "--heads", "4"]),
+        ("mxfp8", vec!["--recipe", "mxfp8"]),
         (
             "e4m3",
             vec!["--recipe", "delayed", "--format", "e4m3", "--amax-algo", "most-recent", "--amax-history", "16", "--margin", "1", "--accumulation", "split"],
@@ -108,6 +109,12 @@ fn every_recipe_and_routing_records_a_readable_run() {
         let o = python("check_run.py", &[out.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: check_run.py failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         let said = String::from_utf8_lossy(&o.stdout);
+        if name == "block" || name == "mxfp8" {
+            // Every dumped block-scaled operand's block-scale summary, recomputed from its dump.
+            let n: u32 =
+                said.split("; ").find_map(|p| p.strip_suffix(" block-scale summaries matched on their dumps")).and_then(|n| n.parse().ok()).unwrap_or(0);
+            assert!(n > 0, "{name}: {said}");
+        }
         if name == "current" {
             // Layer 0's 4 sites × 3 quantized roles at the dump steps that are also statistics
             // steps (1 and 10; 5 is not, with --stats-every 2).

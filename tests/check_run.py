@@ -36,7 +36,11 @@ COLUMNS = {
               ("std", pa.float64()), ("dynamic_range_log2", pa.float64()), ("quant_mse", pa.float64()),
               ("quant_cos", pa.float64()), ("amax_channel", pa.int32()), ("top_channel_sq_frac", pa.float64()),
               ("rank", pa.int32()), ("quant_bias", pa.float64()),
-              ("flip_frac", pa.float64()), ("flip_ratio", pa.float64())],
+              ("flip_frac", pa.float64()), ("flip_ratio", pa.float64()), ("block_count", pa.int64()),
+              ("block_scale_log2_mean", pa.float64()), ("block_scale_log2_std", pa.float64()),
+              ("block_scale_log2_min", pa.float64()), ("block_scale_log2_max", pa.float64()),
+              ("block_scale_saturated_frac", pa.float64()), ("block_scale_flushed_frac", pa.float64()),
+              ("block_scale_log2_hist", pa.list_(pa.int64()))],
     "tensors": [("step", pa.int64()), ("layer", pa.int32()), ("module", pa.string()), ("role", pa.string()),
                 ("gemm", pa.string()), ("format", pa.string()), ("shape", pa.list_(pa.int64())),
                 ("numel", pa.int64()), ("offset", pa.int64()), ("stride", pa.int64()),
@@ -218,6 +222,46 @@ def check_channels(data, cfg):
     return checked
 
 
+def check_block_scales(data):
+    """Block-scaled casts: every dumped operand's block scales (its tensors row keeps every tile's
+    encode scale) give, with numpy in f64, the block_count and the log2 mean, std, min, max and
+    histogram of the decode scales (1 / scale) its stats row holds; the saturated and flushed
+    shares lie in [0, 1]. Returns the rows checked."""
+    stats, t = data["stats"], data["tensors"]
+    if stats is None:
+        return 0
+    cols = ["step", "layer", "module", "gemm", "role", "block_count", "block_scale_log2_mean", "block_scale_log2_std",
+            "block_scale_log2_min", "block_scale_log2_max", "block_scale_saturated_frac", "block_scale_flushed_frac",
+            "block_scale_log2_hist"]
+    rows = {(r["step"], r["layer"], r["module"], r["gemm"], r["role"]): r
+            for r in stats.select(cols).to_pylist() if r["block_count"] is not None}
+    for r in rows.values():
+        for k in ("block_scale_saturated_frac", "block_scale_flushed_frac"):
+            if not 0.0 <= r[k] <= 1.0:
+                fail(f"stats step {r['step']} layers.{r['layer']}.{r['module']}.{r['gemm']}.{r['role']}: {k} {r[k]!r}")
+    checked = 0
+    for row in ([] if t is None else t.to_pylist()):
+        key = (row["step"], row["layer"], row["module"], row["gemm"], row["role"])
+        if row["block_scales"] is None or key not in rows:
+            continue
+        r = rows[key]
+        where = f"step {key[0]} layers.{key[1]}.{key[2]}.{key[3]}.{key[4]}"
+        dec = 1.0 / np.array(row["block_scales"], dtype=np.float64)
+        if len(dec) != r["block_count"]:
+            fail(f"{where}: block_count {r['block_count']}, the dump keeps {len(dec)} block scales")
+        lg = np.log2(dec[(dec > 0) & np.isfinite(dec)])
+        want = [lg.mean(), lg.std(), lg.min(), lg.max()]
+        got = [r["block_scale_log2_mean"], r["block_scale_log2_std"], r["block_scale_log2_min"], r["block_scale_log2_max"]]
+        if not np.allclose(got, want, rtol=1e-9, atol=1e-9):
+            fail(f"{where}: block scale log2 mean/std/min/max {got}, numpy on the dump says {want}")
+        lo = np.floor(lg.min())
+        hist = np.bincount((np.floor(lg) - lo).astype(np.int64)).tolist()
+        if hist != r["block_scale_log2_hist"]:
+            fail(f"{where}: block scale histogram {r['block_scale_log2_hist']}, numpy on the dump says {hist}")
+        checked += 1
+    return checked
+
+
 def main():
     run = sys.argv[1]
     allow_incomplete = "--allow-incomplete" in sys.argv
@@ -289,11 +333,13 @@ def main():
     signed = check_shadow_bound(data)
     biases = check_quant_bias(data)
     motions = check_weight_motion(data)
+    blocks = check_block_scales(data)
     print(f"OK {os.path.basename(run)}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
           + f"; fp8 bytes matched {matched} of {checked}; channel statistics matched on {channels} whole dumps"
           + f"; {signed} signed shadow effects within their Cauchy-Schwarz bound"
           + f"; {biases} quantization biases within theirs"
-          + f"; {motions} weight motions on fprop weights only")
+          + f"; {motions} weight motions on fprop weights only"
+          + f"; {blocks} block-scale summaries matched on their dumps")
 
 
 if __name__ == "__main__":

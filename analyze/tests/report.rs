@@ -18,7 +18,7 @@ use std::process::Command;
 fn documented_size(kind: &str) -> (u32, u32) {
     match kind {
         "loss" => (1200, 800),
-        "heatmap-cosine" | "heatmap-underflow" | "heatmap-saturated" => (1200, 900),
+        "heatmap-cosine" | "heatmap-underflow" | "heatmap-saturated" | "heatmap-block-spread" | "heatmap-block-flushed" => (1200, 900),
         "amax" => (1200, 900),
         "histogram" => (1200, 800),
         "sites" | "channels" => (1200, 600),

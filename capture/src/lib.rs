@@ -6,6 +6,7 @@
 //! tests and the `fp8scope` demo can reach it.
 
 pub mod backend;
+pub mod block_stats;
 pub mod channel_stats;
 pub mod cli;
 pub mod collective;

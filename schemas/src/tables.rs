@@ -85,6 +85,14 @@ pub mod col {
     pub const FLIP_FRAC: &str = "flip_frac";
     pub const FLIP_RATIO: &str = "flip_ratio";
     pub const DUAL_NORM: &str = "dual_norm";
+    pub const BLOCK_COUNT: &str = "block_count";
+    pub const BLOCK_SCALE_LOG2_MEAN: &str = "block_scale_log2_mean";
+    pub const BLOCK_SCALE_LOG2_STD: &str = "block_scale_log2_std";
+    pub const BLOCK_SCALE_LOG2_MIN: &str = "block_scale_log2_min";
+    pub const BLOCK_SCALE_LOG2_MAX: &str = "block_scale_log2_max";
+    pub const BLOCK_SCALE_SATURATED_FRAC: &str = "block_scale_saturated_frac";
+    pub const BLOCK_SCALE_FLUSHED_FRAC: &str = "block_scale_flushed_frac";
+    pub const BLOCK_SCALE_LOG2_HIST: &str = "block_scale_log2_hist";
 }
 
 fn f(name: &str, dt: DataType, nullable: bool) -> Field {
@@ -146,6 +154,14 @@ static STATS: LazyLock<SchemaRef> = LazyLock::new(|| {
         f(QUANT_BIAS, DataType::Float64, true),
         f(FLIP_FRAC, DataType::Float64, true),
         f(FLIP_RATIO, DataType::Float64, true),
+        f(BLOCK_COUNT, DataType::Int64, true),
+        f(BLOCK_SCALE_LOG2_MEAN, DataType::Float64, true),
+        f(BLOCK_SCALE_LOG2_STD, DataType::Float64, true),
+        f(BLOCK_SCALE_LOG2_MIN, DataType::Float64, true),
+        f(BLOCK_SCALE_LOG2_MAX, DataType::Float64, true),
+        f(BLOCK_SCALE_SATURATED_FRAC, DataType::Float64, true),
+        f(BLOCK_SCALE_FLUSHED_FRAC, DataType::Float64, true),
+        f(BLOCK_SCALE_LOG2_HIST, list_of(DataType::Int64), true),
     ]))
 });
 
@@ -363,6 +379,51 @@ pub struct StatRow {
     /// fprop weights: Σ|Δq| / Σ|Δw| over the same steps, bins flipped per unit of master-weight
     /// change (≈ 1 moving freely, ≫ 1 held at rounding boundaries: oscillation).
     pub flip_ratio: Option<f64>,
+    /// Block-scaled casts: how the block scales spread and how many leave their format's range.
+    pub block_scales: Option<BlockScaleStats>,
+}
+
+/// The block scales of one block-scaled cast (`block_scale_*` columns; capture/src/block_stats.rs
+/// says what a block's scale, saturation and flush are).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BlockScaleStats {
+    pub count: u64,
+    /// log2 of the positive, finite decode scales: mean, population std, least, largest.
+    pub log2_mean: f64,
+    pub log2_std: f64,
+    pub log2_min: f64,
+    pub log2_max: f64,
+    /// Shares of the blocks whose needed scale is above the scale format's range, and of those
+    /// with a non-zero amax whose scale is zero or below it.
+    pub saturated_frac: f64,
+    pub flushed_frac: f64,
+    /// Blocks by ⌊log2 scale⌋, the first bin ⌊log2_min⌋.
+    pub log2_hist: Vec<u64>,
+}
+
+/// The `block_scale_*` columns of `rows` (null where a row has none), in the schema's order.
+fn block_scale_columns<'a>(rows: impl Iterator<Item = Option<&'a BlockScaleStats>> + Clone) -> Vec<ArrayRef> {
+    let f64s = |g: fn(&BlockScaleStats) -> f64| -> ArrayRef { Arc::new(Float64Array::from(rows.clone().map(|b| b.map(g)).collect::<Vec<_>>())) };
+    let mut hist = ListBuilder::new(Int64Builder::new());
+    for b in rows.clone() {
+        match b {
+            Some(b) => {
+                hist.values().append_slice(&b.log2_hist.iter().map(|&c| c as i64).collect::<Vec<_>>());
+                hist.append(true);
+            }
+            None => hist.append(false),
+        }
+    }
+    vec![
+        Arc::new(Int64Array::from(rows.clone().map(|b| b.map(|b| b.count as i64)).collect::<Vec<_>>())),
+        f64s(|b| b.log2_mean),
+        f64s(|b| b.log2_std),
+        f64s(|b| b.log2_min),
+        f64s(|b| b.log2_max),
+        f64s(|b| b.saturated_frac),
+        f64s(|b| b.flushed_frac),
+        Arc::new(hist.finish()),
+    ]
 }
 
 impl Row for StatRow {
@@ -403,7 +464,10 @@ impl Row for StatRow {
                 opt(|r| r.quant_bias),
                 opt(|r| r.flip_frac),
                 opt(|r| r.flip_ratio),
-            ],
+            ]
+            .into_iter()
+            .chain(block_scale_columns(rows.iter().map(|r| r.block_scales.as_ref())))
+            .collect(),
         )
     }
 }
@@ -490,7 +554,7 @@ impl Row for ExternalStatRow {
         batch(
             Table::Stats,
             vec![
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.step as i64))) as ArrayRef,
                 Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.layer as i32))),
                 strs(rows.iter().map(|r| r.module.as_str())),
                 strs(rows.iter().map(|r| r.gemm.as_str())),
@@ -518,7 +582,10 @@ impl Row for ExternalStatRow {
                 f64s(|r| r.quant_bias),
                 f64s(|r| r.flip_frac),
                 f64s(|r| r.flip_ratio),
-            ],
+            ]
+            .into_iter()
+            .chain(block_scale_columns(rows.iter().map(|_| None)))
+            .collect(),
         )
     }
 }

@@ -70,6 +70,9 @@ struct StatRow {
     amax: f64,
     amax_used: f64,
     scale: f64,
+    /// Block-scaled casts: the spread of log2 block scales, and the share of blocks that flush.
+    block_spread: f64,
+    block_flushed: f64,
 }
 
 fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
@@ -85,6 +88,8 @@ fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
         col::AMAX,
         col::AMAX_USED,
         col::SCALE,
+        col::BLOCK_SCALE_LOG2_STD,
+        col::BLOCK_SCALE_FLUSHED_FRAC,
     ];
     let lf = run.scan(Table::Stats, &cols)?;
     let df = run.collect(Table::Stats, lf)?;
@@ -99,6 +104,7 @@ fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
         f64s(&df, col::AMAX_USED).map_err(e)?,
         f64s(&df, col::SCALE).map_err(e)?,
     );
+    let (bs, bf) = (f64s(&df, col::BLOCK_SCALE_LOG2_STD).map_err(e)?, f64s(&df, col::BLOCK_SCALE_FLUSHED_FRAC).map_err(e)?);
     let nan = f64::NAN;
     Ok((0..df.height())
         .filter_map(|i| {
@@ -114,6 +120,8 @@ fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
                 amax: am[i].unwrap_or(nan),
                 amax_used: au[i].unwrap_or(nan),
                 scale: sc[i].unwrap_or(nan),
+                block_spread: bs[i].unwrap_or(nan),
+                block_flushed: bf[i].unwrap_or(nan),
             })
         })
         .collect())
@@ -479,6 +487,44 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
                 ),
                 bar: if what == "underflow" { "underflow fraction" } else { "saturated fraction" },
                 scale: heatmap::Scale::Fraction,
+                panels,
+            });
+        }
+    }
+
+    // Block-scale heatmaps: for block-scaled casts (block, mxfp8, nvfp4) that recorded them.
+    if rows.iter().any(|r| r.block_spread.is_finite()) {
+        for (kind, what, bar, scale, pick, explain) in [
+            (
+                "heatmap-block-spread",
+                "block-scale spread",
+                "std of log2 block scale (bits)",
+                heatmap::Scale::Bits,
+                (|r: &StatRow| r.block_spread) as fn(&StatRow) -> f64,
+                "Spread of each operand's block scales: the standard deviation of their log2, in bits (0: every block got the same scale)",
+            ),
+            (
+                "heatmap-block-flushed",
+                "flushed blocks",
+                "share of blocks flushed",
+                heatmap::Scale::Fraction,
+                (|r: &StatRow| r.block_flushed) as fn(&StatRow) -> f64,
+                "Share of each operand's non-zero blocks whose scale is zero or below its format's range (their elements vanish: NVFP4's E4M3 block scale rounds to 0 under 2^-10/448 of the tensor's amax)",
+            ),
+        ] {
+            let panels = fraction_panels(&run.naming, &rows, pick);
+            let caption = format!("{explain}, per site (rows) and step (columns), one panel per quantized role (the worst GEMM that cast it).");
+            jobs.push(Job::Heatmap {
+                chart: chart(
+                    format!("{file_stem}-{}.png", kind.trim_start_matches("heatmap-")),
+                    kind,
+                    &run.name,
+                    report::HEATMAP_SIZE,
+                    format!("{}: {what} of block-scaled casts", run.name),
+                    caption,
+                ),
+                bar,
+                scale,
                 panels,
             });
         }

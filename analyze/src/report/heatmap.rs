@@ -19,6 +19,9 @@ pub enum Scale {
     /// A cosine similarity, coloured by log10(1 − cosine) from 10⁻⁴ (cosine ≥ 0.9999, dark) to 1
     /// (cosine ≤ 0, bright); cividis. Bins keep their minimum.
     Cosine,
+    /// A spread in bits (a standard deviation of log2 values), linear from 0 to 8 (and beyond),
+    /// viridis; wider is brighter. Bins keep their maximum.
+    Bits,
 }
 
 impl Scale {
@@ -30,12 +33,13 @@ impl Scale {
         Some(match self {
             Scale::Fraction => v.clamp(0.0, 1.0),
             Scale::Cosine => (((1.0 - v).max(1e-4).log10() + 4.0) / 4.0).min(1.0),
+            Scale::Bits => (v / 8.0).clamp(0.0, 1.0),
         })
     }
 
     fn map(self) -> ColorMap {
         match self {
-            Scale::Fraction => ColorMap::Viridis,
+            Scale::Fraction | Scale::Bits => ColorMap::Viridis,
             Scale::Cosine => ColorMap::Cividis,
         }
     }
@@ -46,7 +50,7 @@ impl Scale {
             return f64::NAN;
         }
         match self {
-            Scale::Fraction => a.max(b),
+            Scale::Fraction | Scale::Bits => a.max(b),
             Scale::Cosine => a.min(b),
         }
     }
@@ -55,6 +59,7 @@ impl Scale {
     fn ticks(self) -> Vec<(f64, String)> {
         match self {
             Scale::Fraction => (0..=5).map(|i| (i as f64 / 5.0, format!("{}%", i * 20))).collect(),
+            Scale::Bits => (0..=4).map(|i| (i as f64 / 4.0, if i == 4 { "≥ 8".to_string() } else { format!("{}", 2 * i) })).collect(),
             Scale::Cosine => vec![(0.0, "≥ 0.9999".into()), (0.25, "0.999".into()), (0.5, "0.99".into()), (0.75, "0.9".into()), (1.0, "≤ 0".into())],
         }
     }

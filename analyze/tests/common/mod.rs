@@ -260,6 +260,7 @@ fn default_stat(step: u32, layer: u32, module: Module, gemm: Gemm, role: Role) -
         quant_bias: None,
         flip_frac: None,
         flip_ratio: None,
+        block_scales: None,
     }
 }
 

@@ -198,6 +198,9 @@ pub struct CastReport {
     pub weight_motion: Option<crate::weight_motion::WeightMotion>,
     /// With `keep_quantized`: the FP8 bytes, row-major in the operand's layout.
     pub quantized: Option<Vec<u8>>,
+    /// Block-scaled casts (`block`, MXFP8, NVFP4), from `StatsLevel::Cheap` on: how the block
+    /// scales spread and how many leave their format's range ([`crate::block_stats`]).
+    pub blocks: Option<crate::block_stats::BlockStats>,
     /// With `keep_quantized` and block scaling: tile scales, row-major over tiles, and the tile.
     pub block_scales: Option<(Vec<f32>, usize, usize)>,
 }

@@ -44,6 +44,16 @@ pub fn stat_row(step: u32, report: &GemmReport, cast: &CastReport) -> Option<Sta
         quant_bias: cast.quant_error.map(|e| e.bias),
         flip_frac: cast.weight_motion.map(|w| frac(w.flips, cast.numel)),
         flip_ratio: cast.weight_motion.and_then(|w| w.flip_ratio()),
+        block_scales: cast.blocks.as_ref().filter(|b| b.blocks > 0).map(|b| fp8scope_schemas::tables::BlockScaleStats {
+            count: b.blocks,
+            log2_mean: b.log2_mean,
+            log2_std: b.log2_std,
+            log2_min: b.log2_min,
+            log2_max: b.log2_max,
+            saturated_frac: b.saturated as f64 / b.blocks as f64,
+            flushed_frac: b.flushed as f64 / b.blocks as f64,
+            log2_hist: b.hist.clone(),
+        }),
     })
 }
 

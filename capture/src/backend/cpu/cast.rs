@@ -6,7 +6,8 @@
 use crate::backend::operands::outlier_indices;
 use crate::backend::{CastReport, OperandCast, OperandFault, ScaleSource, StatsLevel};
 use crate::fp8::{self, Fp8Format};
-use crate::{channel_stats, tensor_stats};
+use crate::micro::block_amax;
+use crate::{block_stats, channel_stats, tensor_stats};
 use half::bf16;
 use rayon::prelude::*;
 
@@ -122,9 +123,12 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             }
             let d = dequantize_tiles(format, &q, rows, cols, tile_rows, tile_cols, &true_scales);
             let counts = count_block_cast(format, x, &q, cols, tile_rows, tile_cols, &scales);
+            let blocks = (level >= StatsLevel::Cheap)
+                .then(|| block_stats::block_stats(block_stats::fp32_blocks(&scales, &block_amax(x, rows, cols, tile_rows, tile_cols))));
             let report = CastReport {
                 underflow: counts.0,
                 saturated: counts.1,
+                blocks,
                 quantized: keep.then(|| q.clone()),
                 block_scales: keep.then(|| (scales.clone(), tile_rows, tile_cols)),
                 ..counted(format.name(), scales.iter().copied().fold(f32::INFINITY, f32::min), st.amax, numel, &st)
@@ -134,11 +138,14 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
         OperandCast::Mxfp8 { format, rounding, tile_rows, tile_cols } => {
             let m = crate::micro::mxfp8::quantize(format, rounding, x, rows, cols, tile_rows, tile_cols);
             let st = m.stats;
+            let blocks = (level >= StatsLevel::Cheap)
+                .then(|| block_stats::block_stats(block_stats::mxfp8_blocks(&m.scales, &block_amax(x, rows, cols, tile_rows, tile_cols), format.max())));
             let multipliers: Vec<f32> = m.scales.iter().map(|&c| crate::micro::e8m0::encode_multiplier(c)).collect();
             let scale = multipliers.iter().copied().fold(f32::INFINITY, f32::min);
             let report = CastReport {
                 quantized: keep.then_some(m.codes),
                 block_scales: keep.then_some((multipliers, tile_rows, tile_cols)),
+                blocks,
                 ..counted(format.name(), scale, st.amax, numel, &st)
             };
             (m.dequantized, report)
@@ -147,7 +154,11 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             let opts = crate::micro::nvfp4::Nvfp4Opts { block: (tile_rows, tile_cols), rht, stochastic_seed };
             let m = crate::micro::nvfp4::quantize(x, rows, cols, opts);
             let st = m.stats;
-            let report = counted(fp8scope_schemas::quant::E2M1_SPEC.name, m.s_enc, m.tensor_amax, numel, &st);
+            let mut report = counted(fp8scope_schemas::quant::E2M1_SPEC.name, m.s_enc, m.tensor_amax, numel, &st);
+            if level >= StatsLevel::Cheap {
+                let amax = block_amax(&m.cast_input, rows, cols, tile_rows, tile_cols);
+                report.blocks = Some(block_stats::block_stats(block_stats::nvfp4_blocks(&m.block_scales, &amax, m.s_enc)));
+            }
             // The quantization error is the cast's: against the operand as cast (transformed under RHT).
             if level >= StatsLevel::Full {
                 let mut r = report;

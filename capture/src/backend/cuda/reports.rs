@@ -85,6 +85,7 @@ impl CudaBackend {
                 weight_motion: None,
                 quantized: p.quantized,
                 block_scales: None,
+                blocks: None,
             }
         };
         Ok(pending.into_iter().map(|g| GemmReport { id: g.id, output_nonfinite: nf[g.gemm_slot], shadow: g.shadow, a: report(g.a), b: report(g.b) }).collect())
