@@ -112,7 +112,7 @@ fn every_recipe_and_routing_records_a_readable_run() {
         if name == "block" || name == "mxfp8" {
             // Every dumped block-scaled operand's block-scale summary, recomputed from its dump.
             let n: u32 =
-                said.split("; ").find_map(|p| p.strip_suffix(" block-scale summaries matched on their dumps")).and_then(|n| n.parse().ok()).unwrap_or(0);
+                said.trim().split("; ").find_map(|p| p.strip_suffix(" block-scale summaries matched on their dumps")).and_then(|n| n.parse().ok()).unwrap_or(0);
             assert!(n > 0, "{name}: {said}");
         }
         if name == "current" {

@@ -33,7 +33,8 @@ pub struct BlockStats {
 /// One block: its decode scale, whether it saturates, whether it flushes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Block {
-    pub decode_scale: f32,
+    /// In f64: the quotient of two f32 (NVFP4, `block`) without a second rounding.
+    pub decode_scale: f64,
     pub saturated: bool,
     pub flushed: bool,
 }
@@ -47,7 +48,7 @@ pub fn block_stats(blocks: impl IntoIterator<Item = Block>) -> BlockStats {
         s.saturated += b.saturated as u64;
         s.flushed += b.flushed as u64;
         if b.decode_scale > 0.0 && b.decode_scale.is_finite() {
-            logs.push(f64::from(b.decode_scale).log2());
+            logs.push(b.decode_scale.log2());
         }
     }
     if logs.is_empty() {
@@ -72,7 +73,7 @@ pub fn mxfp8_blocks<'a>(codes: &'a [u8], amaxes: &'a [f32], max: f32) -> impl It
     codes.iter().zip(amaxes).map(move |(&code, &a)| {
         let need = f64::from(a) / f64::from(max);
         Block {
-            decode_scale: crate::micro::e8m0::decode(code),
+            decode_scale: f64::from(crate::micro::e8m0::decode(code)),
             saturated: a.is_finite() && need > 2f64.powi(127),
             flushed: a > 0.0 && a.is_finite() && need < 2f64.powi(-127),
         }
@@ -86,7 +87,7 @@ pub fn nvfp4_blocks<'a>(sb: &'a [u8], amaxes: &'a [f32], s_enc: f32) -> impl Ite
     sb.iter().zip(amaxes).map(move |(&code, &a)| {
         let stored = decode(Fp8Format::E4M3, code);
         Block {
-            decode_scale: stored / s_enc,
+            decode_scale: f64::from(stored) / f64::from(s_enc),
             saturated: f64::from(a) * f64::from(s_enc) / 6.0 > f64::from(Fp8Format::E4M3.max()),
             flushed: a > 0.0 && a.is_finite() && stored == 0.0,
         }
@@ -98,11 +99,12 @@ pub fn nvfp4_blocks<'a>(sb: &'a [u8], amaxes: &'a [f32], s_enc: f32) -> impl Ite
 /// (saturates) or is zero or subnormal for a non-zero tile (flushes).
 pub fn fp32_blocks<'a>(scales: &'a [f32], amaxes: &'a [f32]) -> impl Iterator<Item = Block> + 'a {
     scales.iter().zip(amaxes).map(|(&s, &a)| {
-        let decode = 1.0 / s;
+        // The range is judged in f32, where the scale lives; the value kept in f64.
+        let in_f32 = 1.0 / s;
         Block {
-            decode_scale: decode,
-            saturated: a > 0.0 && decode.is_infinite(),
-            flushed: a > 0.0 && a.is_finite() && decode.is_finite() && !decode.is_normal(),
+            decode_scale: 1.0 / f64::from(s),
+            saturated: a > 0.0 && in_f32.is_infinite(),
+            flushed: a > 0.0 && a.is_finite() && in_f32.is_finite() && !in_f32.is_normal(),
         }
     })
 }
@@ -116,7 +118,7 @@ mod tests {
 
     #[test]
     fn moments_extremes_and_histogram_of_hand_made_scales() {
-        let b = |s: f32| Block { decode_scale: s, saturated: false, flushed: false };
+        let b = |s: f64| Block { decode_scale: s, saturated: false, flushed: false };
         let st = block_stats([b(1.0), b(2.0), b(4.0), b(6.0), b(0.0), Block { decode_scale: 0.0, saturated: false, flushed: true }]);
         assert_eq!((st.blocks, st.flushed, st.saturated), (6, 1, 0));
         let logs = [0.0, 1.0, 2.0, 6f64.log2()];
@@ -160,7 +162,6 @@ mod tests {
         assert_eq!((st.blocks, st.flushed, st.saturated), (3, 1, 0));
         // Block 0: s_b = 448 → decode 448 / 448 = 1; block 2: amax 0.5 → s_b = e4m3(0.5·448/6) = 36 (37.33 rounds to 36) → 36/448.
         assert_eq!(st.log2_max, 0.0);
-        // The decode scale is the f32 quotient 36 / 448 (one rounding).
-        assert!((st.log2_min - (36f64 / 448.0).log2()).abs() < 1e-6, "{}", st.log2_min);
+        assert_eq!(st.log2_min, (36f64 / 448.0).log2());
     }
 }
