@@ -81,7 +81,7 @@ pub enum ArchArg {
     Llama,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RecipeArg {
     Bf16,
     Delayed,
@@ -95,6 +95,68 @@ impl RecipeArg {
     /// Whether only the CPU backend implements the recipe.
     pub fn cpu_only(self) -> bool {
         matches!(self, RecipeArg::Block | RecipeArg::Mxfp8 | RecipeArg::Nvfp4)
+    }
+
+    pub fn kind(self) -> RecipeKind {
+        match self {
+            RecipeArg::Bf16 => RecipeKind::Bf16,
+            RecipeArg::Delayed => RecipeKind::Delayed,
+            RecipeArg::Current => RecipeKind::Current,
+            RecipeArg::Block => RecipeKind::Block,
+            RecipeArg::Mxfp8 => RecipeKind::Mxfp8,
+            RecipeArg::Nvfp4 => RecipeKind::Nvfp4,
+        }
+    }
+}
+
+/// `--recipe`: one recipe for every GEMM, or one per GEMM kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecipeSpec {
+    One(RecipeArg),
+    /// fprop, dgrad, wgrad.
+    PerGemm([RecipeArg; 3]),
+}
+
+impl RecipeSpec {
+    /// Whether only the CPU backend implements it: the block recipes, and every per-GEMM recipe.
+    pub fn cpu_only(self) -> bool {
+        match self {
+            RecipeSpec::One(r) => r.cpu_only(),
+            RecipeSpec::PerGemm(_) => true,
+        }
+    }
+
+    /// Every recipe it uses.
+    pub fn args(self) -> Vec<RecipeArg> {
+        match self {
+            RecipeSpec::One(r) => vec![r],
+            RecipeSpec::PerGemm(k) => k.to_vec(),
+        }
+    }
+}
+
+/// `delayed`, or `fprop=mxfp8,dgrad=delayed,wgrad=bf16` (each GEMM kind named once).
+fn parse_recipe(s: &str) -> Result<RecipeSpec, String> {
+    let one = |v: &str| RecipeArg::from_str(v.trim(), true).map_err(|_| format!("unknown recipe '{}' (bf16, delayed, current, block, mxfp8, nvfp4)", v.trim()));
+    if !s.contains('=') {
+        return one(s).map(RecipeSpec::One);
+    }
+    let mut kinds: [Option<RecipeArg>; 3] = [None; 3];
+    for part in s.split(',') {
+        let (gemm, recipe) = part.split_once('=').ok_or_else(|| format!("'{part}': write GEMM=RECIPE, e.g. fprop=mxfp8,dgrad=delayed,wgrad=bf16"))?;
+        let i = match gemm.trim() {
+            "fprop" => 0,
+            "dgrad" => 1,
+            "wgrad" => 2,
+            other => return Err(format!("'{other}' is not a GEMM kind (fprop, dgrad, wgrad)")),
+        };
+        if kinds[i].replace(one(recipe)?).is_some() {
+            return Err(format!("{} is named twice", gemm.trim()));
+        }
+    }
+    match kinds {
+        [Some(f), Some(d), Some(w)] => Ok(RecipeSpec::PerGemm([f, d, w])),
+        _ => Err("a per-GEMM recipe names fprop, dgrad and wgrad, each once (e.g. fprop=mxfp8,dgrad=delayed,wgrad=bf16)".into()),
     }
 }
 
@@ -275,9 +337,11 @@ pub struct TrainArgs {
     /// (DeepSeek-V3 1×128 / 128×128 tiles, E4M3), mxfp8 (E4M3 in blocks of 32 with E8M0 scales),
     /// nvfp4 (E2M1 in blocks of 16, 16×16 for weights, E4M3 block scales under an FP32 tensor
     /// scale; RHT on wgrad operands, stochastic rounding of gradients). `fp8-capture formats` lists
-    /// what each operand gets. block, mxfp8 and nvfp4 run on the CPU only.
-    #[arg(long, value_enum, default_value = "delayed", help_heading = "FP8 recipe")]
-    pub recipe: RecipeArg,
+    /// what each operand gets. block, mxfp8 and nvfp4 run on the CPU only. Or one recipe per GEMM
+    /// kind, as Transformer Engine's CustomRecipe allows: `fprop=mxfp8,dgrad=delayed,wgrad=bf16`
+    /// (each kind named once; on the CPU only).
+    #[arg(long, default_value = "delayed", value_parser = parse_recipe, help_heading = "FP8 recipe")]
+    pub recipe: RecipeSpec,
     /// FP8 formats per role.
     /// [default: hybrid (e4m3 for mxfp8, as Transformer Engine), or the scenario's]
     #[arg(long, value_enum, help_heading = "FP8 recipe")]
@@ -619,23 +683,26 @@ impl TrainArgs {
                 eprintln!("fp8-capture: note: {n}");
             }
         }
-        let kind = match self.recipe {
-            RecipeArg::Bf16 => RecipeKind::Bf16,
-            RecipeArg::Delayed => RecipeKind::Delayed,
-            RecipeArg::Current => RecipeKind::Current,
-            RecipeArg::Block => RecipeKind::Block,
-            RecipeArg::Mxfp8 => RecipeKind::Mxfp8,
-            RecipeArg::Nvfp4 => RecipeKind::Nvfp4,
+        let per_gemm = match self.recipe {
+            RecipeSpec::One(_) => None,
+            RecipeSpec::PerGemm([f, d, w]) => Some(PerGemmRecipe { fprop: f.kind(), dgrad: d.kind(), wgrad: w.kind() }),
         };
-        let micro = matches!(kind, RecipeKind::Mxfp8 | RecipeKind::Nvfp4);
-        if !micro && !matches!(self.mx_rounding, MxRoundingArg::Te) {
+        let kind = match self.recipe {
+            RecipeSpec::One(r) => r.kind(),
+            RecipeSpec::PerGemm(_) => per_gemm.map_or(RecipeKind::Bf16, |p| p.headline()),
+        };
+        let kinds: Vec<RecipeKind> = self.recipe.args().into_iter().map(RecipeArg::kind).collect();
+        let micro_kind = kinds.iter().copied().find(|k| matches!(k, RecipeKind::Mxfp8 | RecipeKind::Nvfp4));
+        if !kinds.contains(&RecipeKind::Mxfp8) && !matches!(self.mx_rounding, MxRoundingArg::Te) {
             bail!("--mx-rounding belongs to --recipe mxfp8");
         }
-        if kind != RecipeKind::Nvfp4 && (self.nvfp4_disable_rht || self.nvfp4_disable_stochastic_rounding || self.nvfp4_disable_2d_quantization) {
+        if !kinds.contains(&RecipeKind::Nvfp4) && (self.nvfp4_disable_rht || self.nvfp4_disable_stochastic_rounding || self.nvfp4_disable_2d_quantization) {
             bail!("--nvfp4-disable-* belong to --recipe nvfp4");
         }
-        if micro && (!self.inject.is_empty() || matches!(self.overflow, Some(OverflowArg::Nan))) {
-            bail!("--recipe {}: --inject and --overflow nan plant faults in per-tensor and block FP8 casts, not in {} casts yet", kind.as_str(), kind.as_str());
+        if let Some(m) = micro_kind
+            && (!self.inject.is_empty() || matches!(self.overflow, Some(OverflowArg::Nan)))
+        {
+            bail!("--recipe {}: --inject and --overflow nan plant faults in per-tensor and block FP8 casts, not in {} casts yet", m.as_str(), m.as_str());
         }
         // FP8SCOPE_FP8_{FPROP,DGRAD,WGRAD}=0 is the environment spelling of --bf16-gemms.
         let mut bf16_gemms = self.bf16_gemms.clone();
@@ -808,7 +875,9 @@ impl TrainArgs {
                     Some(FormatArg::Hybrid) => FormatPolicy::Hybrid,
                     Some(FormatArg::E4m3) => FormatPolicy::E4m3,
                     None if scen.as_ref().and_then(|s| s.e4m3) == Some(true) => FormatPolicy::E4m3,
-                    None => fp8scope_schemas::quant::default_policy(kind),
+                    // A per-GEMM recipe takes its recipes' default when they agree, hybrid otherwise.
+                    None if kinds.iter().filter(|&&k| k != RecipeKind::Bf16).all(|&k| k == kind) => fp8scope_schemas::quant::default_policy(kind),
+                    None => FormatPolicy::Hybrid,
                 },
                 amax_history: self.amax_history.or(scen.as_ref().and_then(|s| s.amax_history)).unwrap_or(1024),
                 amax_algo: match self.amax_algo {
@@ -838,6 +907,7 @@ impl TrainArgs {
                     AccumulationArg::FastFprop => Accumulation::FastFprop,
                     AccumulationArg::Fast => Accumulation::Fast,
                 },
+                per_gemm,
             },
             routing,
             data: DataConfig {

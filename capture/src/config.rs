@@ -68,7 +68,7 @@ impl Preset {
 /// Whether `gemm` of `site` runs in FP8 at `step` under this configuration's recipe and routing
 /// (with its schedule, `--from-step` / `--until-step`).
 pub fn is_fp8(cfg: &RunConfig, site: Site, gemm: Gemm, step: u32) -> bool {
-    if cfg.recipe.kind == RecipeKind::Bf16 {
+    if cfg.recipe.kind_for(gemm) == RecipeKind::Bf16 {
         return false;
     }
     !cfg.routing.sends_to_bf16_at(site, gemm, step)

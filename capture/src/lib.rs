@@ -116,12 +116,15 @@ pub fn formats_table() -> String {
 
 /// The device a run uses: `auto` is CUDA when a GPU of compute capability ≥ 8.9 is found (and the
 /// recipe runs there), else the CPU; `cuda` without such a GPU is an error saying why, in one line.
-pub fn resolve_device(arg: DeviceArg, recipe: cli::RecipeArg) -> anyhow::Result<&'static str> {
+pub fn resolve_device(arg: DeviceArg, recipe: cli::RecipeSpec) -> anyhow::Result<&'static str> {
     let block = recipe.cpu_only();
     match arg {
         DeviceArg::Cpu => Ok("cpu"),
-        DeviceArg::Cuda if matches!(recipe, cli::RecipeArg::Mxfp8 | cli::RecipeArg::Nvfp4) => {
-            let name = if matches!(recipe, cli::RecipeArg::Mxfp8) { "mxfp8" } else { "nvfp4" };
+        DeviceArg::Cuda if matches!(recipe, cli::RecipeSpec::PerGemm(_)) => {
+            bail!("--device cuda: per-GEMM recipes run on the CPU only (the CUDA backend takes one recipe for every GEMM); use --device cpu")
+        }
+        DeviceArg::Cuda if matches!(recipe, cli::RecipeSpec::One(cli::RecipeArg::Mxfp8 | cli::RecipeArg::Nvfp4)) => {
+            let name = if matches!(recipe, cli::RecipeSpec::One(cli::RecipeArg::Mxfp8)) { "mxfp8" } else { "nvfp4" };
             bail!("--device cuda: the {name} recipe is emulated on the CPU only (the CUDA backend has no {name} casts yet); use --device cpu")
         }
         DeviceArg::Auto => Ok(if !block && gpu_usable().is_ok() { "cuda" } else { "cpu" }),

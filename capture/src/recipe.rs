@@ -30,7 +30,8 @@ pub fn rounding_seed(run_seed: u64, step: u32, site: Site, gemm: Gemm, role: Rol
 
 /// Scaling state of every quantized tensor of the model.
 pub struct Scaling {
-    kind: RecipeKind,
+    /// Whether some GEMM runs under delayed scaling (the only recipe with a history).
+    delayed: bool,
     algo: AmaxAlgo,
     history_len: usize,
     margin: i32,
@@ -40,7 +41,7 @@ pub struct Scaling {
 impl Scaling {
     pub fn new(cfg: &RunConfig) -> Scaling {
         Scaling {
-            kind: cfg.recipe.kind,
+            delayed: cfg.recipe.kinds().contains(&RecipeKind::Delayed),
             algo: cfg.recipe.amax_algo,
             history_len: cfg.recipe.amax_history.max(1) as usize,
             margin: cfg.recipe.margin,
@@ -65,7 +66,8 @@ impl Scaling {
             return OperandCast::Bf16;
         }
         let r = &cfg.recipe;
-        let Some(q) = quant::operand_quant(self.kind, r.format, r.mx_rounding, r.nvfp4, gemm, role) else {
+        let kind = r.kind_for(gemm);
+        let Some(q) = quant::operand_quant(kind, r.format, r.mx_rounding, r.nvfp4, gemm, role) else {
             return OperandCast::Bf16;
         };
         let (tile_rows, tile_cols) = match q.block {
@@ -75,7 +77,7 @@ impl Scaling {
         let fp8_element =
             || Fp8Format::of_element(q.element).unwrap_or_else(|| panic!("the contract gives {} scales to {} elements", q.scale.name(), q.element.name()));
         match q.scale {
-            ScaleEncoding::Fp32Tensor if self.kind == RecipeKind::Current => {
+            ScaleEncoding::Fp32Tensor if kind == RecipeKind::Current => {
                 OperandCast::Fp8Tensor { format: fp8_element(), scale: ScaleSource::Current { margin: self.margin } }
             }
             ScaleEncoding::Fp32Tensor => {
@@ -104,10 +106,10 @@ impl Scaling {
     }
 
     /// This step's amax of every quantized tensor (the largest any FP8 cast of it saw), sorted by
-    /// tensor, so that every rank lists the same tensors in the same order; empty unless the recipe
-    /// is delayed scaling (the only one with a history).
+    /// tensor, so that every rank lists the same tensors in the same order; empty unless some GEMM
+    /// runs under delayed scaling (the only recipe with a history).
     pub fn step_amaxes(&self, reports: &[GemmReport]) -> Vec<((Site, Role), f32)> {
-        if self.kind != RecipeKind::Delayed {
+        if !self.delayed {
             return Vec::new();
         }
         let mut seen: HashMap<(Site, Role), f32> = HashMap::new();

@@ -409,7 +409,7 @@ pub fn train_rank<B: Backend>(
         (role.is_none() && cfg.record.stats_every > 0 && (cfg.record.channel_stats_every != 1 || cfg.record.quant_error_every != 1)).then(ReplayWatch::default);
     let faults = RankFaults::of(dist, rank);
     let mut device = be.device_info();
-    if matches!(cfg.recipe.kind, RecipeKind::Block | RecipeKind::Mxfp8 | RecipeKind::Nvfp4) {
+    if cfg.recipe.kinds().iter().any(|k| matches!(k, RecipeKind::Block | RecipeKind::Mxfp8 | RecipeKind::Nvfp4)) {
         device.block_gemm = Some(if be.kind() == "cpu" { "emulated-cpu".into() } else { "cublaslt-block-scaling".into() });
     }
     let info = DataInfo { entropy_floor: data.entropy_floor, ln_vocab: (m.vocab as f64).ln() };

@@ -174,6 +174,59 @@ pub struct RecipeConfig {
     /// NVFP4's switches, as Transformer Engine names them. Absent in older manifests: all off.
     #[serde(default)]
     pub nvfp4: crate::quant::Nvfp4Switches,
+    /// A recipe per GEMM kind (`--recipe fprop=mxfp8,dgrad=delayed,wgrad=bf16`, as Transformer
+    /// Engine's CustomRecipe allows); `kind` is then the first of them, in fprop, dgrad, wgrad
+    /// order, that is not BF16 (BF16 if none). Absent: `kind` for every GEMM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_gemm: Option<PerGemmRecipe>,
+}
+
+/// The recipe of each GEMM kind: see [`RecipeConfig::per_gemm`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PerGemmRecipe {
+    pub fprop: RecipeKind,
+    pub dgrad: RecipeKind,
+    pub wgrad: RecipeKind,
+}
+
+impl PerGemmRecipe {
+    /// The recipe of `gemm`.
+    pub fn of(&self, gemm: Gemm) -> RecipeKind {
+        match gemm {
+            Gemm::Fprop => self.fprop,
+            Gemm::Dgrad => self.dgrad,
+            Gemm::Wgrad => self.wgrad,
+        }
+    }
+
+    /// The run's headline recipe: the first that is not BF16, in fprop, dgrad, wgrad order.
+    pub fn headline(&self) -> RecipeKind {
+        [self.fprop, self.dgrad, self.wgrad].into_iter().find(|&k| k != RecipeKind::Bf16).unwrap_or(RecipeKind::Bf16)
+    }
+}
+
+impl RecipeConfig {
+    /// The recipe `gemm` runs under.
+    pub fn kind_for(&self, gemm: Gemm) -> RecipeKind {
+        self.per_gemm.map_or(self.kind, |p| p.of(gemm))
+    }
+
+    /// Every recipe some GEMM runs under.
+    pub fn kinds(&self) -> Vec<RecipeKind> {
+        let mut v: Vec<RecipeKind> = Gemm::ALL.iter().map(|&g| self.kind_for(g)).collect();
+        v.dedup();
+        v.sort_by_key(|k| k.as_str());
+        v.dedup();
+        v
+    }
+
+    /// The recipe as the command line names it: `delayed`, or `fprop=mxfp8,dgrad=delayed,wgrad=bf16`.
+    pub fn label(&self) -> String {
+        match self.per_gemm {
+            None => self.kind.as_str().to_string(),
+            Some(p) => format!("fprop={},dgrad={},wgrad={}", p.fprop.as_str(), p.dgrad.as_str(), p.wgrad.as_str()),
+        }
+    }
 }
 
 /// See [`RecipeConfig::accumulation`].
@@ -570,6 +623,25 @@ mod tests {
         assert_eq!(serde_json::to_string(&i).unwrap(), inj);
         let roles: Vec<Role> = serde_json::from_str(r#"["activation","wgrad"]"#).unwrap();
         assert_eq!(roles, vec![Role::Activation, Role::Wgrad]);
+    }
+
+    #[test]
+    fn a_per_gemm_recipe_names_each_kind_and_an_older_recipe_has_none() {
+        let old = r#"{"kind":"delayed","format":"hybrid","amax_history":16,"amax_algo":"max","margin":0}"#;
+        let r: RecipeConfig = serde_json::from_str(old).unwrap();
+        assert_eq!((r.per_gemm, r.label(), r.kinds()), (None, "delayed".to_string(), vec![RecipeKind::Delayed]));
+        assert!(!serde_json::to_string(&r).unwrap().contains("per_gemm"), "absent when not set");
+        let p = PerGemmRecipe { fprop: RecipeKind::Bf16, dgrad: RecipeKind::Nvfp4, wgrad: RecipeKind::Delayed };
+        assert_eq!(p.headline(), RecipeKind::Nvfp4);
+        let mixed = RecipeConfig { kind: p.headline(), per_gemm: Some(p), ..r };
+        assert_eq!(Gemm::ALL.map(|g| mixed.kind_for(g)), [RecipeKind::Bf16, RecipeKind::Nvfp4, RecipeKind::Delayed]);
+        assert_eq!(mixed.label(), "fprop=bf16,dgrad=nvfp4,wgrad=delayed");
+        assert_eq!(mixed.kinds(), vec![RecipeKind::Bf16, RecipeKind::Delayed, RecipeKind::Nvfp4]);
+        let json = serde_json::to_string(&mixed).unwrap();
+        assert!(json.contains(r#""per_gemm":{"fprop":"bf16","dgrad":"nvfp4","wgrad":"delayed"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<RecipeConfig>(&json).unwrap(), mixed);
+        let all_bf16 = PerGemmRecipe { fprop: RecipeKind::Bf16, dgrad: RecipeKind::Bf16, wgrad: RecipeKind::Bf16 };
+        assert_eq!(all_bf16.headline(), RecipeKind::Bf16);
     }
 
     #[test]

@@ -104,7 +104,7 @@ fn render(run: &Run, s: &Summary) -> String {
     }
     o += &format!(
         "  recipe     {} format={:?} amax_history={} amax_algo={:?} margin={} accumulation={}\n",
-        r.kind.as_str(),
+        r.label(),
         r.format,
         r.amax_history,
         r.amax_algo,
@@ -113,18 +113,20 @@ fn render(run: &Run, s: &Summary) -> String {
     )
     .to_lowercase();
     // The switches of the micro-scaled recipes (fp8scope_schemas::quant), where they apply.
-    match r.kind {
-        RecipeKind::Mxfp8 => o += &format!("  mxfp8      e8m0 scale rounding={}\n", r.mx_rounding.as_str()),
-        RecipeKind::Nvfp4 => {
-            let on = |off: bool| if off { "off" } else { "on" };
-            o += &format!(
-                "  nvfp4      rht={} stochastic_rounding={} 2d_quantization={}\n",
-                on(r.nvfp4.disable_rht),
-                on(r.nvfp4.disable_stochastic_rounding),
-                on(r.nvfp4.disable_2d_quantization)
-            );
+    for kind in r.kinds() {
+        match kind {
+            RecipeKind::Mxfp8 => o += &format!("  mxfp8      e8m0 scale rounding={}\n", r.mx_rounding.as_str()),
+            RecipeKind::Nvfp4 => {
+                let on = |off: bool| if off { "off" } else { "on" };
+                o += &format!(
+                    "  nvfp4      rht={} stochastic_rounding={} 2d_quantization={}\n",
+                    on(r.nvfp4.disable_rht),
+                    on(r.nvfp4.disable_stochastic_rounding),
+                    on(r.nvfp4.disable_2d_quantization)
+                );
+            }
+            _ => {}
         }
-        _ => {}
     }
     let rt = &c.routing;
     if !rt.fp8_sites.is_empty() {

@@ -607,7 +607,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
             if gemms.is_empty() {
                 not_drawn.push("amax over time: no stats rows for the top GEMMs".into());
             } else {
-                let recipe = m.config.recipe.kind.as_str();
+                let recipe = m.config.recipe.label();
                 jobs.push(Job::Amax {
                     chart: chart(
                         format!("{file_stem}-amax.png"),
@@ -701,7 +701,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         findings: RunFindings {
             run: run.name.clone(),
             dir: run.dir.display().to_string(),
-            recipe: m.config.recipe.kind.as_str().to_string(),
+            recipe: m.config.recipe.label(),
             status: m.status.as_str().to_string(),
             steps_completed: m.steps_completed,
             steps_planned: m.config.train.steps,

@@ -97,6 +97,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             accumulation: Default::default(),
             mx_rounding: Default::default(),
             nvfp4: Default::default(),
+            per_gemm: None,
         },
         routing: RoutingConfig::default(),
         data: DataConfig {

@@ -154,7 +154,7 @@ fn check_reused(flag: &str, base: &Run, c: &CaptureFlags) -> Result<(), AnalyzeE
     let cfg = &base.manifest.config;
     let mut diffs = Vec::new();
     if cfg.recipe.kind.as_str() != "bf16" {
-        diffs.push(format!("its recipe is {}, not bf16", cfg.recipe.kind.as_str()));
+        diffs.push(format!("its recipe is {}, not bf16", cfg.recipe.label()));
     }
     if cfg.preset != c.preset {
         diffs.push(format!("preset {} vs {}", cfg.preset, c.preset));

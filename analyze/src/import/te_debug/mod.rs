@@ -356,6 +356,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             accumulation: Accumulation::FastFprop,
             mx_rounding: Default::default(),
             nvfp4: Default::default(),
+            per_gemm: None,
         },
         routing: RoutingConfig::default(),
         data: DataConfig {
