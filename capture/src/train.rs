@@ -369,6 +369,25 @@ pub struct RankRole {
     pub ranks: Vec<RankInfo>,
 }
 
+/// Phases 1 and 2 of a step: its forward and backward queued together (under tensor parallelism
+/// with the group's all-reduces inside), as one unit of step work; the dumps, and whether the
+/// group's collectives held.
+fn launch_step_work<B: Backend>(
+    be: &mut B,
+    model: &mut Model<B>,
+    batch: &Staged<B::Tokens>,
+    plan: &StepPlan,
+    tp_group: &mut dyn crate::collective::Collective,
+) -> (Vec<crate::model::DumpCapture>, Result<(), crate::collective::CollectiveError>) {
+    be.begin_step_work(plan.graph_signature());
+    let mut tp = TpLink::new(tp_group);
+    let dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, plan, &mut tp);
+    let done = tp.finish();
+    be.end_step_work();
+    be.gemms_done();
+    (dumps, done)
+}
+
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
     train_rank(be, cfg, run, name, quiet, &mut RankGroups::one(), &DistPlan::default(), None)
@@ -474,12 +493,7 @@ pub fn train_rank<B: Backend>(
         };
         // Phases 1 and 2: forward and backward, queued together (under tensor parallelism with the
         // group's all-reduces inside).
-        be.begin_step_work(plan.graph_signature());
-        let mut tp = TpLink::new(&mut *groups.tp);
-        let mut dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
-        let tp_done = tp.finish();
-        be.end_step_work();
-        be.gemms_done();
+        let (mut dumps, tp_done) = launch_step_work(be, &mut model, &batch, &plan, &mut *groups.tp);
         if several {
             watch.restore(&mut model, step);
         }
@@ -496,8 +510,9 @@ pub fn train_rank<B: Backend>(
         let mut loss = tp_done
             .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
             .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
-        // The anomaly replay: a statistics step whose loss spikes or is not finite, planned without
-        // the per-channel statistics or the quantization error, is launched again with every statistic
+        // The anomaly replay: a statistics step that fires the flight recorder's triggers (a
+        // non-finite value, a saturation burst, a loss spike), planned without the per-channel
+        // statistics or the quantization error, is launched again with every statistic
         // before the optimizer runs (same weights, same batch, same bits), so that the anomaly's
         // own step has the full set whatever the cadence.
         let mut replayed = None;
@@ -508,12 +523,8 @@ pub fn train_rank<B: Backend>(
                 Some(why) => {
                     be.repeat_step();
                     plan.stats = StatsLevel::Full;
-                    be.begin_step_work(plan.graph_signature());
-                    let mut tp = TpLink::new(&mut *groups.tp);
-                    dumps = model.launch_step(be, &batch.inputs, &batch.targets, batch.supervised, &plan, &mut tp);
-                    let tp_done = tp.finish();
-                    be.end_step_work();
-                    be.gemms_done();
+                    let (again, tp_done) = launch_step_work(be, &mut model, &batch, &plan, &mut *groups.tp);
+                    dumps = again;
                     loss = tp_done
                         .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
                         .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
