@@ -203,6 +203,14 @@ pub enum AccumulationArg {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CpuAccumulatorArg {
+    /// Every product summed in FP32 (the reference the GPU's casts and layers are checked against).
+    Exact,
+    /// Hopper's FP8 tensor cores and cuBLASLt's promotion, emulated (`capture/src/accumulator.rs`).
+    Hopper,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum DataArg {
     /// Seeded Markov language with a known entropy floor.
     Synthetic,
@@ -358,10 +366,16 @@ pub struct TrainArgs {
     /// What a value past the FP8 range becomes [default: saturate, or the scenario's].
     #[arg(long, value_enum, help_heading = "FP8 recipe")]
     pub overflow: Option<OverflowArg>,
-    /// How FP8 GEMMs accumulate on the GPU (cuBLASLt's fast-accumulation mode). The CPU always
-    /// accumulates in FP32; the manifest records what was asked.
+    /// How FP8 GEMMs accumulate on the GPU (cuBLASLt's fast-accumulation mode). The CPU
+    /// accumulates in FP32 unless --cpu-accumulator hopper; the manifest records what was asked.
     #[arg(long, value_enum, default_value = "fast-fprop", help_heading = "FP8 recipe")]
     pub accumulation: AccumulationArg,
+    /// How the CPU accumulates per-tensor FP8 GEMMs: `exact` (FP32) or `hopper` (Hopper's tensor
+    /// cores emulated bit for bit as MMA-Sim models them: 32 products a step truncated to 13
+    /// fraction bits, promoted to FP32 every 128 in split mode, never in fast mode, each GEMM kind
+    /// in the mode --accumulation gives it). CPU only; slower (an integer sum per product).
+    #[arg(long, value_enum, default_value = "exact", help_heading = "FP8 recipe")]
+    pub cpu_accumulator: CpuAccumulatorArg,
     /// mxfp8: how a block's E8M0 scale is rounded from its amax.
     #[arg(long, value_enum, default_value = "te", help_heading = "FP8 recipe")]
     pub mx_rounding: MxRoundingArg,
@@ -693,6 +707,11 @@ impl TrainArgs {
         };
         let kinds: Vec<RecipeKind> = self.recipe.args().into_iter().map(RecipeArg::kind).collect();
         let micro_kind = kinds.iter().copied().find(|k| matches!(k, RecipeKind::Mxfp8 | RecipeKind::Nvfp4));
+        if matches!(self.cpu_accumulator, CpuAccumulatorArg::Hopper) && device != "cpu" {
+            bail!(
+                "--cpu-accumulator hopper emulates the GPU's accumulation on the CPU; with --device {device} the GPU accumulates itself (--accumulation sets how)"
+            );
+        }
         if !kinds.contains(&RecipeKind::Mxfp8) && !matches!(self.mx_rounding, MxRoundingArg::Te) {
             bail!("--mx-rounding belongs to --recipe mxfp8");
         }
@@ -908,6 +927,10 @@ impl TrainArgs {
                     AccumulationArg::Fast => Accumulation::Fast,
                 },
                 per_gemm,
+                cpu_accumulator: match self.cpu_accumulator {
+                    CpuAccumulatorArg::Exact => CpuAccumulator::Exact,
+                    CpuAccumulatorArg::Hopper => CpuAccumulator::Hopper,
+                },
             },
             routing,
             data: DataConfig {

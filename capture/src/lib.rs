@@ -5,6 +5,7 @@
 //! The binary (`main.rs`) only parses flags and calls [`run`]; everything else lives here so that
 //! tests and the `fp8scope` demo can reach it.
 
+pub mod accumulator;
 pub mod backend;
 pub mod block_stats;
 pub mod channel_stats;
@@ -173,7 +174,7 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     } else if let Some(be) = cuda.as_mut() {
         train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     } else {
-        let mut be = backend::cpu::CpuBackend::new();
+        let mut be = backend::cpu::CpuBackend::for_recipe(&plan.config.recipe);
         train::train(&mut be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     };
     let manifest = match outcome {

@@ -179,6 +179,32 @@ pub struct RecipeConfig {
     /// order, that is not BF16 (BF16 if none). Absent: `kind` for every GEMM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_gemm: Option<PerGemmRecipe>,
+    /// How the CPU accumulates FP8 GEMMs: `exact` (FP32, the default) or `hopper` (Hopper's
+    /// tensor cores emulated, in the mode `accumulation` names for each GEMM kind). Absent in
+    /// older manifests and when exact.
+    #[serde(default, skip_serializing_if = "CpuAccumulator::is_exact")]
+    pub cpu_accumulator: CpuAccumulator,
+}
+
+/// See [`RecipeConfig::cpu_accumulator`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuAccumulator {
+    #[default]
+    Exact,
+    Hopper,
+}
+
+impl CpuAccumulator {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuAccumulator::Exact => "exact",
+            CpuAccumulator::Hopper => "hopper",
+        }
+    }
+    pub fn is_exact(&self) -> bool {
+        *self == CpuAccumulator::Exact
+    }
 }
 
 /// The recipe of each GEMM kind: see [`RecipeConfig::per_gemm`].

@@ -112,6 +112,9 @@ fn render(run: &Run, s: &Summary) -> String {
         r.accumulation.as_str()
     )
     .to_lowercase();
+    if !r.cpu_accumulator.is_exact() {
+        o += &format!("  accumulator {} (the CPU emulates Hopper's FP8 tensor cores in that accumulation)\n", r.cpu_accumulator.as_str());
+    }
     // The switches of the micro-scaled recipes (fp8scope_schemas::quant), where they apply.
     for kind in r.kinds() {
         match kind {

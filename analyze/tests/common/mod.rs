@@ -98,6 +98,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             mx_rounding: Default::default(),
             nvfp4: Default::default(),
             per_gemm: None,
+            cpu_accumulator: Default::default(),
         },
         routing: RoutingConfig::default(),
         data: DataConfig {

@@ -137,7 +137,8 @@ pub struct GemmCall {
     /// Also run the GEMM in BF16 on the same high-precision inputs and report the output error.
     pub shadow: bool,
     /// With FP8 operands, accumulate in the tensor cores' reduced precision (cuBLASLt's fast
-    /// accumulation; `RecipeConfig::accumulation`). The CPU accumulates in FP32 regardless.
+    /// accumulation; `RecipeConfig::accumulation`). The CPU accumulates in FP32 unless told to
+    /// emulate Hopper's tensor cores (`CpuBackend::set_accumulator`), which follow this flag.
     pub fast_accumulation: bool,
     /// Operand a is the gradient dY of a layer with a bias, whose gradient (the sums of dY's
     /// columns) the site's wgrad takes next from the same cast (set on dgrads): a backend may sum

@@ -39,7 +39,7 @@ pub fn train_ranks(cfg: &RunConfig, dist: &DistPlan, run: RunDir, name: String, 
                 let (run, name, parallel, ranks, host) = (run.clone(), name.clone(), parallel.clone(), ranks.clone(), host.clone());
                 let rank = groups.rank;
                 std::thread::Builder::new().name(format!("fp8scope-rank{rank}")).spawn_scoped(scope, move || {
-                    let mut be = CpuBackend::new();
+                    let mut be = CpuBackend::for_recipe(&cfg.recipe);
                     let role = RankRole { writing: RankWriting { rank, host, pid }, parallel, ranks };
                     // Only rank 0 draws progress and prints.
                     match train_rank(&mut be, cfg, run, name, quiet || rank > 0, &mut groups, dist, Some(role)) {

@@ -31,6 +31,7 @@
 #[path = "../cuda_common/mod.rs"]
 mod cuda_common;
 
+mod accumulator;
 mod bf16_operands;
 mod casts;
 mod computed_casts;

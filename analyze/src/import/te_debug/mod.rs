@@ -357,6 +357,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             mx_rounding: Default::default(),
             nvfp4: Default::default(),
             per_gemm: None,
+            cpu_accumulator: Default::default(),
         },
         routing: RoutingConfig::default(),
         data: DataConfig {

@@ -27,6 +27,16 @@ pub struct Cast {
     /// The values the GEMM multiplies: dequant(cast(x)) or bf16(x).
     pub dequantized: Vec<f32>,
     pub report: CastReport,
+    /// A per-tensor FP8 cast's codes, format and the scale that dequantizes them (code / scale):
+    /// what the Hopper accumulator emulation multiplies (`crate::accumulator`). None otherwise.
+    pub codes: Option<TensorCodes>,
+}
+
+/// See [`Cast::codes`].
+pub struct TensorCodes {
+    pub format: Fp8Format,
+    pub scale: f32,
+    pub codes: Vec<u8>,
 }
 
 /// The report of a cast from its counts: `format`, the `scale` it cast with, the amax that scale
@@ -62,6 +72,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
         x
     };
     let numel = x.len() as u64;
+    let mut codes = None;
     let (dequantized, mut report) = match how {
         OperandCast::Bf16 => {
             let mut d = x.to_vec();
@@ -106,7 +117,8 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
             }
             let mut d = vec![0f32; x.len()];
             fp8::dequantize(format, &q, base, &mut d);
-            let report = CastReport { quantized: keep.then_some(q), ..counted(format.name(), s, amax_used, numel, &st) };
+            let report = CastReport { quantized: keep.then(|| q.clone()), ..counted(format.name(), s, amax_used, numel, &st) };
+            codes = Some(TensorCodes { format, scale: base, codes: q });
             (d, report)
         }
         OperandCast::Fp8Block { format, tile_rows, tile_cols, margin } => {
@@ -178,7 +190,7 @@ pub fn cast_operand(x: &[f32], rows: usize, cols: usize, how: OperandCast, fault
     if level >= StatsLevel::Full && report.quant_error.is_none() {
         report.quant_error = Some(tensor_stats::quant_error(x, &dequantized));
     }
-    Cast { dequantized, report }
+    Cast { dequantized, report, codes }
 }
 
 /// A non-saturating cast: every value whose scaled magnitude rounds past the format's largest

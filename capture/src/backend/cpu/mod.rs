@@ -3,6 +3,7 @@
 //! [`cast::cast_operand`] rounded to BF16 or cast to FP8 exactly; GEMM outputs are rounded to BF16.
 
 pub mod cast;
+mod hopper;
 
 use crate::backend::operands::operand_shapes;
 use crate::backend::{AdamW, Backend, GemmCall, GemmId, GemmReport, LinearDims, OperandCast, OperandFault, ScaleSource, ShadowError, StatsLevel};
@@ -14,6 +15,8 @@ use fp8scope_schemas::manifest::DeviceInfo;
 use fp8scope_schemas::names::{Gemm, Module};
 use rayon::prelude::*;
 use std::collections::HashMap;
+
+pub use fp8scope_schemas::config::CpuAccumulator;
 
 /// The CPU device: holds the queue of GEMM reports and the last RoPE table.
 #[derive(Default)]
@@ -30,6 +33,8 @@ pub struct CpuBackend {
     replaced_weights: HashMap<(u32, Module), Option<Vec<f32>>>,
     /// The cosines and sines of `layers::rope_table` for (T, HD, theta's bits), kept across calls.
     rope: Option<((usize, usize, u32), Vec<f32>)>,
+    /// How per-tensor FP8 GEMMs accumulate (`--cpu-accumulator`).
+    accumulator: CpuAccumulator,
     /// Tests only: `take_error` reports a planted failure once `take_reports` has run this many
     /// times (a device backend failing mid-run, for the training loop's error path).
     #[cfg(test)]
@@ -41,6 +46,20 @@ pub struct CpuBackend {
 impl CpuBackend {
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// The backend of a run's recipe: its FP8 GEMMs accumulate as `recipe.cpu_accumulator` says.
+    pub fn for_recipe(recipe: &fp8scope_schemas::config::RecipeConfig) -> CpuBackend {
+        let mut be = CpuBackend::new();
+        be.set_accumulator(recipe.cpu_accumulator);
+        be
+    }
+
+    /// How per-tensor FP8 GEMMs accumulate from now on: in FP32, or as Hopper's tensor cores do
+    /// in the mode of each call's `fast_accumulation` (`crate::accumulator`). GEMMs with a BF16
+    /// or block-scaled operand accumulate in FP32 either way.
+    pub fn set_accumulator(&mut self, accumulator: CpuAccumulator) {
+        self.accumulator = accumulator;
     }
 
     /// Pairs the error of the site's shadowed fprop of this step, if one waits, with its output's
@@ -273,8 +292,16 @@ impl Backend for CpuBackend {
             round_bf16_inplace(&mut b);
             b
         });
-        raw_gemm(call.id.gemm, out, &ca.dequantized, &cb.dequantized, bias_bf16.as_deref(), call.dims);
-        round_bf16_inplace(out);
+        match (self.accumulator, &ca.codes, &cb.codes) {
+            (CpuAccumulator::Hopper, Some(qa), Some(qb)) => {
+                let mode = if call.fast_accumulation { crate::accumulator::Mode::Fast } else { crate::accumulator::Mode::Split };
+                out.copy_from_slice(&hopper::linear_gemm(call.id.gemm, qa, qb, bias_bf16.as_deref(), call.dims, mode));
+            }
+            _ => {
+                raw_gemm(call.id.gemm, out, &ca.dequantized, &cb.dequantized, bias_bf16.as_deref(), call.dims);
+                round_bf16_inplace(out);
+            }
+        }
         if let Some(db) = dbias {
             // Column sums of dY in BF16-rounded operand precision, as the bias gradient.
             let m = call.dims.m;
@@ -391,6 +418,54 @@ mod tests {
                 // NVFP4 keeps 1 mantissa bit: each element within 1/4 of its block's scale; 64 of them.
                 assert!(err < 0.08 * want.iter().map(|v| v.abs()).fold(1.0, f64::max), "rht {rht}, column {j}: {} vs {}", db[j], want[j]);
             }
+        }
+    }
+
+    /// Under `--cpu-accumulator hopper`, each FP8 GEMM kind (its operands in their row-major
+    /// layouts, transposed for the emulation) gives the FP32 GEMM's output to within the
+    /// emulation's truncation and BF16 rounding, changes some bits of it (the emulation ran), and
+    /// depends on the call's mode; BF16 GEMMs are untouched.
+    #[test]
+    fn the_hopper_accumulator_changes_fp8_gemms_within_their_rounding_and_leaves_bf16_alone() {
+        use crate::backend::{OperandCast, ScaleSource};
+        use crate::fp8::Fp8Format;
+        // Every K (k, m, n for the three kinds) past one promotion interval of 128.
+        let d = LinearDims { n: 160, k: 160, m: 192 };
+        let x: Vec<f32> = (0..d.n * d.k).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+        let w: Vec<f32> = (0..d.m * d.k).map(|i| ((i as f32) * 0.11).cos() * 0.2).collect();
+        let dy: Vec<f32> = (0..d.n * d.m).map(|i| ((i as f32) * 0.53).sin() * 0.01).collect();
+        let bias: Vec<f32> = (0..d.m).map(|j| j as f32 * 0.01).collect();
+        let e4 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Current { margin: 0 } };
+        let e5 = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Current { margin: 0 } };
+        for gemm in Gemm::ALL {
+            let (a, b, len, cast_a, bias) = match gemm {
+                Gemm::Fprop => (&x, &w, d.n * d.m, e4, Some(&bias)),
+                Gemm::Dgrad => (&dy, &w, d.n * d.k, e5, None),
+                Gemm::Wgrad => (&dy, &x, d.m * d.k, e5, None),
+            };
+            let base = GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, d);
+            let run = |acc: CpuAccumulator, call: &GemmCall| {
+                let mut be = CpuBackend::new();
+                be.set_accumulator(acc);
+                let mut out = vec![0f32; len];
+                be.gemm(call, &mut out, a, b, bias, None);
+                out
+            };
+            let bf16 = [run(CpuAccumulator::Exact, &base), run(CpuAccumulator::Hopper, &base)];
+            assert_eq!(bf16[0], bf16[1], "{gemm}: a BF16 GEMM is not emulated");
+            let split = GemmCall { cast_a, cast_b: e4, ..base.clone() };
+            let fast = GemmCall { fast_accumulation: true, ..split.clone() };
+            let exact = run(CpuAccumulator::Exact, &split);
+            let (hs, hf) = (run(CpuAccumulator::Hopper, &split), run(CpuAccumulator::Hopper, &fast));
+            let norm = exact.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt();
+            for (label, got) in [("split", &hs), ("fast", &hf)] {
+                let err = got.iter().zip(&exact).map(|(p, q)| f64::from(p - q).powi(2)).sum::<f64>().sqrt();
+                let differ = got.iter().zip(&exact).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+                // BF16 rounding of either (2^-8 relative) dominates the 2^-13 truncations.
+                assert!(err <= 8e-3 * norm, "{gemm} {label}: rel L2 {}", err / norm);
+                assert!(differ > 0, "{gemm} {label}: no output changed; the emulation did not run");
+            }
+            assert!(hs != hf, "{gemm}: split and fast accumulation give the same bits");
         }
     }
 
