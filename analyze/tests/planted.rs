@@ -382,6 +382,12 @@ fn query_joins_two_runs_per_layer() {
     let out = analyze(&["query", &p(&run), &p(&base), "--sql", "SELECT run, COUNT(*) AS n FROM steps GROUP BY run ORDER BY run", "--format", "csv"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, "run,n\nbf16,200\nfp8,200\n");
+    // A bare COUNT(*) or COUNT(1) over the runs' parts (polars sums the parts' counts as UInt128).
+    for count in ["COUNT(*)", "COUNT(1)"] {
+        let out = analyze(&["query", &p(&run), &p(&base), "--sql", &format!("SELECT {count} AS n FROM steps"), "--format", "csv"]);
+        assert_eq!(out.code, 0, "{count}: {}", out.stderr);
+        assert_eq!(out.stdout, "n\n400\n", "{count}");
+    }
 }
 
 #[test]

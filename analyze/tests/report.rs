@@ -18,7 +18,7 @@ use std::process::Command;
 fn documented_size(kind: &str) -> (u32, u32) {
     match kind {
         "loss" => (1200, 800),
-        "heatmap-cosine" | "heatmap-underflow" | "heatmap-saturated" | "heatmap-block-spread" | "heatmap-block-flushed" => (1200, 900),
+        "heatmap-cosine" | "heatmap-underflow" | "heatmap-saturated" | "heatmap-block-spread" | "heatmap-block-flushed" | "heatmap-whatif" => (1200, 900),
         "amax" => (1200, 900),
         "histogram" => (1200, 800),
         "sites" | "channels" => (1200, 600),
@@ -115,7 +115,7 @@ fn report_draws_every_chart_for_a_drifting_run_against_its_baseline() {
     let out = tmp.path().join("report");
     let j = report_ok(&[p(&run), "--baseline".into(), p(&base)], &out);
     let k = kinds(&j);
-    for want in ["loss", "heatmap-cosine", "heatmap-underflow", "heatmap-saturated", "sites", "amax", "channels"] {
+    for want in ["loss", "heatmap-cosine", "heatmap-underflow", "heatmap-saturated", "sites", "amax", "channels", "heatmap-whatif"] {
         assert!(k.contains(want), "a {want} chart: {k:?}");
     }
     // The findings are the other commands' answers, in words.
@@ -176,11 +176,12 @@ fn report_says_what_it_could_not_draw_without_baseline_or_dumps() {
     let j = report_ok(&[p(&run)], &out);
     let k = kinds(&j);
     assert!(k.contains("loss") && k.contains("heatmap-underflow"), "{k:?}");
-    assert!(!k.contains("heatmap-cosine") && !k.contains("histogram") && !k.contains("sites"), "nothing drawn empty: {k:?}");
+    assert!(!k.contains("heatmap-cosine") && !k.contains("histogram") && !k.contains("sites") && !k.contains("heatmap-whatif"), "nothing drawn empty: {k:?}");
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     assert!(html.contains("Not drawn"), "the page has a 'Not drawn' section");
     assert!(html.contains("no --baseline given"), "it says the baseline is missing");
     assert!(html.contains("give --baseline B, or record the run with --shadow"), "it says why locate could not run");
+    assert!(html.contains("what-if chart: the run has no whole 2-D operand dumps"), "it says why the what-if chart is missing");
 
     // With a baseline but no dumps: the cosine heatmap is missing for want of tensors.
     let base = bf16(tmp.path());

@@ -467,6 +467,16 @@ pub struct TrainArgs {
     /// `fp8-analyze triage` and `anomalies` judge every gap against.
     #[arg(long, value_name = "SEED", help_heading = "Data and training")]
     pub init_jitter: Option<u64>,
+    /// Start from the checkpoint RUN wrote at --at-step S (`--checkpoint-every`): its weights,
+    /// AdamW moments and amax histories, then train steps S+1 to --steps. The model, data, seed and
+    /// schedule must be RUN's; the recipe, routing and recording may differ, so that a precision
+    /// switch from step S costs only the steps after it (e.g. `--resume fp8-run --at-step 400
+    /// --bf16-gemms fprop`). One rank only. The new run's tables begin at step S+1.
+    #[arg(long, value_name = "RUN", requires = "at_step", help_heading = "Data and training")]
+    pub resume: Option<PathBuf>,
+    /// The checkpoint step of --resume.
+    #[arg(long, value_name = "S", requires = "resume", value_parser = positive, help_heading = "Data and training")]
+    pub at_step: Option<u32>,
 
     // ---- recording
     /// Record FP8 statistics every N steps (0: never).
@@ -514,6 +524,10 @@ pub struct TrainArgs {
     /// Close a Parquet part of every table at least every N steps.
     #[arg(long, default_value = "25", value_parser = positive, help_heading = "Recording")]
     pub flush_every: u32,
+    /// Write a checkpoint (weights, AdamW moments, amax histories: 12 bytes a parameter) to
+    /// RUN/checkpoints/ every N steps, for --resume (0: never).
+    #[arg(long, value_name = "N", default_value = "0", help_heading = "Recording")]
+    pub checkpoint_every: u32,
 
     // ---- scenarios and faults
     /// A built-in failure scenario made by the data and the recipe, no planted defect: spike, drift
@@ -814,6 +828,17 @@ impl TrainArgs {
                 amax_reduce.as_str()
             );
         }
+        if self.checkpoint_every > 0 && self.dp * self.tp > 1 {
+            bail!("--checkpoint-every: a checkpoint holds one rank's state; not with --dp {} --tp {}", self.dp, self.tp);
+        }
+        if self.resume.is_some() {
+            if self.dp * self.tp > 1 {
+                bail!("--resume: a checkpoint holds one rank's state; it resumes runs of one rank, not --dp {} --tp {}", self.dp, self.tp);
+            }
+            if self.at_step.is_some_and(|s| s >= self.steps) {
+                bail!("--at-step {}: the run must go past the checkpoint (--steps {})", self.at_step.unwrap_or(0), self.steps);
+            }
+        }
         if self.dp > 1 {
             if device != "cpu" {
                 bail!("--dp {}: the ranks run as threads on the CPU; use --device cpu", self.dp);
@@ -954,6 +979,7 @@ impl TrainArgs {
                 grad_clip: self.grad_clip,
                 seed: self.seed,
                 init_jitter: self.init_jitter,
+                resume_from: self.resume.as_ref().map(|r| ResumeFrom { run: r.display().to_string(), step: self.at_step.unwrap_or(0) }),
             },
             record: RecordConfig {
                 stats_every: self.stats_every,
@@ -970,6 +996,7 @@ impl TrainArgs {
                 shadow: self.shadow || self.flight_recorder > 0,
                 flush_every: self.flush_every,
                 flight_recorder: self.flight_recorder,
+                checkpoint_every: self.checkpoint_every,
             },
             injections,
             scenario: scen.as_ref().map(|s| s.name.to_string()),

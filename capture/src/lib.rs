@@ -9,6 +9,7 @@ pub mod accumulator;
 pub mod backend;
 pub mod block_stats;
 pub mod channel_stats;
+pub mod checkpoint;
 pub mod cli;
 pub mod collective;
 pub mod config;
@@ -156,6 +157,9 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let device =
         if args.dp * args.tp > 1 && matches!(args.device, DeviceArg::Auto) { "cpu" } else { resolve_device(args.device, args.recipe).map_err(UsageError)? };
     let plan = args.validate(device).map_err(UsageError)?;
+    if let Some(r) = &plan.config.train.resume_from {
+        checkpoint::check(std::path::Path::new(&r.run), r.step, &plan.config).map_err(UsageError)?;
+    }
     if let Some(n) = args.threads {
         // Ignore the error of a pool that already exists (a second run in one process).
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();

@@ -14,8 +14,11 @@ fn main() {
                 std::process::exit(0);
             }
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("fp8-capture: {first} (see --help)");
+            // The first paragraph on one line: the message, and the arguments it lists under it
+            // (those a missing-argument error names).
+            let first: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+            let first = if first.is_empty() { "invalid arguments".to_string() } else { first.join(" ") };
+            eprintln!("fp8-capture: {} (see --help)", first.trim_start_matches("error: "));
             std::process::exit(2);
         }
     };

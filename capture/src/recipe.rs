@@ -39,6 +39,18 @@ pub struct Scaling {
 }
 
 impl Scaling {
+    /// Every amax history, oldest first, for a checkpoint.
+    pub fn histories(&self) -> Vec<(Site, Role, Vec<f32>)> {
+        let mut v: Vec<(Site, Role, Vec<f32>)> = self.history.iter().map(|(&(s, r), h)| (s, r, h.iter().copied().collect())).collect();
+        v.sort_by_key(|(s, r, _)| (*s, *r));
+        v
+    }
+
+    /// Puts back histories taken by [`Scaling::histories`] (a resumed run), in place of these.
+    pub fn restore(&mut self, histories: Vec<(Site, Role, Vec<f32>)>) {
+        self.history = histories.into_iter().map(|(s, r, h)| ((s, r), h.into_iter().collect())).collect();
+    }
+
     pub fn new(cfg: &RunConfig) -> Scaling {
         Scaling {
             delayed: cfg.recipe.kinds().contains(&RecipeKind::Delayed),

@@ -435,6 +435,7 @@ pub fn train_rank<B: Backend>(
     let mut manifest = Manifest::new_running(name, cfg.clone(), device, info);
     let several = role.is_some();
     let initial = manifest.clone();
+    let run_root = run.root().to_path_buf();
     let mut writer = match role {
         None => Writer::start(run, manifest)?,
         Some(r) => {
@@ -451,9 +452,19 @@ pub fn train_rank<B: Backend>(
         check_backend(be)?;
     }
     let mut scaling = Scaling::new(cfg);
+    // A resumed run starts from its checkpoint's weights, moments and histories.
+    let first = match &cfg.train.resume_from {
+        Some(r) => {
+            crate::checkpoint::restore(be, &mut model, &mut scaling, std::path::Path::new(&r.run), r.step)?;
+            check_backend(be)?;
+            r.step + 1
+        }
+        None => 1,
+    };
 
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(cfg.train.steps as u64) };
     pb.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_position(u64::from(first - 1));
     let mut losses: Vec<f64> = Vec::new();
     let mut status = RunStatus::Completed;
     let mut error = None;
@@ -470,7 +481,7 @@ pub fn train_rank<B: Backend>(
     // Host ms of each step's recording, printed with FP8SCOPE_PROFILE (the CUDA backend's profile).
     let mut record_ms: Vec<f64> = Vec::new();
     let started = Instant::now();
-    for step in 1..=cfg.train.steps {
+    for step in first..=cfg.train.steps {
         if faults.dies_at == Some(step) {
             // Planted: the rank stops here, closing nothing (its writer's buffered rows are lost, its
             // liveness file still says running, its collectives' handle goes without closing).
@@ -568,8 +579,11 @@ pub fn train_rank<B: Backend>(
             break;
         }
         scaling.push_amaxes(&amaxes);
+        if cfg.record.checkpoint_every > 0 && step % cfg.record.checkpoint_every == 0 && finite && !several {
+            crate::checkpoint::save(be, &model, &scaling, cfg, &run_root, step)?;
+        }
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
-        if step == 1 {
+        if step == first {
             let seconds = (crate::process_clock::seconds_since_start() * 100.0).round() / 100.0;
             writer.first_step(seconds)?;
             if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
@@ -592,7 +606,7 @@ pub fn train_rank<B: Backend>(
         let flight_step = cfg.record.flight_recorder > 0 && !is_dump_step(&cfg.record, step);
         let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step, weights, replayed };
         losses.push(loss);
-        let tok_s = tokens as f64 * dp as f64 * step as f64 / started.elapsed().as_secs_f64();
+        let tok_s = tokens as f64 * dp as f64 * (step - first + 1) as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
         pb.inc(1);
         if !quiet && (step % 50 == 0 || !finite) {
@@ -627,7 +641,8 @@ pub fn train_rank<B: Backend>(
             record_ms.len()
         );
     }
-    let done = losses.len() as u32;
+    // A resumed run counts the checkpoint's steps as done.
+    let done = first - 1 + losses.len() as u32;
     let tail = &losses[losses.len().saturating_sub(20)..];
     let final_loss = (!tail.is_empty() && tail.iter().all(|l| l.is_finite())).then(|| tail.iter().sum::<f64>() / tail.len() as f64);
     let manifest = writer.finish(status, done, final_loss, error)?;

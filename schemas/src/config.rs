@@ -464,6 +464,18 @@ pub struct TrainConfig {
     /// Absent in runs recorded before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_jitter: Option<u64>,
+    /// `--resume RUN --at-step S`: the run began from RUN's checkpoint of step S (its weights,
+    /// AdamW moments and amax histories) and trained steps S+1 on. Absent otherwise and in older runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<ResumeFrom>,
+}
+
+/// See [`TrainConfig::resume_from`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumeFrom {
+    /// The run directory the checkpoint came from, as given.
+    pub run: String,
+    pub step: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -505,6 +517,11 @@ pub struct RecordConfig {
     pub flight_recorder: u32,
     /// Close a Parquet part at least every this many steps.
     pub flush_every: u32,
+    /// `--checkpoint-every N`: the weights, AdamW moments and amax histories written to
+    /// `checkpoints/step-SSSSSSSS.ckpt` every N steps, for `--resume` (0: never; absent when 0 and
+    /// in older runs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_every: u32,
 }
 
 /// What a planted defect does (see [`Injection`]).

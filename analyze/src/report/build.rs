@@ -530,6 +530,28 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
         }
     }
 
+    // What-ifs: the last dumps cast as each other format would cast them.
+    match report::whatif::whatif_chart(run, |sites| site_order(&run.naming, sites), |title, sites, steps, v| grid(&run.naming, title, sites, steps, v)) {
+        Ok(Some(w)) => {
+            findings.extend(w.finding);
+            jobs.push(Job::Heatmap {
+                chart: chart(
+                    format!("{file_stem}-whatif.png"),
+                    "heatmap-whatif",
+                    &run.name,
+                    report::HEATMAP_SIZE,
+                    format!("{}: what other formats would do to the dumped operands (cosine)", run.name),
+                    w.caption,
+                ),
+                bar: "cosine against the recorded values",
+                scale: heatmap::Scale::Cosine,
+                panels: w.panels,
+            });
+        }
+        Ok(None) => not_drawn.push("what-if chart: the run has no whole 2-D operand dumps (record with --dump-every N)".into()),
+        Err(e) => not_drawn.push(format!("what-if chart: {e}")),
+    }
+
     // locate: shadow records, or the baseline's tensors.
     let located = if is_bf16 {
         not_drawn.push("locate's ranking, amax, histograms and channels: the run is BF16 (no FP8 GEMM to blame)".into());

@@ -177,9 +177,17 @@ pub fn page(r: &Report) -> String {
             o += "<h3>Worst sites (locate), with their operands' FP8 statistics</h3>\n";
             o += &t;
         }
-        for kind in
-            ["amax", "channels", "histogram", "heatmap-cosine", "heatmap-saturated", "heatmap-underflow", "heatmap-block-spread", "heatmap-block-flushed"]
-        {
+        for kind in [
+            "amax",
+            "channels",
+            "histogram",
+            "heatmap-cosine",
+            "heatmap-saturated",
+            "heatmap-underflow",
+            "heatmap-block-spread",
+            "heatmap-block-flushed",
+            "heatmap-whatif",
+        ] {
             for c in mine.iter().filter(|c| c.kind == kind) {
                 o += &figure(c);
             }

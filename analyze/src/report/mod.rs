@@ -22,6 +22,7 @@ pub mod html;
 pub mod loss;
 pub mod ranks;
 pub mod sites;
+pub mod whatif;
 
 use plotters::style::{FontStyle, RGBColor};
 use serde::Serialize;

@@ -122,6 +122,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             grad_clip: 1.0,
             seed: 1234,
             init_jitter: None,
+            resume_from: None,
         },
         record: RecordConfig {
             stats_every: 1,
@@ -135,6 +136,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             shadow: false,
             flush_every: 50,
             flight_recorder: 0,
+            checkpoint_every: 0,
         },
         injections: vec![],
         scenario: None,

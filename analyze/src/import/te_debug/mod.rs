@@ -381,6 +381,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             grad_clip: 0.0,
             seed: 0,
             init_jitter: None,
+            resume_from: None,
         },
         record: RecordConfig {
             stats_every: every,
@@ -395,6 +396,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             shadow: false,
             flush_every: 0,
             flight_recorder: 0,
+            checkpoint_every: 0,
         },
         injections: Vec::new(),
         scenario: None,
