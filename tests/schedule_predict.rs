@@ -178,6 +178,37 @@ fn schedule_finds_the_cheapest_switch_that_recovers_a_planted_fault() {
     assert!((a["bf16_share"].as_f64().unwrap() - 1.0 / 6.0).abs() < 1e-9);
     let fprop0 = v["rows"].as_array().unwrap().iter().find(|r| r["kind"] == "fprop" && r["from_step"] == 0).unwrap();
     assert!(fprop0["recovery"].as_f64().unwrap() < 0.5, "{fprop0}");
+    // The two schedules from step 60 resumed from the FP8 run's checkpoint after step 59: 61 steps
+    // each, not 120.
+    assert_eq!(v["resumed"], 2, "{v}");
+    assert_eq!(v["steps_trained"], 3 * 120 + 2 * 120 + 2 * 61, "{v}");
+    // And a resumed schedule ends exactly where the same schedule trained from step 1 ends.
+    let scratch = dir.path().join("scratch");
+    let o = capture(&[
+        "train",
+        "--preset",
+        "tiny",
+        "--seed",
+        "0",
+        "--device",
+        "cpu",
+        "--steps",
+        "120",
+        "--recipe",
+        "delayed",
+        "--inject",
+        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=60",
+        "--bf16-gemms",
+        "dgrad",
+        "--from-step",
+        "60",
+        "--quiet",
+        "--out",
+        scratch.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(scratch.join("run.json")).unwrap()).unwrap();
+    assert_eq!(a["final_loss"], m["final_loss"], "resumed from step 60 vs trained from step 1");
     // Nonsense fractions: one line, exit 2.
     let bad = analyze(&["schedule", "--out", dir.path().join("b").to_str().unwrap(), "--from", "1.5"]);
     assert_eq!(bad.status.code(), Some(2));

@@ -290,6 +290,12 @@ impl CaptureFlags {
     pub fn common(&self) -> Vec<String> {
         self.common_with_seed(self.seed)
     }
+    /// The steps every run trains: `--steps`, else one among the extra flags, else the capture's
+    /// default (300).
+    pub fn planned_steps(&self) -> u32 {
+        let from_extra = self.extra.windows(2).find(|w| w[0] == "--steps").and_then(|w| w[1].parse().ok());
+        self.steps.or(from_extra).unwrap_or(300)
+    }
     /// [`CaptureFlags::common`] with another seed (a confirmation on a second seed).
     pub fn common_with_seed(&self, seed: u64) -> Vec<String> {
         let mut f = vec!["--preset".into(), self.preset.clone(), "--seed".into(), seed.to_string(), "--device".into(), self.device.clone()];

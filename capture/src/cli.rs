@@ -528,6 +528,10 @@ pub struct TrainArgs {
     /// RUN/checkpoints/ every N steps, for --resume (0: never).
     #[arg(long, value_name = "N", default_value = "0", help_heading = "Recording")]
     pub checkpoint_every: u32,
+    /// Write a checkpoint after each of these steps too (comma-separated), e.g. the steps a
+    /// precision switch will resume from.
+    #[arg(long, value_name = "S,...", value_delimiter = ',', value_parser = positive, help_heading = "Recording")]
+    pub checkpoint_at: Vec<u32>,
 
     // ---- scenarios and faults
     /// A built-in failure scenario made by the data and the recipe, no planted defect: spike, drift
@@ -828,7 +832,7 @@ impl TrainArgs {
                 amax_reduce.as_str()
             );
         }
-        if self.checkpoint_every > 0 && self.dp * self.tp > 1 {
+        if (self.checkpoint_every > 0 || !self.checkpoint_at.is_empty()) && self.dp * self.tp > 1 {
             bail!("--checkpoint-every: a checkpoint holds one rank's state; not with --dp {} --tp {}", self.dp, self.tp);
         }
         if self.resume.is_some() {
@@ -997,6 +1001,7 @@ impl TrainArgs {
                 flush_every: self.flush_every,
                 flight_recorder: self.flight_recorder,
                 checkpoint_every: self.checkpoint_every,
+                checkpoint_at: self.checkpoint_at.clone(),
             },
             injections,
             scenario: scen.as_ref().map(|s| s.name.to_string()),

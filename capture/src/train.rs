@@ -579,7 +579,7 @@ pub fn train_rank<B: Backend>(
             break;
         }
         scaling.push_amaxes(&amaxes);
-        if cfg.record.checkpoint_every > 0 && step % cfg.record.checkpoint_every == 0 && finite && !several {
+        if cfg.record.checkpoints_at(step) && finite && !several {
             crate::checkpoint::save(be, &model, &scaling, cfg, &run_root, step)?;
         }
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;

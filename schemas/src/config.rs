@@ -522,6 +522,16 @@ pub struct RecordConfig {
     /// in older runs).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub checkpoint_every: u32,
+    /// `--checkpoint-at S,...`: checkpoints at these steps too (absent when none and in older runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoint_at: Vec<u32>,
+}
+
+impl RecordConfig {
+    /// Whether a checkpoint is written after `step`.
+    pub fn checkpoints_at(&self, step: u32) -> bool {
+        (self.checkpoint_every > 0 && step.is_multiple_of(self.checkpoint_every)) || self.checkpoint_at.contains(&step)
+    }
 }
 
 /// What a planted defect does (see [`Injection`]).

@@ -9,6 +9,12 @@
 //! three, for the steps after S: (1/3)·(steps − S)/steps). The answer is the schedule of the least
 //! BF16 share whose gap is within the noise band, or, when none is, that recovers at least
 //! `--target` of the gap. Exit status: 0 with an answer, 1 without one, 2 bad input.
+//!
+//! The FP8 run writes a checkpoint before every switch step (`--checkpoint-at`), and each schedule
+//! that switches at step S > 1 resumes from it (`--resume fp8 --at-step S-1`): it trains only the
+//! steps from S, whose steps before S would be the FP8 run's bit for bit. A schedule whose
+//! checkpoint is missing (the FP8 run diverged before it), or that would train fewer than the 20
+//! steps of a final loss, trains from the first step with `--from-step S` instead.
 
 use crate::analysis::dynamics::relative_gap;
 use crate::capture_driver::{CaptureFlags, RunSpec, require_usable};
@@ -37,6 +43,10 @@ pub struct ScheduleArgs {
     /// Share of the FP8 gap a schedule must recover when none ends within the noise band.
     #[arg(long, default_value_t = 0.9)]
     pub target: f64,
+    /// Train every schedule from the first step (`--from-step S`) instead of resuming it from the
+    /// FP8 run's checkpoint before step S: the same answer, bit for bit, at more steps.
+    #[arg(long)]
+    pub from_scratch: bool,
     /// BF16 replicas for the noise band (`--init-jitter k`).
     #[arg(long, default_value_t = 1)]
     pub noise_runs: usize,
@@ -69,6 +79,10 @@ pub struct ScheduleReport {
     /// `--target`; None when no schedule does.
     pub answer: Option<ScheduleRow>,
     pub runs: usize,
+    /// Schedules that resumed from the FP8 run's checkpoint instead of training from step 1.
+    pub resumed: usize,
+    /// Steps trained over every run (a resumed schedule counts only its steps after the switch).
+    pub steps_trained: u64,
 }
 
 fn check(a: &ScheduleArgs) -> Result<Vec<Gemm>, AnalyzeError> {
@@ -102,7 +116,16 @@ pub fn schedule(a: &ScheduleArgs) -> Result<ScheduleReport, AnalyzeError> {
         f.extend(extra.iter().cloned());
         f
     };
-    let mut first = vec![RunSpec { name: "baseline".into(), flags: bf16(&[]) }, RunSpec { name: "fp8".into(), flags: fp8_flags(&[]) }];
+    // The switch steps, known before any run (the FP8 run checkpoints at them).
+    let planned = c.planned_steps();
+    let switch = |f: f64| (f * planned as f64).round() as u32;
+    // A switch at step S (its first step in BF16) resumes from the checkpoint after step S − 1.
+    let resumable: Vec<u32> = a.from.iter().map(|&f| switch(f)).filter(|&s| !a.from_scratch && s > 1 && planned.saturating_sub(s - 1) >= FINAL_STEPS).collect();
+    let mut fp8_extra = Vec::new();
+    if !resumable.is_empty() {
+        fp8_extra.extend(["--checkpoint-at".to_string(), resumable.iter().map(|s| (s - 1).to_string()).collect::<Vec<_>>().join(",")]);
+    }
+    let mut first = vec![RunSpec { name: "baseline".into(), flags: bf16(&[]) }, RunSpec { name: "fp8".into(), flags: fp8_flags(&fp8_extra) }];
     for k in 1..=a.noise_runs {
         first.push(RunSpec { name: format!("replica-{k}"), flags: bf16(&["--init-jitter".into(), k.to_string()]) });
     }
@@ -115,14 +138,19 @@ pub fn schedule(a: &ScheduleArgs) -> Result<ScheduleReport, AnalyzeError> {
     let fp8_gap = relative_gap(results[1].final_loss, base);
     let band = results[2..].iter().filter_map(|r| relative_gap(r.final_loss, base)).map(f64::abs).reduce(f64::max);
     let steps = results[0].steps_completed.max(1);
+    let fp8_dir = driver.dir("fp8");
     let mut specs = Vec::new();
     let mut plan = Vec::new();
+    let mut resumed = 0usize;
     for k in &kinds {
         for &f in &a.from {
-            let from_step = (f * steps as f64).round() as u32;
+            let from_step = switch(f);
             let name = format!("bf16-{}-from-{from_step}", k.as_str());
             let mut extra = vec!["--bf16-gemms".to_string(), k.as_str().into()];
-            if from_step > 0 {
+            if resumable.contains(&from_step) && checkpoint_exists(&fp8_dir, from_step - 1) {
+                extra.extend(["--resume".into(), fp8_dir.display().to_string(), "--at-step".into(), (from_step - 1).to_string()]);
+                resumed += 1;
+            } else if from_step > 0 {
                 extra.extend(["--from-step".into(), from_step.to_string()]);
             }
             specs.push(RunSpec { name: name.clone(), flags: fp8_flags(&extra) });
@@ -153,7 +181,22 @@ pub fn schedule(a: &ScheduleArgs) -> Result<ScheduleReport, AnalyzeError> {
         .collect();
     let cheapest = |ok: &dyn Fn(&ScheduleRow) -> bool| rows.iter().filter(|r| ok(r)).min_by(|x, y| x.bf16_share.total_cmp(&y.bf16_share)).cloned();
     let answer = cheapest(&|r| r.within_band).or_else(|| cheapest(&|r| r.recovery.is_some_and(|x| x >= a.target)));
-    Ok(ScheduleReport { fp8_gap, band, rows, answer, runs: results.len() + routed.len() })
+    let trained: u64 = routed.iter().zip(&specs).map(|(r, spec)| u64::from(r.steps_completed) - resumed_from(spec)).sum::<u64>()
+        + results.iter().map(|r| u64::from(r.steps_completed)).sum::<u64>();
+    Ok(ScheduleReport { fp8_gap, band, rows, answer, runs: results.len() + routed.len(), resumed, steps_trained: trained })
+}
+
+/// The final loss is the mean of the last this many steps: a resumed schedule trains at least as many.
+const FINAL_STEPS: u32 = 20;
+
+/// Whether the FP8 run wrote its checkpoint of `step`.
+fn checkpoint_exists(run: &std::path::Path, step: u32) -> bool {
+    run.join("checkpoints").join(format!("step-{step:08}.ckpt")).is_file()
+}
+
+/// The checkpoint step a run resumed from (0: trained from the first step).
+fn resumed_from(spec: &RunSpec) -> u64 {
+    spec.flags.windows(2).find(|w| w[0] == "--at-step").and_then(|w| w[1].parse().ok()).unwrap_or(0)
 }
 
 /// The command.
@@ -195,6 +238,9 @@ fn render(r: &ScheduleReport, target: f64) -> String {
         ),
         None => format!("answer: no schedule tried ends within the noise band or recovers {} of the gap.\n", pct(target)),
     };
-    s += &format!("{} runs.\n", r.runs);
+    s += &format!(
+        "{} runs, {} steps trained ({} schedule(s) resumed from the FP8 run's checkpoints instead of training from step 1).\n",
+        r.runs, r.steps_trained, r.resumed
+    );
     s
 }

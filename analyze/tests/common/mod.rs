@@ -137,6 +137,7 @@ pub fn config(kind: RecipeKind) -> RunConfig {
             flush_every: 50,
             flight_recorder: 0,
             checkpoint_every: 0,
+            checkpoint_at: Vec::new(),
         },
         injections: vec![],
         scenario: None,

@@ -397,6 +397,7 @@ fn manifest(args: &TeDebugArgs, name: &str, recipe: TeRecipe, rows: &Rows, notes
             flush_every: 0,
             flight_recorder: 0,
             checkpoint_every: 0,
+            checkpoint_at: Vec::new(),
         },
         injections: Vec::new(),
         scenario: None,
