@@ -86,6 +86,11 @@ fn predict_puts_a_planted_dgrad_overflow_first_and_its_kind_ahead() {
     let rec = &p["recommended"];
     assert!(rec["gemms"].as_array().unwrap().iter().any(|g| g == "layers.1.fc2.dgrad"), "{rec}");
     assert!(rec["recovery"].as_f64().unwrap() >= 0.9);
+    // The excess share (beyond each GEMM's own error floor) gives the planted GEMM more of the mass
+    // than the bound share, and the other kinds less.
+    let (top, ex) = (set("top-1"), |n: &str| set(n)["excess_recovery"].as_f64().unwrap());
+    assert!(top["excess_recovery"].as_f64().unwrap() > top["recovery"].as_f64().unwrap(), "{top}");
+    assert!(ex("bf16-fprop") < set("bf16-fprop")["recovery"].as_f64().unwrap() && ex("bf16-wgrad") < set("bf16-wgrad")["recovery"].as_f64().unwrap());
     // The CPU backend records the signed effect of every shadow GEMM's error.
     let q = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", "SELECT COUNT(*) AS n, COUNT(dual_inner) AS signed FROM shadow"]);
     let csv = String::from_utf8_lossy(&q.stdout);

@@ -10,6 +10,12 @@
 //!   gradient GEMM (> 0: the FP8 gradient lost descent signal along its own direction), clamped
 //!   at 0.
 //!
+//! - its **excess mass**: the bound mass of its error beyond its own floor, Σ‖δ‖·‖dual‖ ·
+//!   max(0, 1 − √(e_floor / e)), with e = 1 − cosine of its output at the step and e_floor the 10th
+//!   percentile of e over the scored steps. Every FP8 GEMM has an error floor, the rounding of its
+//!   operands, that a run beside BF16 carries without a gap; what moves the loss is the error a
+//!   fault, a stale scale or a flush adds over it (‖δ‖ grows as √e).
+//!
 //! The predicted recovery of a set of GEMMs routed to BF16 is its share of the run's mass:
 //! Σ_set / Σ_all (1 when the set holds the GEMM that went non-finite first). Both shares are
 //! reported; the bound share is the one `triage` uses, the signed share is kept beside it. These
@@ -38,6 +44,9 @@ pub struct GemmMass {
     pub bound: f64,
     /// The harmful part of Σ ⟨δ, dual⟩ (see the module); None without signed records.
     pub signed: Option<f64>,
+    /// The bound mass beyond the GEMM's own error floor (see the module; ∞ for the GEMM that went
+    /// non-finite first).
+    pub excess: f64,
 }
 
 /// The predicted recovery of one set of GEMMs routed to BF16.
@@ -50,6 +59,8 @@ pub struct SetPrediction {
     pub recovery: f64,
     /// Share of the harmful signed mass (None without signed records).
     pub signed_recovery: Option<f64>,
+    /// Share of the excess mass.
+    pub excess_recovery: f64,
     /// Share of the run's GEMM FLOPs the set runs in BF16.
     pub bf16_flops_share: f64,
 }
@@ -72,14 +83,33 @@ fn harmful(gemm: &str, signed_total: f64) -> f64 {
     v.max(0.0)
 }
 
+/// The excess mass of `g` (see the module): its scored steps' harm beyond its error floor.
+fn excess_of(g: &LocatedGemm) -> f64 {
+    let scored: Vec<&crate::analysis::locate::StepError> =
+        if g.errors.iter().all(|e| e.warmup) { g.errors.iter().collect() } else { g.errors.iter().filter(|e| !e.warmup).collect() };
+    let mut errs: Vec<f64> = scored.iter().map(|e| e.output_error).filter(|e| e.is_finite() && *e > 0.0).collect();
+    if errs.is_empty() {
+        return 0.0;
+    }
+    errs.sort_by(f64::total_cmp);
+    let floor = errs[(errs.len() - 1) / 10];
+    scored
+        .iter()
+        .filter(|e| e.output_error.is_finite() && e.output_error > floor)
+        .map(|e| e.harm.unwrap_or(0.0) * (1.0 - (floor / e.output_error).sqrt()))
+        .sum()
+}
+
 fn mass_of(g: &LocatedGemm) -> GemmMass {
-    let bound = if g.nonfinite_at.is_some() { f64::INFINITY } else { g.harm_total.unwrap_or(0.0) };
+    let nonfinite = g.nonfinite_at.is_some();
+    let bound = if nonfinite { f64::INFINITY } else { g.harm_total.unwrap_or(0.0) };
     GemmMass {
         gemm_name: g.gemm_name.clone(),
         site: g.site.clone(),
         gemm: g.gemm.clone(),
         bound,
-        signed: g.signed_total.map(|s| if g.nonfinite_at.is_some() { f64::INFINITY } else { harmful(&g.gemm, s) }),
+        signed: g.signed_total.map(|s| if nonfinite { f64::INFINITY } else { harmful(&g.gemm, s) }),
+        excess: if nonfinite { f64::INFINITY } else { excess_of(g) },
     }
 }
 
@@ -108,6 +138,7 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
     let inside = |m: &&GemmMass| gemms.contains(&m.gemm_name);
     let part_bound: f64 = masses.iter().filter(inside).map(|m| m.bound).sum();
     let part_signed: f64 = masses.iter().filter(inside).filter_map(|m| m.signed).sum();
+    let (part_excess, total_excess): (f64, f64) = (masses.iter().filter(inside).map(|m| m.excess).sum(), masses.iter().map(|m| m.excess).sum());
     // Every GEMM of every kind of every layer: 3 kinds × sites, each of its site's FLOPs.
     let all_flops: f64 = 3.0 * (0..dims.layers).flat_map(|_| Module::ALL).map(|m| dims.site_features(m)).map(|(i, o)| (i * o) as f64).sum::<f64>();
     let set_flops: f64 = loc.ranked.iter().filter(|g| gemms.contains(&g.gemm_name)).map(|g| site_flops(dims, g)).sum();
@@ -116,6 +147,7 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
         gemms: gemms.to_vec(),
         recovery: share(part_bound, total_bound),
         signed_recovery: signed_ok.then(|| share(part_signed, total_signed)),
+        excess_recovery: share(part_excess, total_excess),
         bf16_flops_share: if all_flops > 0.0 { set_flops / all_flops } else { 0.0 },
     }
 }

@@ -57,18 +57,18 @@ pub fn run(args: &PredictArgs, opts: LoadOptions, json: bool) -> Result<Outcome,
 
 fn set_row(s: &SetPrediction) -> Vec<String> {
     let gemms = if s.gemms.len() <= 3 { s.gemms.join(",") } else { format!("{} GEMMs", s.gemms.len()) };
-    vec![s.name.clone(), gemms, pct(s.recovery), s.signed_recovery.map(pct).unwrap_or_else(|| "-".into()), pct(s.bf16_flops_share)]
+    vec![s.name.clone(), gemms, pct(s.recovery), pct(s.excess_recovery), s.signed_recovery.map(pct).unwrap_or_else(|| "-".into()), pct(s.bf16_flops_share)]
 }
 
 fn render(p: &Prediction, top: usize) -> String {
     let mut s = format!(
         "predict: run '{}', from its shadow GEMMs: the share of the loss gap each set of GEMMs routed to BF16 would recover, \
-         by its share of the first-order mass (bound Σ‖δ‖·‖dual‖; signed Σ⟨δ, dual⟩, its harmful part)\n\n",
+         by its share of the first-order mass (bound Σ‖δ‖·‖dual‖; excess: the bound beyond each GEMM's own error floor; signed Σ⟨δ, dual⟩, its harmful part)\n\n",
         p.run
     );
     let mut rows: Vec<Vec<String>> = p.sets.iter().map(set_row).collect();
     rows.push(set_row(&p.recommended));
-    s += &output::table(&["set", "gemms", "recovers (bound)", "recovers (signed)", "BF16 FLOPs"], &rows);
+    s += &output::table(&["set", "gemms", "recovers (bound)", "recovers (excess)", "recovers (signed)", "BF16 FLOPs"], &rows);
     s += &format!(
         "\n\nrecommended: {} ({} GEMM(s) holding {} of the mass; {} of the GEMM FLOPs in BF16)\n\n",
         if p.recommended.gemms.is_empty() { "nothing (no mass)".to_string() } else { p.recommended.gemms.join(", ") },
@@ -81,9 +81,9 @@ fn render(p: &Prediction, top: usize) -> String {
         .iter()
         .take(top)
         .enumerate()
-        .map(|(i, m)| vec![(i + 1).to_string(), m.gemm_name.clone(), num(m.bound), m.signed.map(num).unwrap_or_else(|| "-".into())])
+        .map(|(i, m)| vec![(i + 1).to_string(), m.gemm_name.clone(), num(m.bound), num(m.excess), m.signed.map(num).unwrap_or_else(|| "-".into())])
         .collect();
-    s += &output::table(&["#", "gemm", "bound mass", "harmful signed mass"], &rows);
+    s += &output::table(&["#", "gemm", "bound mass", "excess mass", "harmful signed mass"], &rows);
     s.push('\n');
     s
 }

@@ -11,14 +11,22 @@ use fp8_capture::backend::cpu::CpuAccumulator;
 const SHAPES: &[(&str, usize, usize, usize)] =
     &[("tiny", 512, 64, 256), ("small", 1024, 256, 1024), ("llama-small", 1024, 256, 704), ("seed/256 tokens", 256, 1024, 4096)];
 
+/// A BF16 value (in an f32) as a position on the number line in BF16 ulps: the sign-magnitude
+/// bits made monotonic, so that the difference of two positions counts the BF16 values between
+/// them, across zero too.
+fn ordinal(x: f32) -> i64 {
+    let b = i64::from(x.to_bits() >> 16);
+    if b & 0x8000 != 0 { -(b & 0x7FFF) } else { b }
+}
+
 /// (values whose bits differ, the largest difference in BF16 ulps).
-fn bit_gap(a: &[f32], b: &[f32]) -> (usize, u32) {
+fn bit_gap(a: &[f32], b: &[f32]) -> (usize, u64) {
     let mut differ = 0;
     let mut ulps = 0;
     for (x, y) in a.iter().zip(b) {
         if x.to_bits() != y.to_bits() {
             differ += 1;
-            ulps = ulps.max(((x.to_bits() >> 16) as i32 - (y.to_bits() >> 16) as i32).unsigned_abs());
+            ulps = ulps.max((ordinal(*x) - ordinal(*y)).unsigned_abs());
         }
     }
     (differ, ulps)
@@ -26,11 +34,14 @@ fn bit_gap(a: &[f32], b: &[f32]) -> (usize, u32) {
 
 /// Every FP8 GEMM of a site (E4M3 activations and weights, E5M2 gradients, each cast with a scale
 /// from its amax) on the GPU, with cuBLASLt's split and fast accumulation, against the CPU in FP32
-/// and under the Hopper emulation. The emulation must differ from the GPU in fewer outputs than
-/// FP32 accumulation does, for every GEMM kind and mode; the shares are printed as the measurement.
+/// and under the Hopper emulation; the shares are printed as the measurement. On a Hopper GPU
+/// (compute capability 9.x) the emulation must give every output's bits (measured on an H100:
+/// 0 of 16.8 million outputs differ, where FP32 accumulation differs in 4.5% to 14.4% of them);
+/// elsewhere (another accumulator) it must at least differ in fewer outputs than FP32 does.
 #[test]
 fn the_hopper_accumulator_emulation_matches_more_gpu_bits_than_fp32() {
     let Some(mut gpu) = cuda_common::gpu("accumulator emulation") else { return };
+    let hopper_gpu = gpu.device_info().compute_capability.is_some_and(|c| c.starts_with("9."));
     let mut exact = CpuBackend::new();
     let mut hopper = CpuBackend::new();
     hopper.set_accumulator(CpuAccumulator::Hopper);
@@ -108,7 +119,7 @@ fn the_hopper_accumulator_emulation_matches_more_gpu_bits_than_fp32() {
             100.0 * *d32 as f64 / *len as f64,
             100.0 * *dh as f64 / *len as f64
         );
-        if dh >= d32 && *d32 > 0 {
+        if (hopper_gpu && *dh > 0) || (dh >= d32 && *d32 > 0) {
             failed.push(format!("{gemm} {mode}: the emulation differs from the GPU in {dh} outputs, FP32 in {d32}"));
         }
     }
