@@ -5,14 +5,7 @@
 
 mod common;
 
-use common::{HEAVY, analyze, train_tiny};
-use std::path::Path;
-
-fn csv(run: &Path, sql: &str) -> String {
-    let o = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", sql]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
+use common::{HEAVY, query_csv as csv, train_tiny};
 
 #[test]
 fn the_spike_step_gets_every_statistic_and_training_is_unchanged() {

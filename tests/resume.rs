@@ -5,14 +5,7 @@
 
 mod common;
 
-use common::{analyze, capture, train_tiny};
-use std::path::Path;
-
-fn csv(run: &Path, sql: &str) -> String {
-    let o = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", sql]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
+use common::{capture, query_csv as csv, train_tiny};
 
 #[test]
 fn a_resumed_run_continues_bit_for_bit_and_can_switch_precision() {

@@ -72,6 +72,7 @@ fn check_shape(v: &Value) {
             "healthy",
             "inconclusive",
             "mechanisms",
+            "mxfp8_cures",
             "noise",
             "predicted",
             "runs"

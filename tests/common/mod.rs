@@ -38,6 +38,13 @@ pub fn analyze(args: &[&str]) -> Output {
     Command::new(bin("fp8-analyze")).args(args).output().expect("spawn fp8-analyze")
 }
 
+/// `fp8-analyze query RUN --format csv --sql SQL`'s output, asserting success.
+pub fn query_csv(run: &Path, sql: &str) -> String {
+    let o = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", sql]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
 /// Runs `fp8-capture train --quiet` with the tiny preset and `extra` flags into `out`, asserting success.
 pub fn train_tiny(out: &Path, extra: &[&str]) -> Output {
     let out_s = out.display().to_string();

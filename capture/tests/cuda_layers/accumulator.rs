@@ -66,20 +66,7 @@ fn the_hopper_accumulator_emulation_matches_more_gpu_bits_than_fp32() {
             };
             let bias = (gemm == Gemm::Fprop).then_some(&bh);
             for fast_accumulation in [false, true] {
-                let call = GemmCall {
-                    id: GemmId { layer: 0, module: Module::Fc1, gemm },
-                    dims,
-                    cast_a,
-                    cast_b,
-                    fault_a: OperandFault::NONE,
-                    fault_b: OperandFault::NONE,
-                    nan_output: false,
-                    stats: StatsLevel::Amax,
-                    keep_quantized: [false; 2],
-                    shadow: false,
-                    fast_accumulation,
-                    a_column_sums: false,
-                };
+                let call = GemmCall { cast_a, cast_b, fast_accumulation, ..GemmCall::bf16(GemmId { layer: 0, module: Module::Fc1, gemm }, dims) };
                 let on_gpu = {
                     let (ga, gb) = (gpu.upload(a), gpu.upload(b));
                     let gbias = bias.map(|v| gpu.upload(v));

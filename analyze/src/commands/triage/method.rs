@@ -331,6 +331,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             culprits: Vec::new(),
             current_scaling_cures: false,
             block_scaling_cures: None,
+            mxfp8_cures: None,
             noise: noise_summary,
             confirmation: None,
             predicted: None,
@@ -387,6 +388,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
                     culprits: found,
                     current_scaling_cures: false,
                     block_scaling_cures: None,
+                    mxfp8_cures: None,
                     noise: noise_summary,
                     confirmation: None,
                     predicted: Some(pt),
@@ -421,6 +423,16 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         f.extend(c.injections());
         specs.push(RunSpec { name: "block".into(), flags: f });
     }
+    // MXFP8 (1×32 blocks, E8M0 scales): Blackwell's block format, emulated on the CPU. Its casts
+    // take no planted fault, so it is tried on scenarios and clean runs only.
+    // (fp8-capture refuses MXFP8 with a planted fault, an explicit --overflow or NVFP4's switches.)
+    let mx_conflicts = c.common().iter().any(|f| f.starts_with("--overflow") || f.starts_with("--nvfp4"));
+    let try_mxfp8 = a.recipe != "mxfp8" && c.device == "cpu" && !c.multi_rank() && c.injections().is_empty() && !mx_conflicts;
+    if try_mxfp8 {
+        let mut f = c.common();
+        f.extend(["--recipe".into(), "mxfp8".into()]);
+        specs.push(RunSpec { name: "mxfp8".into(), flags: f });
+    }
     // Delayed scaling lags: the same run with the max of a short amax history tells a stale
     // history (the outlier's amax remembered for many steps, or one quiet step's amax taken as the
     // forecast of the next) from a fault in the cast itself.
@@ -437,7 +449,8 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     let cured = t.batch("kinds", "kind", &specs)?;
     let current_scaling_cures = try_current && cured.get(3).copied().unwrap_or(false);
     let block_scaling_cures = try_block.then(|| t.entry("block").is_some_and(|e| e.outcome.cured == Some(true)));
-    for e in t.runs.iter_mut().filter(|e| matches!(e.name.as_str(), "current" | "block" | "short-history" | "top-ranked")) {
+    let mxfp8_cures = try_mxfp8.then(|| t.entry("mxfp8").is_some_and(|e| e.outcome.cured == Some(true)));
+    for e in t.runs.iter_mut().filter(|e| matches!(e.name.as_str(), "current" | "block" | "mxfp8" | "short-history" | "top-ranked")) {
         e.outcome.purpose = e.name.clone();
     }
     let top_cures = top.is_some() && cured.last().copied().unwrap_or(false);
@@ -548,6 +561,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         culprits: if confirmed { found } else { Vec::new() },
         current_scaling_cures,
         block_scaling_cures,
+        mxfp8_cures,
         noise: noise_summary,
         confirmation,
         predicted: predicted_test,

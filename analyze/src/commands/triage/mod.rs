@@ -212,6 +212,10 @@ pub struct Verdict {
     /// Whether block scaling (1×128 / 128×128 tiles) cures the run; None when it was not tried
     /// (the FP8 run uses it, or the captures run on the GPU, which has no block scaling yet).
     pub block_scaling_cures: Option<bool>,
+    /// Whether MXFP8 (E4M3 in 1×32 blocks with E8M0 scales) cures the run; None when it was not
+    /// tried (the FP8 run uses it, faults are planted, which MXFP8 casts do not take, or the
+    /// captures run on the GPU or on several ranks).
+    pub mxfp8_cures: Option<bool>,
     /// The noise band the verdict was judged against (None with --noise-runs 0).
     pub noise: Option<NoiseSummary>,
     /// The second seed's test of the culprits (None when there were none, --no-confirm, or the

@@ -234,14 +234,16 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             }
         }
     }
-    if let Some(e) = t.entry("block") {
-        let cures = e.outcome.cured == Some(true);
-        s += &format!(
-            "   block scaling (1×128 / 128×128 tiles): {} ({}, {})\n",
-            if cures { "cures the run" } else { "does not cure the run" },
-            gap_text(e),
-            e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())
-        );
+    // The block formats tried as cures.
+    for (name, label) in [("block", "block scaling (1×128 / 128×128 tiles)"), ("mxfp8", "MXFP8 (E4M3 in 1×32 blocks, E8M0 scales)")] {
+        if let Some(e) = t.entry(name) {
+            s += &format!(
+                "   {label}: {} ({}, {})\n",
+                if e.outcome.cured == Some(true) { "cures the run" } else { "does not cure the run" },
+                gap_text(e),
+                e.outcome.anomaly.clone().map(|a| format!("anomaly: {a}")).unwrap_or("no anomaly".into())
+            );
+        }
     }
     if let Some(e) = t.entry("short-history") {
         let cures = e.outcome.cured == Some(true);
@@ -343,11 +345,17 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
             (false, false) => "was not tried",
         }
     );
-    s += &match v.block_scaling_cures {
-        Some(true) => "; block scaling cures it.\n".to_string(),
-        Some(false) => "; block scaling does not.\n".to_string(),
-        None => ".\n".to_string(),
+    s += match v.block_scaling_cures {
+        Some(true) => "; block scaling cures it",
+        Some(false) => "; block scaling does not",
+        None => "",
     };
+    s += match v.mxfp8_cures {
+        Some(true) => "; MXFP8 cures it",
+        Some(false) => "; MXFP8 does not",
+        None => "",
+    };
+    s += ".\n";
     let confirm = match &v.confirmation {
         Some(c) => format!("; the confirmation on seed {} {}", c.seed, if c.held { "held" } else { "did not hold" }),
         None if !v.culprits.is_empty() => "; not confirmed on a second seed (--no-confirm)".into(),
