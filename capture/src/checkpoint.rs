@@ -101,7 +101,7 @@ pub fn save<B: Backend>(be: &mut B, model: &Model<B>, scaling: &Scaling, cfg: &R
 }
 
 /// Reads the header of `run`'s checkpoint at `step`, leaving the reader at the values.
-fn open(run: &Path, step: u32) -> anyhow::Result<(Header, std::io::BufReader<std::fs::File>, u64)> {
+fn open(run: &Path, step: u32) -> anyhow::Result<(Header, std::io::BufReader<std::fs::File>)> {
     let file = path(run, step);
     if !file.exists() {
         let have = steps(run);
@@ -132,13 +132,13 @@ fn open(run: &Path, step: u32) -> anyhow::Result<(Header, std::io::BufReader<std
     if size != 20 + json_len + values {
         bail!("{}: truncated or padded ({size} bytes; its header calls for {})", file.display(), 20 + json_len + values);
     }
-    Ok((header, f, values))
+    Ok((header, f))
 }
 
 /// Checks that `cfg` can resume from `run`'s checkpoint at `step`: the file is whole, and the
 /// model, data, seed, initial jitter and scenario are the same. One line says what differs.
 pub fn check(run: &Path, step: u32, cfg: &RunConfig) -> anyhow::Result<()> {
-    let (h, _, _) = open(run, step)?;
+    let (h, _) = open(run, step)?;
     let differ = |what: &str| {
         anyhow::anyhow!(
             "--resume {}: the checkpoint's {what} differs from this run's; a resumed run changes only the recipe, routing and recording",
@@ -162,7 +162,7 @@ pub fn check(run: &Path, step: u32, cfg: &RunConfig) -> anyhow::Result<()> {
 
 /// Loads `run`'s checkpoint at `step` into `model` and `scaling` (after [`check`]).
 pub fn restore<B: Backend>(be: &mut B, model: &mut Model<B>, scaling: &mut Scaling, run: &Path, step: u32) -> anyhow::Result<()> {
-    let (h, mut f, _) = open(run, step)?;
+    let (h, mut f) = open(run, step)?;
     let have: Vec<usize> = model.state.params.iter().map(|b| be.len(b)).collect();
     if have != h.param_lens {
         bail!("--resume {}: the checkpoint's parameters have other shapes than this model's", run.display());

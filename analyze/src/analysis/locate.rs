@@ -75,6 +75,12 @@ pub struct StepError {
     pub warmup: bool,
 }
 
+/// The steps a GEMM is scored on: those after delayed scaling's warm-up, or every step if the run
+/// never left it.
+pub fn scored_steps(errors: &[StepError]) -> Vec<&StepError> {
+    if errors.iter().all(|e| e.warmup) { errors.iter().collect() } else { errors.iter().filter(|e| !e.warmup).collect() }
+}
+
 /// FP8 statistics of one operand at the evidence step.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OperandEvidence {
@@ -545,7 +551,7 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
         .map(|(id, mut v)| {
             v.sort_by_key(|e| e.step);
             // Scored steps: after warm-up (every step if the run never left it).
-            let scored: Vec<&StepError> = if v.iter().all(|e| e.warmup) { v.iter().collect() } else { v.iter().filter(|e| !e.warmup).collect() };
+            let scored = scored_steps(&v);
             let best = |key: &dyn Fn(&StepError) -> f64| scored.iter().fold(scored[0], |b, e| if key(e) > key(b) { e } else { b });
             let by_error = best(&|e: &StepError| e.added);
             let (score, peak_step) = if by_harm {

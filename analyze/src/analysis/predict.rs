@@ -85,8 +85,7 @@ fn harmful(gemm: &str, signed_total: f64) -> f64 {
 
 /// The excess mass of `g` (see the module): its scored steps' harm beyond its error floor.
 fn excess_of(g: &LocatedGemm) -> f64 {
-    let scored: Vec<&crate::analysis::locate::StepError> =
-        if g.errors.iter().all(|e| e.warmup) { g.errors.iter().collect() } else { g.errors.iter().filter(|e| !e.warmup).collect() };
+    let scored = crate::analysis::locate::scored_steps(&g.errors);
     let mut errs: Vec<f64> = scored.iter().map(|e| e.output_error).filter(|e| e.is_finite() && *e > 0.0).collect();
     if errs.is_empty() {
         return 0.0;

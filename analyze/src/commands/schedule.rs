@@ -141,20 +141,22 @@ pub fn schedule(a: &ScheduleArgs) -> Result<ScheduleReport, AnalyzeError> {
     let fp8_dir = driver.dir("fp8");
     let mut specs = Vec::new();
     let mut plan = Vec::new();
-    let mut resumed = 0usize;
+    // The checkpoint step each schedule resumed from (None: trained from step 1).
+    let mut resumed_at = Vec::new();
     for k in &kinds {
         for &f in &a.from {
             let from_step = switch(f);
             let name = format!("bf16-{}-from-{from_step}", k.as_str());
             let mut extra = vec!["--bf16-gemms".to_string(), k.as_str().into()];
-            if resumable.contains(&from_step) && checkpoint_exists(&fp8_dir, from_step - 1) {
-                extra.extend(["--resume".into(), fp8_dir.display().to_string(), "--at-step".into(), (from_step - 1).to_string()]);
-                resumed += 1;
-            } else if from_step > 0 {
-                extra.extend(["--from-step".into(), from_step.to_string()]);
+            let at = (resumable.contains(&from_step) && fp8_capture::checkpoint::path(&fp8_dir, from_step - 1).is_file()).then(|| from_step - 1);
+            match at {
+                Some(at) => extra.extend(["--resume".into(), fp8_dir.display().to_string(), "--at-step".into(), at.to_string()]),
+                None if from_step > 0 => extra.extend(["--from-step".into(), from_step.to_string()]),
+                None => {}
             }
             specs.push(RunSpec { name: name.clone(), flags: fp8_flags(&extra) });
             plan.push((name, k.as_str().to_string(), from_step));
+            resumed_at.push(at);
         }
     }
     let routed = driver.run_all("schedule", &specs);
@@ -181,23 +183,14 @@ pub fn schedule(a: &ScheduleArgs) -> Result<ScheduleReport, AnalyzeError> {
         .collect();
     let cheapest = |ok: &dyn Fn(&ScheduleRow) -> bool| rows.iter().filter(|r| ok(r)).min_by(|x, y| x.bf16_share.total_cmp(&y.bf16_share)).cloned();
     let answer = cheapest(&|r| r.within_band).or_else(|| cheapest(&|r| r.recovery.is_some_and(|x| x >= a.target)));
-    let trained: u64 = routed.iter().zip(&specs).map(|(r, spec)| u64::from(r.steps_completed) - resumed_from(spec)).sum::<u64>()
+    let trained: u64 = routed.iter().zip(&resumed_at).map(|(r, at)| u64::from(r.steps_completed.saturating_sub(at.unwrap_or(0)))).sum::<u64>()
         + results.iter().map(|r| u64::from(r.steps_completed)).sum::<u64>();
+    let resumed = resumed_at.iter().flatten().count();
     Ok(ScheduleReport { fp8_gap, band, rows, answer, runs: results.len() + routed.len(), resumed, steps_trained: trained })
 }
 
 /// The final loss is the mean of the last this many steps: a resumed schedule trains at least as many.
 const FINAL_STEPS: u32 = 20;
-
-/// Whether the FP8 run wrote its checkpoint of `step`.
-fn checkpoint_exists(run: &std::path::Path, step: u32) -> bool {
-    run.join("checkpoints").join(format!("step-{step:08}.ckpt")).is_file()
-}
-
-/// The checkpoint step a run resumed from (0: trained from the first step).
-fn resumed_from(spec: &RunSpec) -> u64 {
-    spec.flags.windows(2).find(|w| w[0] == "--at-step").and_then(|w| w[1].parse().ok()).unwrap_or(0)
-}
 
 /// The command.
 pub fn run(a: &ScheduleArgs, json: bool) -> Result<Outcome, AnalyzeError> {

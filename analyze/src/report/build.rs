@@ -128,13 +128,13 @@ fn stat_rows(run: &Run) -> Result<Vec<StatRow>, AnalyzeError> {
 }
 
 /// Sites in forward order, as the run orders them (by layer, or as its modules were first seen).
-fn site_order(naming: &SiteNaming, layers: impl Iterator<Item = (i64, String)>) -> Vec<(i64, String)> {
+pub(super) fn site_order(naming: &SiteNaming, layers: impl Iterator<Item = (i64, String)>) -> Vec<(i64, String)> {
     let mut v: Vec<(i64, String)> = layers.collect::<BTreeSet<_>>().into_iter().collect();
     v.sort_by_key(|(l, m)| (naming.rank(*l, m, Role::Activation.as_str()), *l, m.clone()));
     v
 }
 
-fn grid(naming: &SiteNaming, title: String, sites: &[(i64, String)], steps: &[i64], value: &BTreeMap<(i64, String, i64), f64>) -> heatmap::Grid {
+pub(super) fn grid(naming: &SiteNaming, title: String, sites: &[(i64, String)], steps: &[i64], value: &BTreeMap<(i64, String, i64), f64>) -> heatmap::Grid {
     heatmap::Grid {
         title,
         rows: sites.iter().map(|(l, m)| naming.site(*l, m)).collect(),
@@ -531,7 +531,7 @@ fn analyze_run(run: &Run, base: Option<&Run>, file_stem: &str, p: AnomalyParams,
     }
 
     // What-ifs: the last dumps cast as each other format would cast them.
-    match report::whatif::whatif_chart(run, |sites| site_order(&run.naming, sites), |title, sites, steps, v| grid(&run.naming, title, sites, steps, v)) {
+    match report::whatif::whatif_chart(run) {
         Ok(Some(w)) => {
             findings.extend(w.finding);
             jobs.push(Job::Heatmap {

@@ -5,6 +5,7 @@
 use crate::analysis::whatif::{FORMATS, WhatIfRow, whatif};
 use crate::error::AnalyzeError;
 use crate::load::{Run, distinct_i64};
+use crate::report::build::{grid, site_order};
 use crate::report::heatmap;
 use fp8scope_schemas::layout::Table;
 use fp8scope_schemas::tables::col;
@@ -37,12 +38,8 @@ fn describe(format: &str) -> &'static str {
 }
 
 /// The chart of `run`'s whole 2-D dumps at its last [`MAX_STEPS`] dump steps; None when it has no
-/// such dump. `order` puts the sites in forward order; `grid` builds a panel.
-pub fn whatif_chart(
-    run: &Run,
-    order: impl Fn(&mut dyn Iterator<Item = (i64, String)>) -> Vec<(i64, String)>,
-    grid: impl Fn(String, &[(i64, String)], &[i64], &BTreeMap<(i64, String, i64), f64>) -> heatmap::Grid,
-) -> Result<Option<WhatIfChart>, AnalyzeError> {
+/// such dump.
+pub fn whatif_chart(run: &Run) -> Result<Option<WhatIfChart>, AnalyzeError> {
     if !run.has(Table::Tensors)? {
         return Ok(None);
     }
@@ -55,7 +52,7 @@ pub fn whatif_chart(
     if rows.is_empty() {
         return Ok(None);
     }
-    let sites = order(&mut rows.iter().map(|r| (r.layer, r.module.clone())));
+    let sites = site_order(&run.naming, rows.iter().map(|r| (r.layer, r.module.clone())));
     let mut panels = Vec::new();
     let mut worst: Vec<&WhatIfRow> = Vec::new();
     for format in FORMATS {
@@ -68,7 +65,7 @@ pub fn whatif_chart(
         if let Some(w) = mine.iter().min_by(|a, b| a.cosine.total_cmp(&b.cosine)) {
             worst.push(w);
         }
-        panels.push(grid(format!("{format} ({})", describe(format)), &sites, last, &v));
+        panels.push(grid(&run.naming, format!("{format} ({})", describe(format)), &sites, last, &v));
     }
     let name = |r: &WhatIfRow| format!("{} at step {}", run.naming.tensor(r.layer, &r.module, &r.role), r.step);
     let worst_text: Vec<String> =
