@@ -10,7 +10,7 @@
 #  3. determinism: two identical GPU runs give bit-identical loss columns (the first times its GEMM
 #     algorithms into a fresh cache, the second reads them back).
 # Usage: bench/gpu_check.sh BIN_DIR OUT_DIR   (BIN_DIR holds fp8-capture and the test binaries
-# cuda_layers, cuda_kernels, cuda_graph; build them with bench/stage.sh on the build machine).
+# cuda_layers, cuda_kernels, cuda_graph, cuda_ranks; build them with bench/stage.sh on the build machine).
 set -uo pipefail
 BIN=${1:?bin dir}; OUT=${2:?out dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +18,7 @@ mkdir -p "$OUT/runs"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== GPU tests"
-for t in cuda_kernels cuda_layers cuda_graph; do
+for t in cuda_kernels cuda_layers cuda_graph cuda_ranks; do
   "$BIN/$t" --nocapture --test-threads 1 2>&1 | tee "$OUT/test_$t.log" | grep -v "^$" | tail -60 || status=1
   grep -q "test result: ok" "$OUT/test_$t.log" || status=1
 done

@@ -10,6 +10,15 @@
   runs.py speed RUN [--skip 10] [--name N] [--peak-mib M]
                                                 median and mean step_ms after the first `skip` steps, and
                                                 the model TFLOP/s of the median step (dims from run.json)
+  runs.py ranks ONE_RANK_RUN RANKS_RUN [--tol 0.02]
+                                                a run of several ranks (--dp / --tp) against one rank of
+                                                the same seed: every rank records the same loss; the
+                                                loss's relative difference at step 1, the largest (and
+                                                where), steps over 0.1%, the final loss's (mean of the
+                                                last 20 steps), bit-identical or not; and step 1's
+                                                activation amaxes reduced over the ranks (max) against
+                                                one rank's (how many are bit-identical). Fails when a
+                                                step's loss differs by more than tol
   runs.py final RUN                             mean loss of the last 20 steps, and ln V (JSON)
   runs.py flops --arch gpt|llama --vocab V --channels C --ffn F --heads NH [--kv-heads KVH]
                 --layers L --batch B --seq T [--tied] [--ms MS]
@@ -74,6 +83,52 @@ def steps(run):
         for i, s in enumerate(t["step"]):
             rows[s] = {k: t[k][i] for k in t}
     return [rows[s] for s in sorted(rows)]
+
+
+def rank_losses(run):
+    """step -> loss of a run of one or several ranks (every rank's rows must agree)."""
+    out = {}
+    for f in glob.glob(os.path.join(run, "steps", "**", "part-*.parquet"), recursive=True):
+        t = pq.read_table(f, columns=["step", "loss"]).to_pydict()
+        for s, l in zip(t["step"], t["loss"]):
+            if out.setdefault(s, l) != l and not (math.isnan(l) and math.isnan(out[s])):
+                sys.exit(f"{run}: step {s}: the ranks record different losses ({out[s]} and {l})")
+    if not out:
+        sys.exit(f"{run}: no steps parts")
+    return out
+
+
+def step_amaxes(run, step):
+    """(layer, module, gemm, role) -> the largest amax over the ranks at `step`, activations and
+    gradients only (a tensor-parallel rank's weight shard is not the whole weight)."""
+    out = {}
+    for f in glob.glob(os.path.join(run, "stats", "**", "part-*.parquet"), recursive=True):
+        t = pq.read_table(f, columns=["step", "layer", "module", "gemm", "role", "amax"]).to_pydict()
+        for i, s in enumerate(t["step"]):
+            if s != step or t["role"][i] == "weight":
+                continue
+            k = (t["layer"][i], t["module"][i], t["gemm"][i], t["role"][i])
+            out[k] = max(out.get(k, float("-inf")), t["amax"][i])
+    return out
+
+
+def ranks_check(one_run, many_run, tol):
+    a, b = rank_losses(one_run), rank_losses(many_run)
+    steps_ = sorted(set(a) & set(b))
+    gap = {s: 0.0 if a[s] == b[s] else abs(b[s] - a[s]) / abs(a[s]) for s in steps_}
+    worst = max(steps_, key=lambda s: gap[s])
+    tail = steps_[-20:]
+    fa, fb = sum(a[s] for s in tail) / len(tail), sum(b[s] for s in tail) / len(tail)
+    am1, amn = step_amaxes(one_run, steps_[0]), step_amaxes(many_run, steps_[0])
+    shared = sorted(set(am1) & set(amn))
+    amax_gap = max((abs(amn[k] - am1[k]) / abs(am1[k]) for k in shared if am1[k] != amn[k]), default=0.0)
+    ok = sorted(a) == sorted(b) and gap[worst] <= tol and all(math.isfinite(b[s]) for s in steps_)
+    return {"check": "ranks", "run": os.path.basename(many_run.rstrip("/")), "steps": len(steps_),
+            "loss_step1": gap[steps_[0]], "loss_largest": gap[worst], "largest_at": worst,
+            "steps_over_0.1%": sum(g > 1e-3 for g in gap.values()), "final_loss": abs(fb - fa) / fa,
+            "bit_identical": all(a[s] == b[s] for s in steps_),
+            "step1_amaxes": len(shared), "step1_amaxes_identical": sum(am1[k] == amn[k] for k in shared),
+            "step1_amax_largest": amax_gap, "tol": tol, "pass": ok}
 
 
 def arg(name, default):
@@ -174,6 +229,10 @@ def main():
                           "gpu_loss": gpu[worst]["loss"], "max_rel_diff": rel, "tol": tol,
                           "final_cpu": cpu[n - 1]["loss"], "final_gpu": gpu[n - 1]["loss"], "pass": ok}))
         sys.exit(0 if ok else 1)
+    if cmd == "ranks":
+        r = ranks_check(sys.argv[2], sys.argv[3], arg("--tol", 0.02))
+        print(json.dumps(r))
+        sys.exit(0 if r["pass"] else 1)
     if cmd == "same":
         a, b = steps(sys.argv[2]), steps(sys.argv[3])
         diff = [x["step"] for x, y in zip(a, b) if x["loss"] != y["loss"]]

@@ -12,7 +12,7 @@ source .ci/target-dir.sh
 cargo build --release --workspace --locked
 mkdir -p "$DEST/bin"
 cp "$TARGET_DIR/release/fp8-capture" "$TARGET_DIR/release/fp8-analyze" "$DEST/bin/"
-for t in cuda_layers cuda_kernels cuda_graph; do
+for t in cuda_layers cuda_kernels cuda_graph cuda_ranks; do
   f=$(cargo test --release --workspace --locked --test $t --no-run --message-format=json 2>/dev/null | python3 -c "import json,sys
 for l in sys.stdin:
     m=json.loads(l)

@@ -38,7 +38,8 @@ fp8-capture train --preset tiny --recipe delayed --inject site=layers.1.fc2,gemm
 fp8-capture train --preset tiny --recipe delayed --device cpu --dp 4 --out runs/dp4   (4 ranks, each 1/4 of the batch)\n  \
 fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --inject kind=rank-dies,rank=1,step=50 --out runs/dies\n  \
 fp8-capture train --preset llama-tiny --recipe delayed --device cpu --tp 2 --out runs/tp2   (2 ranks, each half of every layer)\n  \
-fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --tp 2 --inject kind=amax-dp-only,site=layers.0.fc2,step=20 --out runs/pr442\n\n\
+fp8-capture train --preset tiny --recipe delayed --device cpu --dp 2 --tp 2 --inject kind=amax-dp-only,site=layers.0.fc2,step=20 --out runs/pr442\n  \
+fp8-capture train --preset small --recipe delayed --device cuda --dp 2 --out runs/dp2-gpu   (2 ranks sharing GPU 0)\n\n\
 The run directory holds run.json and Parquet tables (steps, stats, tensors, events, shadow); \
 read it with fp8-analyze. Exit status: 0 completed, 3 diverged (non-finite loss), \
 130 interrupted, 1 error, 2 bad flags.\n\n\
@@ -556,14 +557,16 @@ pub struct TrainArgs {
     pub inject: Vec<String>,
 
     // ---- ranks
-    /// Data-parallel ranks, as threads of this process on the CPU: each rank holds a replica of the
-    /// model and trains on rows [r·B/N, (r+1)·B/N) of each global batch (--batch stays the global
+    /// Data-parallel ranks, as threads of this process: on the CPU, or with --device cuda all on
+    /// GPU 0, each rank its own CUDA backend and stream (to test the ranks' GPU path on one GPU;
+    /// their collectives go through the host). Each rank holds a replica of the model and trains on rows [r·B/N, (r+1)·B/N) of each global batch (--batch stays the global
     /// batch, so a run of N ranks and a run of one see the same data); the gradients are summed
     /// over the ranks in rank order. Each rank writes its own partition of every table
     /// (stats/rank=00001/…) and a liveness file (ranks/rank=00001.json). B must be a multiple of N.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive, help_heading = "Ranks")]
     pub dp: u32,
-    /// Tensor-parallel ranks, as threads of this process on the CPU, in the Megatron layout: qkv
+    /// Tensor-parallel ranks, as threads of this process (on the CPU, or sharing GPU 0 with
+    /// --device cuda, as --dp does), in the Megatron layout: qkv
     /// and fc1 column-parallel (each rank its attention heads, key/value heads and MLP features;
     /// Llama's gate and up split alike), proj and fc2 row-parallel (their outputs all-reduced in
     /// the forward), the column-parallel GEMMs' input gradients all-reduced in the backward; norms,
@@ -814,9 +817,6 @@ impl TrainArgs {
         let injections = gemm_specs.iter().map(|s| parse_injection(s, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
         let dist_faults = dist_specs.iter().map(|s| crate::dist::DistFault::parse(s, self.dp, self.tp, model.layers)).collect::<anyhow::Result<Vec<_>>>()?;
         if self.tp > 1 {
-            if device != "cpu" {
-                bail!("--tp {}: the ranks run as threads on the CPU; use --device cpu", self.tp);
-            }
             crate::model::Dims::from_model(&model).shard(self.tp as usize, 0).map_err(|e| anyhow::anyhow!(e))?;
             if matches!(kind, RecipeKind::Current | RecipeKind::Block) {
                 bail!("--tp {}: the {} recipe reduces its amaxes before each cast, inside the step; use --recipe delayed or bf16", self.tp, kind.as_str());
@@ -844,9 +844,6 @@ impl TrainArgs {
             }
         }
         if self.dp > 1 {
-            if device != "cpu" {
-                bail!("--dp {}: the ranks run as threads on the CPU; use --device cpu", self.dp);
-            }
             if model.batch % self.dp != 0 {
                 bail!("--dp {}: the global batch (--batch {}) must be a multiple of the ranks, each taking B/N rows", self.dp, model.batch);
             }

@@ -153,7 +153,8 @@ pub fn gpu_usable() -> Result<(), backend::cuda::CudaError> {
 
 /// `fp8-capture train`: validate, prepare the directory, train on the chosen device, report.
 pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
-    // The ranks of --dp and --tp run as threads on the CPU: `auto` means the CPU then.
+    // The ranks of --dp and --tp run as threads of this process, on the CPU unless --device cuda
+    // puts them all on GPU 0: `auto` means the CPU then.
     let device =
         if args.dp * args.tp > 1 && matches!(args.device, DeviceArg::Auto) { "cpu" } else { resolve_device(args.device, args.recipe).map_err(UsageError)? };
     let plan = args.validate(device).map_err(UsageError)?;
@@ -173,8 +174,18 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
     let run = RunDir::new(&plan.out);
     interrupt::install();
     let outcome = if plan.dist.world() > 1 {
-        dist::driver::train_ranks(&plan.config, &plan.dist, run.clone(), plan.name.clone(), args.quiet)
-            .map(|manifest| train::Outcome { manifest, died_before: None })
+        let (cfg, dist, name) = (&plan.config, &plan.dist, plan.name.clone());
+        let manifest = if cuda.is_some() {
+            // The kernels are loaded (and NVRTC's disk cache filled) once above; each rank opens
+            // its own backend on a stream of its own.
+            drop(cuda.take());
+            let open = |_rank: u32| backend::cuda::CudaBackend::new_sharing_gpu().context("starting the CUDA backend");
+            dist::driver::train_ranks(cfg, dist, dist::driver::RankDevice { name: "cuda:0", open: &open }, run.clone(), name, args.quiet)
+        } else {
+            let open = |_rank: u32| Ok(backend::cpu::CpuBackend::for_recipe(&cfg.recipe));
+            dist::driver::train_ranks(cfg, dist, dist::driver::RankDevice { name: "cpu", open: &open }, run.clone(), name, args.quiet)
+        };
+        manifest.map(|manifest| train::Outcome { manifest, died_before: None })
     } else if let Some(be) = cuda.as_mut() {
         train::train(be, &plan.config, run.clone(), plan.name.clone(), args.quiet)
     } else {

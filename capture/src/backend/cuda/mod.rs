@@ -368,7 +368,19 @@ fn load_kernels(ctx: &Arc<CudaContext>, arch: &str) -> Result<HashMap<&'static s
 
 impl CudaBackend {
     /// Opens GPU 0, checks it can run FP8 GEMMs, compiles the kernels and creates the BLAS handles.
+    /// Its work goes to the context's default stream.
     pub fn new() -> Result<CudaBackend, CudaError> {
+        Self::open(false)
+    }
+
+    /// [`CudaBackend::new`] on a stream of its own: for one of several ranks that share GPU 0 (the
+    /// threads of `--dp` / `--tp` on one GPU), whose work must neither wait for nor be ordered
+    /// behind the other ranks' on the legacy default stream.
+    pub fn new_sharing_gpu() -> Result<CudaBackend, CudaError> {
+        Self::open(true)
+    }
+
+    fn open(own_stream: bool) -> Result<CudaBackend, CudaError> {
         let (name, (major, minor)) = probe_gpu()?;
         if (major, minor) < (8, 9) {
             return Err(CudaError::OldGpu { name, major, minor });
@@ -377,7 +389,7 @@ impl CudaBackend {
         // One stream: cudarc's per-buffer event tracking would only add work.
         // SAFETY: every buffer of this backend is used on this one stream.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        let stream = if own_stream { ctx.new_stream()? } else { ctx.default_stream() };
         let arch = format!("sm_{major}{minor}");
         let funcs = load_kernels(&ctx, &arch)?;
         attention::configure(&funcs)?;
