@@ -24,6 +24,7 @@ const DEFAULT_PRECOMPILED_ARCHS: &str = "sm_89,sm_90,sm_100";
 fn main() {
     println!("cargo:rerun-if-changed=../kernels");
     println!("cargo:rerun-if-changed=src/backend/cuda/kernel_units.rs");
+    println!("cargo:rerun-if-changed=../schemas/src/element_formats.rs");
     for var in ["FP8SCOPE_PRECOMPILE", "CUDA_HOME", "CUDA_PATH", "CUDA_INCLUDE"] {
         println!("cargo:rerun-if-env-changed={var}");
     }

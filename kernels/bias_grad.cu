@@ -14,7 +14,7 @@
 // RS_BATCH loads in flight, when the row starts 16-byte aligned, the rest one value at a time.
 // Launch: one block (256 threads) per row.
 __device__ __forceinline__ double sum_fp8x16(uint4 w, int fmt, float inv) {
-    __nv_fp8_interpretation_t t = fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    __nv_fp8_interpretation_t t = fmt_interp(fmt);
     u32 words[4] = {w.x, w.y, w.z, w.w};
     double acc = 0.0;
 #pragma unroll
@@ -91,8 +91,9 @@ extern "C" __global__ void rowsum_dequant(const void* __restrict__ q, int fmt, c
     const u8* row = (const u8*)q + (u64)r * cols * (fmt == FMT_BF16 ? 2 : 1);
     double acc;
     if (fmt == FMT_BF16) acc = rowsum_row<FMT_BF16>(row, cols, 1.0f);
-    else if (fmt == FMT_E4M3) acc = rowsum_row<FMT_E4M3>(row, cols, slot[SLOT_INV]);
-    else acc = rowsum_row<FMT_E5M2>(row, cols, slot[SLOT_INV]);
+#define ROWSUM_FP8(A, F) else if (fmt == F) acc = rowsum_row<F>(row, cols, slot[SLOT_INV]);
+    FOR_EACH_FP8_FMT(ROWSUM_FP8, _)
+    else __trap();
     double s = block_sum_d(acc, sh);
     if (threadIdx.x == 0) dbias[r] += (float)s;
 }

@@ -383,7 +383,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
 
 #ifndef CAST_SRC_UNIT
 // The operand casts, one kernel per (statistics level L, format F, layout T), named
-// cast_fwd_l{L}_f{F}_t{T} with F as FMT_* numbers it: T = 0 writes out = cast(x) (x's layout),
+// cast_fwd_l{L}_f{F}_t{T} with F as FMT_* numbers it (every format of the contract: FOR_EACH_FMT): T = 0 writes out = cast(x) (x's layout),
 // T = 1 out_t = cast(x)^T, T = 2 both (the dual cast: one read for a GEMM's operand and its
 // transpose for the next). Statistics are reduced into record[STAT_FIELDS] (stats_commit).
 // x: (rows, cols) f32, 16-byte aligned. out: (rows, cols), out_t: (cols, rows), of BF16 (2 bytes)
@@ -406,7 +406,7 @@ __device__ void cast_transposed(CAST_PARAMS, CastSrc src, Grid g) {
                                  nullptr, nullptr);                                                              \
     }
 #define CAST_KERNELS_F(L, F) CAST_KERNEL(L, F, 0) CAST_KERNEL(L, F, 1) CAST_KERNEL(L, F, 2)
-#define CAST_KERNELS_L(L) CAST_KERNELS_F(L, 0) CAST_KERNELS_F(L, 1) CAST_KERNELS_F(L, 2)
+#define CAST_KERNELS_L(L) FOR_EACH_FMT(CAST_KERNELS_F, L)
 CAST_KERNELS_L(0)
 CAST_KERNELS_L(1)
 CAST_KERNELS_L(2)
@@ -446,7 +446,7 @@ CAST_KERNELS_L(2)
                               ~0ull, ~0ull, 1.0f, reinterpret_cast<double*>(__ldg(e + CW_CH_SQ)),                       \
                               reinterpret_cast<float*>(__ldg(e + CW_CH_AMAX)), nullptr, CastSrc{}, g);                 \
     }
-#define CAST_WEIGHTS_KERNELS_L(L) CAST_WEIGHTS_KERNEL(L, 1) CAST_WEIGHTS_KERNEL(L, 2)
+#define CAST_WEIGHTS_KERNELS_L(L) FOR_EACH_FP8_FMT(CAST_WEIGHTS_KERNEL, L)
 CAST_WEIGHTS_KERNELS_L(0)
 CAST_WEIGHTS_KERNELS_L(1)
 CAST_WEIGHTS_KERNELS_L(2)
@@ -471,7 +471,7 @@ CAST_WEIGHTS_KERNELS_L(2)
                                  margin, mult, overflow_nan, o0, o1, o2, o3, outlier_factor, ch_sq, ch_amax, ch_sum, \
                                  CastSrc{src_h, src_b, src_gain, src_shift, src_rstd, src_mean}, launch_grid());     \
     }
-#define CAST_SRC_KERNELS_L(K, L) CAST_SRC_KERNEL(K, L, 0) CAST_SRC_KERNEL(K, L, 1) CAST_SRC_KERNEL(K, L, 2)
+#define CAST_SRC_KERNELS_L(K, L) FOR_EACH_FMT2(CAST_SRC_KERNEL, K, L)
 #define CAST_SRC_KERNELS(K) CAST_SRC_KERNELS_L(K, 0) CAST_SRC_KERNELS_L(K, 1)
 CAST_SRC_KERNELS(1)
 CAST_SRC_KERNELS(2)

@@ -154,10 +154,10 @@ __device__ __forceinline__ unsigned short cast_one(float v, float s, float base,
         float y = v * s;
         u8 q = to_fp8(y, FMT);
         sat = fabsf(y) > fmt_max(FMT);
-        bool ovf = overflow_nan && isfinite(y) && fabsf(y) >= (FMT == FMT_E4M3 ? 464.0f : 61440.0f);
-        q = ovf ? (u8)((FMT == FMT_E4M3 ? 0x7F : 0x7C) | (y < 0.0f ? 0x80 : 0)) : q;
+        bool ovf = overflow_nan && isfinite(y) && fabsf(y) >= fmt_overflow(FMT);
+        q = ovf ? (u8)(fmt_overflow_code(FMT) | (y < 0.0f ? 0x80 : 0)) : q;
         sat = sat && !ovf;
-        if (FMT == FMT_E4M3) a.nan_ += ovf; else a.inf_ += ovf;
+        if (fmt_overflows_to_inf(FMT)) a.inf_ += ovf; else a.nan_ += ovf;
         code = q;
         if (L >= 2) dq = from_fp8(q, FMT) / base;
         under = (q & 0x7f) == 0;

@@ -56,14 +56,12 @@ template <int FMT> struct CodeTile {
     typedef unsigned short T;
     static constexpr int W = TILE + 2, ALIGN = 2;
 };
-template <> struct CodeTile<FMT_E4M3> {
-    typedef u8 T;
-    static constexpr int W = TILE + 4, ALIGN = 4;
-};
-template <> struct CodeTile<FMT_E5M2> {
-    typedef u8 T;
-    static constexpr int W = TILE + 4, ALIGN = 4;
-};
+#define CODE_TILE_FP8(A, F)          \
+    template <> struct CodeTile<F> { \
+        typedef u8 T;                \
+        static constexpr int W = TILE + 4, ALIGN = 4; \
+    };
+FOR_EACH_FP8_FMT(CODE_TILE_FP8, _)
 
 // Four values scaled by s and cast to FP8 (cvt.rn.satfinite, two at a time), packed into a word in
 // order (y[0] in the low byte): the codes to_fp8 gives one at a time. y[] gets the scaled values.
@@ -71,7 +69,7 @@ template <int FMT>
 __device__ __forceinline__ u32 fp8x4(const float (&v)[4], float s, float (&y)[4]) {
 #pragma unroll
     for (int k = 0; k < 4; k++) y[k] = v[k] * s;
-    __nv_fp8_interpretation_t t = FMT == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    __nv_fp8_interpretation_t t = fmt_interp(FMT);
     u32 lo = __nv_cvt_float2_to_fp8x2(make_float2(y[0], y[1]), __NV_SATFINITE, t);
     u32 hi = __nv_cvt_float2_to_fp8x2(make_float2(y[2], y[3]), __NV_SATFINITE, t);
     return lo | (hi << 16);

@@ -16,13 +16,11 @@ typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned char u8;
 
-// Operand formats, as the Rust side numbers them (backend/cuda/mod.rs: Fmt).
-#define FMT_BF16 0
-#define FMT_E4M3 1
-#define FMT_E5M2 2
-
-#define E4M3_MAX 448.0f
-#define E5M2_MAX 57344.0f
+// Operand formats (FMT_BF16, FMT_E4M3, …), their largest values (E4M3_MAX, …), the FOR_EACH_FMT
+// macros that instantiate a kernel per format, and the conversions fmt_max, fmt_interp, to_fp8 and
+// from_fp8: generated from the quantization contract (schemas/src/element_formats.rs) by the
+// loader (kernel_units.rs: formats_header), which pastes them here.
+#include "formats.cuh"
 
 // Scale slots (SLOT_FLOATS floats each, capture/src/backend/cuda/mod.rs mirrors the layout): slot[0]
 // = the cast scale s (x is multiplied by it), slot[SLOT_BASE] = the true scale (s without a planted
@@ -114,23 +112,6 @@ __device__ __forceinline__ const u64* mt_entry(const u64* __restrict__ table, in
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<u32*>(&v);
-}
-
-__device__ __forceinline__ float fmt_max(int fmt) {
-    return fmt == FMT_E4M3 ? E4M3_MAX : E5M2_MAX;
-}
-
-// x -> FP8 byte: round to nearest even, saturate to +-max, NaN stays NaN (cvt.rn.satfinite).
-__device__ __forceinline__ u8 to_fp8(float x, int fmt) {
-    if (fmt == FMT_E4M3) {
-        return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    }
-    return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);
-}
-
-__device__ __forceinline__ float from_fp8(u8 q, int fmt) {
-    __half_raw h = __nv_cvt_fp8_to_halfraw(q, fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2);
-    return __half2float(__half(h));
 }
 
 // Per-tensor scale from an amax, as crate::fp8::scale_for_amax: (max / amax) / 2^margin, 1 when the

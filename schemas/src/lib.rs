@@ -16,6 +16,7 @@
 //! refuse versions they do not know.
 
 pub mod config;
+pub mod element_formats;
 pub mod error;
 pub mod export;
 pub mod layout;

@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from .cast import cast_fp8
+from .cast import MAX, cast_fp8
 
 #: Digest weights repeat every DIGEST_MOD elements: Σ byte·(i mod DIGEST_MOD + 1), mod 2^63.
 DIGEST_MOD = 65521
@@ -38,7 +38,6 @@ ROLES = {"INPUT": "activation", "WEIGHT": "weight", "GRAD_OUTPUT": "gradient"}
 #: The GEMM each role's first cast of a step feeds.
 FIRST_GEMM = {"activation": "fprop", "weight": "fprop", "gradient": "dgrad"}
 FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 _disable = getattr(getattr(torch, "_dynamo", None), "disable", lambda f: f)
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)

@@ -2,12 +2,24 @@
 //! ahead of time when NVRTC is there: `precompiled.rs`) and the run-time compiler (`kernels.rs`):
 //! the kernel families and their translation units, NVRTC's options, and finding and calling NVRTC.
 //!
-//! It uses only `std`, `libc` and cudarc's NVRTC bindings, so that the build script can include it
+//! It uses only `std`, `libc`, cudarc's NVRTC bindings and the contract's element formats
+//! (`schemas/src/element_formats.rs`, included by path), so that the build script can include it
 //! (`#[path]`) and both compile the same text with the same options.
+//!
+//! The kernels' formats come from that contract: `#include "formats.cuh"` is replaced by
+//! [`formats_header`], generated from its `KERNEL_FORMATS` (the format codes, their constants,
+//! the conversions, and `FOR_EACH_FMT` macros that instantiate a kernel per format), and the
+//! names of the cast kernels are generated from the same list ([`cast_kernel_names`]).
 
 use cudarc::nvrtc::{result as nr, sys as ns};
 use std::ffi::{CString, c_char};
+use std::fmt::Write as _;
 use std::path::PathBuf;
+
+#[path = "../../../../schemas/src/element_formats.rs"]
+#[allow(dead_code)] // the formats the kernels do not cast to (E2M1, E8M0) come along
+pub mod element_formats;
+use element_formats::KERNEL_FORMATS;
 
 /// The headers of `kernels/`, each pasted in place of its `#include` line ([`Family::translation_unit`]);
 /// none includes another.
@@ -111,12 +123,103 @@ impl Family {
     }
 
     /// The full translation unit NVRTC compiles: the family's file with the headers it includes
-    /// pasted in ([`HEADERS`]; and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
+    /// pasted in ([`HEADERS`], then `formats.cuh` as [`formats_header`] generates it; and, for
+    /// [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
     pub fn translation_unit(self) -> String {
         let unit = if self == Family::CastSrc { "#define CAST_SRC_UNIT\n" } else { "" };
         let src = HEADERS.iter().fold(self.source().to_string(), |s, (name, text)| s.replace(&format!("#include \"{name}\""), text));
-        unit.to_string() + &src
+        unit.to_string() + &src.replace("#include \"formats.cuh\"", &formats_header())
     }
+}
+
+/// The text of `formats.cuh`, generated from the contract's `KERNEL_FORMATS`:
+/// - `FMT_<TAG>` (the format's code) and, for each FP8 format, `<TAG>_MAX` (its largest finite
+///   value);
+/// - `FOR_EACH_FMT(M, A)` / `FOR_EACH_FP8_FMT(M, A)`, which expand `M(A, F)` for every format code
+///   F (every FP8 one), and `FOR_EACH_FMT2(M, A, B)` (`M(A, B, F)`): how the kernels instantiate
+///   one kernel per format;
+/// - `fmt_max`, `fmt_interp` (CUDA's `__nv_fp8_interpretation_t`), `fmt_overflow` (where a cast
+///   that does not saturate leaves the finite range), `fmt_overflow_code` and `fmt_overflows_to_inf`
+///   (the code it gives there: Inf, or NaN where the format has no Inf), `to_fp8` and `from_fp8`,
+///   each with one case per FP8 format and a trap for any other code.
+pub fn formats_header() -> String {
+    let fp8: Vec<_> = KERNEL_FORMATS.iter().filter(|f| f.is_fp8()).collect();
+    let mut h = String::from("// Generated from schemas/src/element_formats.rs (KERNEL_FORMATS) by kernel_units.rs: edit the contract, not this.\n");
+    for f in &KERNEL_FORMATS {
+        let _ = writeln!(h, "#define FMT_{} {}", f.tag, f.code);
+    }
+    for f in &fp8 {
+        let max = f.spec.map_or(0.0, |s| s.max_finite);
+        let _ = writeln!(h, "#define {}_MAX {max:?}f", f.tag);
+    }
+    let each = |args: &str, codes: &mut dyn Iterator<Item = u8>| codes.map(|c| format!("M({args}, {c})")).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(h, "#define FMT_COUNT {}", KERNEL_FORMATS.len());
+    let _ = writeln!(h, "#define FOR_EACH_FMT(M, A) {}", each("A", &mut KERNEL_FORMATS.iter().map(|f| f.code)));
+    let _ = writeln!(h, "#define FOR_EACH_FMT2(M, A, B) {}", each("A, B", &mut KERNEL_FORMATS.iter().map(|f| f.code)));
+    let _ = writeln!(h, "#define FOR_EACH_FP8_FMT(M, A) {}", each("A", &mut fp8.iter().map(|f| f.code)));
+    let cases = |body: &dyn Fn(&element_formats::KernelFormat) -> String| {
+        fp8.iter().map(|f| format!("    if (fmt == FMT_{}) return {};\n", f.tag, body(f))).collect::<String>()
+    };
+    let interp = |f: &element_formats::KernelFormat| f.cuda_fp8.unwrap_or("__NV_E4M3").to_string();
+    let _ =
+        write!(h, "__device__ __forceinline__ __nv_fp8_interpretation_t fmt_interp(int fmt) {{\n{}    __trap();\n    return __NV_E4M3;\n}}\n", cases(&interp));
+    let _ = write!(h, "__device__ __forceinline__ float fmt_max(int fmt) {{\n{}    __trap();\n    return 0.0f;\n}}\n", cases(&|f| format!("{}_MAX", f.tag)));
+    // Past the overflow threshold (max + half an ulp), a cast that does not saturate gives the
+    // format's Inf, or its NaN where it has none (the planted overflow fault).
+    let overflow = |f: &element_formats::KernelFormat| f.spec.map_or(0.0, |s| s.overflow_threshold());
+    let _ = write!(
+        h,
+        "__device__ __forceinline__ float fmt_overflow(int fmt) {{\n{}    __trap();\n    return 0.0f;\n}}\n",
+        cases(&|f| format!("{:?}f", overflow(f)))
+    );
+    let code = |f: &element_formats::KernelFormat| f.spec.and_then(|s| s.overflow_code()).unwrap_or(0);
+    let _ =
+        write!(h, "__device__ __forceinline__ u8 fmt_overflow_code(int fmt) {{\n{}    __trap();\n    return 0;\n}}\n", cases(&|f| format!("{:#04x}", code(f))));
+    let inf = |f: &element_formats::KernelFormat| f.spec.is_some_and(|s| s.inf_code.is_some());
+    let _ =
+        write!(h, "__device__ __forceinline__ bool fmt_overflows_to_inf(int fmt) {{\n{}    __trap();\n    return false;\n}}\n", cases(&|f| inf(f).to_string()));
+    let _ = write!(
+        h,
+        "// x -> FP8 byte: round to nearest even, saturate to +-max, NaN stays NaN (cvt.rn.satfinite).\n\
+         __device__ __forceinline__ u8 to_fp8(float x, int fmt) {{\n{}    __trap();\n    return 0;\n}}\n",
+        cases(&|f| format!("__nv_cvt_float_to_fp8(x, __NV_SATFINITE, {})", interp(f)))
+    );
+    let _ = write!(
+        h,
+        "__device__ __forceinline__ float from_fp8(u8 q, int fmt) {{\n{}    __trap();\n    return 0.0f;\n}}\n",
+        cases(&|f| format!("__half2float(__half(__nv_cvt_fp8_to_halfraw(q, {})))", interp(f)))
+    );
+    h
+}
+
+/// The operand-cast kernels' names, generated from the contract's formats: `cast_fwd_l{L}_f{F}_t{T}`
+/// for every statistics level L (0 to 2), format code F and layout T (0 to 2), in that nesting;
+/// then cast.cu's other entry points; then `cast_weights_l{L}_f{F}` for every level and FP8
+/// format. (`kernels.rs`: `cast_kernel` and `cast_weights_kernel` index it.)
+pub fn cast_kernel_names() -> Vec<String> {
+    let mut out = Vec::new();
+    for l in 0..3 {
+        for f in &KERNEL_FORMATS {
+            out.extend((0..3).map(|t| format!("cast_fwd_l{l}_f{}_t{t}", f.code)));
+        }
+    }
+    out.extend(["round_bf16_fwd", "cast_stats_reduce", "widen_bf16"].map(String::from));
+    for l in 0..3 {
+        out.extend(KERNEL_FORMATS.iter().filter(|f| f.is_fp8()).map(|f| format!("cast_weights_l{l}_f{}", f.code)));
+    }
+    out
+}
+
+/// The computed-source casts' names: `cast_src{K}_l{L}_f{F}` for every kind K (1 to 9), level L
+/// (0 or 1) and format code F, in that nesting.
+pub fn cast_src_kernel_names() -> Vec<String> {
+    let mut out = Vec::new();
+    for k in 1..=9 {
+        for l in 0..2 {
+            out.extend(KERNEL_FORMATS.iter().map(|f| format!("cast_src{k}_l{l}_f{}", f.code)));
+        }
+    }
+    out
 }
 
 /// Directories searched for CUDA's headers, in order: `$CUDA_INCLUDE` (colon-separated),

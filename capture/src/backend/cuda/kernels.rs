@@ -14,18 +14,24 @@ use super::CudaError;
 use super::kernel_cache::{KernelCache, KeyInputs};
 use super::kernel_units::compile_unit;
 pub use super::kernel_units::{Family, compile_options, include_dirs, nvrtc_present, nvrtc_setup, nvrtc_version, preload_nvrtc_from, wheel_dir};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
-/// The operand-cast kernels of `cast.cu` (one per statistics level, format and layout; see
-/// [`cast_kernel`]) and its other entry points.
-#[rustfmt::skip]
-const CAST_KERNELS: [&str; 36] = [
-    "cast_fwd_l0_f0_t0", "cast_fwd_l0_f0_t1", "cast_fwd_l0_f0_t2", "cast_fwd_l0_f1_t0", "cast_fwd_l0_f1_t1", "cast_fwd_l0_f1_t2", "cast_fwd_l0_f2_t0", "cast_fwd_l0_f2_t1", "cast_fwd_l0_f2_t2",
-    "cast_fwd_l1_f0_t0", "cast_fwd_l1_f0_t1", "cast_fwd_l1_f0_t2", "cast_fwd_l1_f1_t0", "cast_fwd_l1_f1_t1", "cast_fwd_l1_f1_t2", "cast_fwd_l1_f2_t0", "cast_fwd_l1_f2_t1", "cast_fwd_l1_f2_t2",
-    "cast_fwd_l2_f0_t0", "cast_fwd_l2_f0_t1", "cast_fwd_l2_f0_t2", "cast_fwd_l2_f1_t0", "cast_fwd_l2_f1_t1", "cast_fwd_l2_f1_t2", "cast_fwd_l2_f2_t0", "cast_fwd_l2_f2_t1", "cast_fwd_l2_f2_t2",
-    "round_bf16_fwd", "cast_stats_reduce", "widen_bf16",
-    "cast_weights_l0_f1", "cast_weights_l0_f2", "cast_weights_l1_f1", "cast_weights_l1_f2", "cast_weights_l2_f1", "cast_weights_l2_f2",
-];
+/// The operand-cast kernels of `cast.cu` (one per statistics level, format of the contract and
+/// layout; see [`cast_kernel`]) and its other entry points, named from the contract's formats
+/// ([`super::kernel_units::cast_kernel_names`]).
+static CAST_KERNELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| leak_names(super::kernel_units::cast_kernel_names()));
+
+/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 9,
+/// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
+static CAST_SRC_KERNELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| leak_names(super::kernel_units::cast_src_kernel_names()));
+
+/// Names made once per process, for the life of the process (the kernel tables hold `&'static str`).
+fn leak_names(names: Vec<String>) -> Vec<&'static str> {
+    names.into_iter().map(|n| &*n.leak()).collect()
+}
+
+/// How many formats the kernels are instantiated for (the contract's `KERNEL_FORMATS`).
+const N_FMT: usize = super::kernel_units::element_formats::KERNEL_FORMATS.len();
 
 /// Which layouts a cast writes: the operand's own, its transpose, or both from one read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,45 +42,34 @@ pub enum CastLayout {
 }
 
 /// The cast kernel for statistics level `level` (0 amax and counts, 1 moments, 2 quantisation
-/// error), format code `fmt` (0 BF16, 1 E4M3, 2 E5M2) and `layout`.
+/// error), format code `fmt` (the contract's: 0 BF16, 1 E4M3, 2 E5M2) and `layout`.
 pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str {
-    CAST_KERNELS[level.min(2) * 9 + fmt.min(2) * 3 + layout as usize]
+    assert!(fmt < N_FMT, "format code {fmt}: the kernels know {N_FMT}");
+    CAST_KERNELS[level.min(2) * N_FMT * 3 + fmt * 3 + layout as usize]
 }
 
 /// The multi-tensor kernel casting a step's FP8 weights (`cast.cu`: `cast_weights_l{L}_f{F}`) at
-/// statistics level `level` (0 to 2) to FP8 format code `fmt` (1 E4M3, 2 E5M2); None for BF16.
+/// statistics level `level` (0 to 2) to the FP8 format of code `fmt`; None for BF16.
 pub fn cast_weights_kernel(level: usize, fmt: usize) -> Option<&'static str> {
-    (fmt == 1 || fmt == 2).then(|| CAST_KERNELS[30 + level.min(2) * 2 + fmt - 1])
+    let fp8: Vec<usize> = super::kernel_units::element_formats::KERNEL_FORMATS.iter().filter(|f| f.is_fp8()).map(|f| f.code as usize).collect();
+    let i = fp8.iter().position(|&c| c == fmt)?;
+    Some(CAST_KERNELS[N_FMT * 9 + 3 + level.min(2) * fp8.len() + i])
 }
-
-/// The computed-source casts of `cast.cu` (`cast_src{K}_l{L}_f{F}`: CastSrc kind K 1 to 9,
-/// statistics level L 0 or 1, format F; see [`cast_src_kernel`]).
-#[rustfmt::skip]
-const CAST_SRC_KERNELS: [&str; 54] = [
-    "cast_src1_l0_f0", "cast_src1_l0_f1", "cast_src1_l0_f2", "cast_src1_l1_f0", "cast_src1_l1_f1", "cast_src1_l1_f2",
-    "cast_src2_l0_f0", "cast_src2_l0_f1", "cast_src2_l0_f2", "cast_src2_l1_f0", "cast_src2_l1_f1", "cast_src2_l1_f2",
-    "cast_src3_l0_f0", "cast_src3_l0_f1", "cast_src3_l0_f2", "cast_src3_l1_f0", "cast_src3_l1_f1", "cast_src3_l1_f2",
-    "cast_src4_l0_f0", "cast_src4_l0_f1", "cast_src4_l0_f2", "cast_src4_l1_f0", "cast_src4_l1_f1", "cast_src4_l1_f2",
-    "cast_src5_l0_f0", "cast_src5_l0_f1", "cast_src5_l0_f2", "cast_src5_l1_f0", "cast_src5_l1_f1", "cast_src5_l1_f2",
-    "cast_src6_l0_f0", "cast_src6_l0_f1", "cast_src6_l0_f2", "cast_src6_l1_f0", "cast_src6_l1_f1", "cast_src6_l1_f2",
-    "cast_src7_l0_f0", "cast_src7_l0_f1", "cast_src7_l0_f2", "cast_src7_l1_f0", "cast_src7_l1_f1", "cast_src7_l1_f2",
-    "cast_src8_l0_f0", "cast_src8_l0_f1", "cast_src8_l0_f2", "cast_src8_l1_f0", "cast_src8_l1_f1", "cast_src8_l1_f2",
-    "cast_src9_l0_f0", "cast_src9_l0_f1", "cast_src9_l0_f2", "cast_src9_l1_f0", "cast_src9_l1_f1", "cast_src9_l1_f2",
-];
 
 /// The cast kernel of a computed source of kind `kind` (`cast_src.cuh`: SRC_*, 1 to 9) at statistics
 /// level `level` (0 or 1: the levels it is compiled for) and format code `fmt` (as
 /// [`cast_kernel`]'s).
 pub fn cast_src_kernel(kind: i32, level: usize, fmt: usize) -> &'static str {
-    CAST_SRC_KERNELS[(kind.clamp(1, 9) as usize - 1) * 6 + level.min(1) * 3 + fmt.min(2)]
+    assert!(fmt < N_FMT, "format code {fmt}: the kernels know {N_FMT}");
+    CAST_SRC_KERNELS[(kind.clamp(1, 9) as usize - 1) * 2 * N_FMT + level.min(1) * N_FMT + fmt]
 }
 
 impl Family {
     /// The kernels (entry points) the backend loads from this family.
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
-            Family::Cast => &CAST_KERNELS,
-            Family::CastSrc => &CAST_SRC_KERNELS,
+            Family::Cast => CAST_KERNELS.as_slice(),
+            Family::CastSrc => CAST_SRC_KERNELS.as_slice(),
             Family::GemmOutput => &["gemm_epilogue", "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear"],
             Family::BiasGrad => &["rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce"],
             Family::Stats => {
@@ -197,11 +192,47 @@ mod tests {
                 assert_eq!(weights.map(str::to_string), (fmt > 0).then(|| format!("cast_weights_l{level}_f{fmt}")));
             }
         }
-        for kind in 1..=8 {
+        for kind in 1..=9 {
             for level in 0..2 {
                 for fmt in 0..3 {
                     assert_eq!(cast_src_kernel(kind, level, fmt), format!("cast_src{kind}_l{level}_f{fmt}"));
                 }
+            }
+        }
+        assert_eq!(CAST_KERNELS.len(), 36);
+        assert_eq!(CAST_SRC_KERNELS.len(), 54);
+    }
+
+    /// The generated `formats.cuh` holds the contract's constants: the values the kernels had
+    /// written by hand before (codes, largest values, overflow thresholds and codes), and a case of
+    /// every conversion per FP8 format.
+    #[test]
+    fn the_kernels_formats_come_from_the_contract() {
+        let h = super::super::kernel_units::formats_header();
+        for line in [
+            "#define FMT_BF16 0",
+            "#define FMT_E4M3 1",
+            "#define FMT_E5M2 2",
+            "#define E4M3_MAX 448.0f",
+            "#define E5M2_MAX 57344.0f",
+            "#define FOR_EACH_FMT(M, A) M(A, 0) M(A, 1) M(A, 2)",
+            "#define FOR_EACH_FP8_FMT(M, A) M(A, 1) M(A, 2)",
+            "    if (fmt == FMT_E4M3) return 464.0f;",
+            "    if (fmt == FMT_E5M2) return 61440.0f;",
+            "    if (fmt == FMT_E4M3) return 0x7f;",
+            "    if (fmt == FMT_E5M2) return 0x7c;",
+            "    if (fmt == FMT_E4M3) return false;",
+            "    if (fmt == FMT_E5M2) return true;",
+            "    if (fmt == FMT_E5M2) return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2);",
+        ] {
+            assert!(h.lines().any(|l| l == line), "formats.cuh lacks `{line}`:\n{h}");
+        }
+        // Every unit that includes common.cuh gets it, and no hand-written constant is left.
+        for fam in Family::ALL {
+            let unit = fam.translation_unit();
+            assert!(!unit.contains("#include \"formats.cuh\""), "{}: formats.cuh not pasted", fam.file());
+            for stale in ["464.0f :", "61440.0f", "? __NV_E4M3 :"] {
+                assert!(!unit.contains(stale) || h.contains(stale), "{}: a hand-written format constant `{stale}`", fam.file());
             }
         }
     }

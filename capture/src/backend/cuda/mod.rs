@@ -94,13 +94,15 @@ pub fn probe_gpu() -> Result<(String, (i32, i32)), CudaError> {
     Ok((name, cc))
 }
 
-/// Numbering of operand formats shared with the kernels (common.cuh: FMT_*).
+/// The kernels' code of an operand format (`FMT_*`), from the contract's `KERNEL_FORMATS`.
 fn fmt_code(t: OpType) -> i32 {
-    match t {
-        OpType::Bf16 => 0,
-        OpType::E4M3 => 1,
-        OpType::E5M2 => 2,
-    }
+    let tag = match t {
+        OpType::Bf16 => "BF16",
+        OpType::E4M3 => "E4M3",
+        OpType::E5M2 => "E5M2",
+    };
+    let format = kernel_units::element_formats::KERNEL_FORMATS.iter().find(|f| f.tag == tag);
+    format.map(|f| f.code as i32).unwrap_or_else(|| unreachable!("the contract has no kernel format {tag}"))
 }
 
 fn op_type(cast: OperandCast) -> Result<OpType, CudaError> {
