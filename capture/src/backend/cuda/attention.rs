@@ -235,8 +235,8 @@ pub struct AttentionState {
 }
 
 impl AttentionState {
-    pub fn new(s: &Arc<CudaStream>) -> Result<AttentionState, CudaError> {
-        let fused = std::env::var("FP8SCOPE_ATTENTION").map(|v| v != "unfused").unwrap_or(true);
+    /// `fused`: the fused kernels (`FP8SCOPE_ATTENTION` not `unfused`).
+    pub fn new(s: &Arc<CudaStream>, fused: bool) -> Result<AttentionState, CudaError> {
         Ok(AttentionState {
             fused,
             q16: s.alloc_zeros(1)?,

@@ -172,6 +172,8 @@ pub struct Lt {
     cache: Option<TuneCache>,
     /// Shapes timed so far (their candidates run on the device at once).
     timed: usize,
+    /// Say each timed shape's choice on stderr (`FP8SCOPE_VERBOSE`).
+    verbose: bool,
 }
 
 impl Drop for Lt {
@@ -188,7 +190,7 @@ fn set_desc<T>(d: lt::cublasLtMatmulDesc_t, a: lt::cublasLtMatmulDescAttributes_
 }
 
 impl Lt {
-    pub fn new(stream: &Arc<CudaStream>) -> Result<Lt, CudaError> {
+    pub fn new(stream: &Arc<CudaStream>, verbose: bool) -> Result<Lt, CudaError> {
         // SAFETY: only probes for the library.
         if !unsafe { lt::is_culib_present() } {
             return Err(CudaError::MissingLibrary("cuBLASLt (libcublasLt.so)"));
@@ -199,7 +201,7 @@ impl Lt {
         let ws = stream.alloc_zeros::<u8>(32 << 20)?;
         // SAFETY: a plain query of the loaded library.
         let cache = TuneCache::from_env(&stream.context().name()?, unsafe { lt::cublasLtGetVersion() }).map_err(CudaError::Setting)?;
-        Ok(Lt { h, ws, plans: HashMap::new(), stream: stream.clone(), cache, timed: 0 })
+        Ok(Lt { h, ws, plans: HashMap::new(), stream: stream.clone(), cache, timed: 0, verbose })
     }
 
     fn plan(&mut self, key: Key) -> Result<&Plan, CudaError> {
@@ -465,7 +467,7 @@ impl Lt {
             }
         }
         let (_, i) = best.unwrap_or((0.0, 0));
-        if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+        if self.verbose {
             eprintln!(
                 "cuBLASLt tuning {}x{}x{} {:?}.{:?}{}: {} -> #{i}",
                 key.rows,

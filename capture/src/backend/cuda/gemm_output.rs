@@ -157,7 +157,7 @@ impl CudaBackend {
             match self.span("gemm.matmul", |me| me.lt_matmul(g, d, true, bias16)) {
                 Ok(()) => return Ok(Product { ptr: d, bf16: true, bias_added: true }),
                 Err(e) => {
-                    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                    if self.settings.verbose {
                         eprintln!("cuBLASLt: {e}; adding the bias after the GEMM for this shape");
                     }
                     self.bias_refused.insert(key);
@@ -175,7 +175,7 @@ impl CudaBackend {
                     if !(g.p.ty.is_fp8() || g.q.ty.is_fp8()) {
                         return Err(e);
                     }
-                    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+                    if self.settings.verbose {
                         eprintln!("cuBLASLt: {e}; using BF16 output for this shape");
                     }
                     self.bf16_out.insert(key);

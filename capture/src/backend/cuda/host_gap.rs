@@ -15,9 +15,15 @@ const WARMUP_GAPS: usize = 2;
 pub(super) struct HostGap {
     since: Option<Instant>,
     ms: Vec<f64>,
+    /// Say the summary on stderr when dropped (`FP8SCOPE_VERBOSE`).
+    verbose: bool,
 }
 
 impl HostGap {
+    pub fn new(verbose: bool) -> HostGap {
+        HostGap { since: None, ms: Vec::new(), verbose }
+    }
+
     /// The step's last synchronisation has returned.
     pub fn synced(&mut self) {
         self.since = Some(Instant::now());
@@ -46,7 +52,7 @@ fn summarize(ms: &[f64]) -> Option<(f64, f64, f64, usize)> {
 
 impl Drop for HostGap {
     fn drop(&mut self) {
-        if !super::verbose() {
+        if !self.verbose {
             return;
         }
         if let Some((median, lo, hi, n)) = summarize(&self.ms) {

@@ -248,7 +248,8 @@ pub struct CudaBackend {
     /// ([`host_gap`], printed with `FP8SCOPE_VERBOSE=1`).
     host_gap: host_gap::HostGap,
     /// The hold queued at the start of each step's forward, ns ([`probe`]; 0: none).
-    lead_ns: u64,
+    /// The environment's settings, read once when the backend opened.
+    settings: settings::CudaSettings,
     /// Which attention path runs, and the unfused path's scratch ([`attention`]).
     attn: attention::AttentionState,
     /// Per-chunk column sums of the LayerNorm and RMSNorm weight gradients.
@@ -268,13 +269,6 @@ pub struct CudaBackend {
     /// The first error of a primitive since the last [`Backend::take_error`], as
     /// "`primitive`: what failed"; while it is kept, primitives skip their device work.
     error: Option<String>,
-}
-
-/// Whether `FP8SCOPE_VERBOSE` asks for the backend's summary lines at the end of a run (set, and
-/// not 0): the step graphs' counts ([`step_graph`]) and the host's gap between steps
-/// ([`host_gap`]).
-fn verbose() -> bool {
-    std::env::var_os("FP8SCOPE_VERBOSE").is_some_and(|v| v != "0")
 }
 
 fn grid_for(n: usize, threads: u32) -> LaunchConfig {
@@ -315,6 +309,7 @@ mod attention;
 mod cast;
 mod channels;
 mod gemm_output;
+pub mod settings;
 mod stat_batch;
 pub mod step_graph;
 
@@ -332,8 +327,9 @@ fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + 'stati
 
 /// Every kernel the backend launches, loaded from its family's CUBIN for `arch`: the ones embedded
 /// at build time ([`precompiled`]), or, when the binary has none for this GPU or the driver refuses
-/// them, NVRTC's ([`kernels::compile_all`]). `FP8SCOPE_VERBOSE=1` says which and how long it took.
-fn load_kernels(ctx: &Arc<CudaContext>, arch: &str) -> Result<HashMap<&'static str, CudaFunction>, CudaError> {
+/// them, NVRTC's ([`kernels::compile_all`]); `settings.precompiled` false takes NVRTC's always.
+/// `FP8SCOPE_VERBOSE=1` says which and how long it took.
+fn load_kernels(ctx: &Arc<CudaContext>, arch: &str, settings: &settings::CudaSettings) -> Result<HashMap<&'static str, CudaFunction>, CudaError> {
     let load = |precompiled: bool| -> Result<(HashMap<&'static str, CudaFunction>, usize), CudaError> {
         let includes =
             if precompiled && kernels::Family::ALL.iter().all(|&f| precompiled::cubin(arch, f).is_some()) { Vec::new() } else { kernels::nvrtc_setup() };
@@ -350,14 +346,14 @@ fn load_kernels(ctx: &Arc<CudaContext>, arch: &str) -> Result<HashMap<&'static s
         Ok((funcs, embedded))
     };
     let t = std::time::Instant::now();
-    let (funcs, embedded) = match load(precompiled::enabled()) {
-        Err(e) if precompiled::enabled() && !precompiled::archs().is_empty() => {
+    let (funcs, embedded) = match load(settings.precompiled) {
+        Err(e) if settings.precompiled && !precompiled::archs().is_empty() => {
             eprintln!("fp8scope: the kernels compiled at build time did not load ({e}); compiling them with NVRTC");
             load(false)?
         }
         r => r?,
     };
-    if std::env::var_os("FP8SCOPE_VERBOSE").is_some() {
+    if settings.verbose {
         let nvrtc = precompiled::NVRTC_VERSION.map(|(a, b)| format!(" by NVRTC {a}.{b}")).unwrap_or_default();
         eprintln!(
             "fp8scope: kernels for {arch} ready in {:.2} s: {embedded} of {} families compiled at build time{nvrtc}, the rest by NVRTC now or from its disk cache",
@@ -387,21 +383,22 @@ impl CudaBackend {
         if (major, minor) < (8, 9) {
             return Err(CudaError::OldGpu { name, major, minor });
         }
+        // Every setting is checked before the GPU is touched.
+        let settings = settings::CudaSettings::from_env()?;
         let ctx = CudaContext::new(0)?;
         // One stream: cudarc's per-buffer event tracking would only add work.
         // SAFETY: every buffer of this backend is used on this one stream.
         unsafe { ctx.disable_event_tracking() };
         let stream = if own_stream { ctx.new_stream()? } else { ctx.default_stream() };
         let arch = format!("sm_{major}{minor}");
-        let funcs = load_kernels(&ctx, &arch)?;
+        let funcs = load_kernels(&ctx, &arch, &settings)?;
         attention::configure(&funcs)?;
         let (loss_row_smem, loss_split_smem) = loss::configure(&funcs)?;
-        let lt = Lt::new(&stream)?;
+        let lt = Lt::new(&stream, settings.verbose)?;
         let blas = Blas::new(&stream)?;
         let sms = ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let info = DeviceInfo { kind: "cuda".into(), name, compute_capability: Some(format!("{major}.{minor}")), parallelism: sms as u32, block_gemm: None };
-        let prof = prof::Profiler::from_env(&ctx);
-        let graphs = step_graph::graphs_from(std::env::var("FP8SCOPE_GRAPH").ok().as_deref(), prof.is_some())?;
+        let prof = settings.profile.then(|| prof::Profiler::new(&ctx));
         let s = &stream;
         Ok(CudaBackend {
             op_p: s.alloc_zeros(1 << 20)?,
@@ -414,11 +411,11 @@ impl CudaBackend {
             column_sums: s.alloc_zeros(1)?,
             fused_bias_grads: 0,
             cast_grid: 0,
-            pair_runs: cast::pair_runs_from(std::env::var("FP8SCOPE_PAIR_RUNS").ok().as_deref())?,
+            pair_runs: settings.pair_runs,
             loss_row_smem,
             loss_split_smem,
             kept: Default::default(),
-            weights: weight_casts::WeightCasts::from_env()?,
+            weights: weight_casts::WeightCasts::new(settings.weight_casts_batched),
             chan: channels::ChannelRecords::new(s)?,
             stat: stat_batch::StatArena::new(s)?,
             records: s.alloc_zeros(MAX_SLOTS * STAT_FIELDS)?,
@@ -427,14 +424,14 @@ impl CudaBackend {
             nonfinite: s.alloc_zeros(MAX_SLOTS)?,
             red: s.alloc_zeros(REDUCE_GRID * 1024 + 1)?,
             counter: s.alloc_zeros(1)?,
-            attn: attention::AttentionState::new(s)?,
+            attn: attention::AttentionState::new(s, settings.attention_fused)?,
             ln_partial: s.alloc_zeros(1)?,
             rope_tab: None,
             mt_adamw: Default::default(),
             mt_sumsq: Default::default(),
             mt_zero: Default::default(),
-            graph: std::cell::RefCell::new(step_graph::StepGraphs::new(graphs)),
-            host_gap: Default::default(),
+            graph: std::cell::RefCell::new(step_graph::StepGraphs::new(settings.graphs, settings.verbose)),
+            host_gap: host_gap::HostGap::new(settings.verbose),
             graph_stream: std::cell::OnceCell::new(),
             error: None,
             next_slot: 0,
@@ -445,7 +442,7 @@ impl CudaBackend {
             bias16: s.alloc_zeros(1 << 12)?,
             bias_flag: s.alloc_zeros(1)?,
             prof,
-            lead_ns: probe::lead_ns_from_env()?,
+            settings,
             ctx,
             stream,
             funcs,

@@ -4,16 +4,11 @@
 //! Each CUBIN carries the fingerprint of the translation unit it was compiled from; one whose
 //! fingerprint differs from the unit this binary would compile now is not used (a stale build
 //! output), and NVRTC compiles that family at run time instead. `FP8SCOPE_PRECOMPILED=0` ignores
-//! them all.
+//! them all (`settings.rs`).
 
 use super::kernel_units::{Family, unit_fingerprint};
 
 include!(concat!(env!("OUT_DIR"), "/precompiled_table.rs"));
-
-/// Whether the embedded CUBINs are used: yes unless `FP8SCOPE_PRECOMPILED=0`.
-pub fn enabled() -> bool {
-    std::env::var("FP8SCOPE_PRECOMPILED").map(|v| v != "0").unwrap_or(true)
-}
 
 /// The embedded CUBIN of `family` for `arch`, if there is one compiled from the translation unit
 /// this binary holds.

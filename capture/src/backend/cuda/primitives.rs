@@ -248,7 +248,7 @@ impl Backend for CudaBackend {
 
     fn cast_weights(&mut self, calls: &[(GemmCall, &DevBuf)]) {
         // The step's first primitive: the FP8SCOPE_LEAD_US hold goes first.
-        if self.lead_ns > 0 {
+        if self.settings.lead_ns > 0 {
             self.spanned("lead", |me| me.lead());
         }
         if self.weights.batched {

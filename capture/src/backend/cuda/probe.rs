@@ -9,26 +9,16 @@
 use super::{CudaBackend, CudaError, cfg};
 use cudarc::driver::PushKernelArg;
 
-/// The hold in nanoseconds asked by `FP8SCOPE_LEAD_US` (0: none; a value that is not a whole
-/// number of µs is an error, rather than a silent run without the hold).
-pub(super) fn lead_ns_from_env() -> Result<u64, CudaError> {
-    match std::env::var("FP8SCOPE_LEAD_US") {
-        Err(std::env::VarError::NotPresent) => lead_ns(None),
-        Ok(v) => lead_ns(Some(&v)),
-        // Not UTF-8: refused by the parse, with the value as far as it reads.
-        Err(std::env::VarError::NotUnicode(v)) => lead_ns(Some(&v.to_string_lossy())),
-    }
-}
-
-/// [`lead_ns_from_env`] of the variable's value (`None`: unset).
-fn lead_ns(value: Option<&str>) -> Result<u64, CudaError> {
+/// The hold in nanoseconds asked by `FP8SCOPE_LEAD_US` (`None`: unset, 0: none; a value that is
+/// not a whole number of µs is an error, rather than a silent run without the hold).
+pub(super) fn lead_ns(value: Option<&str>) -> Result<u64, CudaError> {
     match value {
         None => Ok(0),
         Some(v) => v
             .trim()
             .parse::<u64>()
             .map(|us| us.saturating_mul(1000))
-            .map_err(|_| CudaError::Unsupported(format!("FP8SCOPE_LEAD_US={v}: expected a whole number of microseconds"))),
+            .map_err(|_| CudaError::Setting(format!("FP8SCOPE_LEAD_US={v}: expected a whole number of microseconds"))),
     }
 }
 
@@ -36,7 +26,7 @@ impl CudaBackend {
     /// Queues the hold of `FP8SCOPE_LEAD_US` (the caller skips it, and its profiler span, when
     /// the variable is unset).
     pub(super) fn lead(&mut self) -> Result<(), CudaError> {
-        let ns = self.lead_ns;
+        let ns = self.settings.lead_ns;
         launch!(self, "hold_device", cfg((1, 1, 1), 1), ns)
     }
 }

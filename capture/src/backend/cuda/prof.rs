@@ -47,9 +47,9 @@ pub struct Profiler {
 }
 
 impl Profiler {
-    pub fn from_env(ctx: &Arc<CudaContext>) -> Option<Profiler> {
-        std::env::var_os("FP8SCOPE_PROFILE").filter(|v| v != "0")?;
-        Some(Profiler {
+    /// The profiler of `FP8SCOPE_PROFILE` (`settings.rs`).
+    pub fn new(ctx: &Arc<CudaContext>) -> Profiler {
+        Profiler {
             ctx: ctx.clone(),
             pool: Vec::new(),
             open: Vec::new(),
@@ -64,7 +64,7 @@ impl Profiler {
             steps: 0,
             warmed: false,
             started: Instant::now(),
-        })
+        }
     }
 
     /// Records the start of `name`; returns its index for [`Profiler::end`].

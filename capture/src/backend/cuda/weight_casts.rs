@@ -55,15 +55,15 @@ pub(super) struct WeightCasts {
 }
 
 impl WeightCasts {
-    /// As `FP8SCOPE_WEIGHT_CASTS` says: `batched` (or unset) or `each`.
-    pub fn from_env() -> Result<WeightCasts, CudaError> {
-        let v = std::env::var("FP8SCOPE_WEIGHT_CASTS").ok();
-        Ok(WeightCasts { batched: batched(v.as_deref())?, by_site: HashMap::new(), tables: StepTables::default(), taken: 0 })
+    /// The weights' casts, batched (one launch a step) or each on its own.
+    pub fn new(batched: bool) -> WeightCasts {
+        WeightCasts { batched, by_site: HashMap::new(), tables: StepTables::default(), taken: 0 }
     }
 }
 
-/// [`WeightCasts::from_env`] of the variable's value (None: unset).
-fn batched(value: Option<&str>) -> Result<bool, CudaError> {
+/// Whether the weights' casts are batched, as `FP8SCOPE_WEIGHT_CASTS` says: `batched` (or unset)
+/// or `each` (None: unset).
+pub(super) fn batched(value: Option<&str>) -> Result<bool, CudaError> {
     match value.map(str::trim) {
         None | Some("batched") => Ok(true),
         Some("each") => Ok(false),

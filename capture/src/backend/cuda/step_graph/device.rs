@@ -104,7 +104,7 @@ impl CudaBackend {
         if on && self.prof.is_some() {
             return Err(CudaError::Setting(PROFILED.into()));
         }
-        self.graph = RefCell::new(StepGraphs::new(on));
+        self.graph = RefCell::new(StepGraphs::new(on, self.settings.verbose));
         Ok(())
     }
 

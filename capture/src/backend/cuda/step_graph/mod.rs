@@ -259,11 +259,12 @@ pub(super) struct StepGraphs<G = CudaGraph> {
     counts: GraphCounts,
     /// Why the graphs were turned off mid-run, if they were ([`StepGraphs::flush`]).
     failure: Option<String>,
+    verbose: bool,
 }
 
 impl<G> Drop for StepGraphs<G> {
     fn drop(&mut self) {
-        if (self.enabled || self.failure.is_some()) && super::verbose() {
+        if (self.enabled || self.failure.is_some()) && self.verbose {
             let c = self.counts;
             eprintln!(
                 "CUDA graphs: {} steps graphed ({} of them left mid-step), {} launched op by op; {} segments captured, {} replayed, {} kernel nodes patched",
@@ -274,8 +275,9 @@ impl<G> Drop for StepGraphs<G> {
 }
 
 impl<G> StepGraphs<G> {
-    pub fn new(enabled: bool) -> StepGraphs<G> {
-        StepGraphs { enabled, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default(), failure: None }
+    /// `verbose`: say the counts on stderr when dropped (`FP8SCOPE_VERBOSE`).
+    pub fn new(enabled: bool, verbose: bool) -> StepGraphs<G> {
+        StepGraphs { enabled, verbose, seen: HashSet::new(), segments: HashMap::new(), rec: None, counts: GraphCounts::default(), failure: None }
     }
 
     pub fn is_recording(&self) -> bool {
@@ -548,7 +550,7 @@ mod tests {
     #[test]
     fn steps_of_a_kind_are_captured_once_then_replayed_and_patched() {
         let dev = Fake::new(None);
-        let mut g = StepGraphs::<usize>::new(true);
+        let mut g = StepGraphs::<usize>::new(true, false);
         assert!(!step(&mut g, &dev, Some(1), 20, 5));
         assert!(dev.take().is_empty());
         assert!(step(&mut g, &dev, Some(1), 20, 5));
@@ -573,7 +575,7 @@ mod tests {
     #[test]
     fn a_step_leaves_its_recording_for_work_that_runs_at_once() {
         let dev = Fake::new(None);
-        let mut g = StepGraphs::<usize>::new(true);
+        let mut g = StepGraphs::<usize>::new(true, false);
         assert!(!step(&mut g, &dev, Some(1), 20, 5));
         assert!(g.begin(Some(1)));
         for i in 0..11 {
@@ -598,7 +600,7 @@ mod tests {
     #[test]
     fn graphs_off_record_nothing() {
         let dev = Fake::new(None);
-        let mut g = StepGraphs::<usize>::new(false);
+        let mut g = StepGraphs::<usize>::new(false, false);
         for _ in 0..3 {
             assert!(!step(&mut g, &dev, Some(1), 20, 5));
         }
@@ -611,7 +613,7 @@ mod tests {
     #[test]
     fn a_failed_capture_falls_back_to_launch_by_launch() {
         let dev = Fake::new(Some(1));
-        let mut g = StepGraphs::<usize>::new(true);
+        let mut g = StepGraphs::<usize>::new(true, false);
         step(&mut g, &dev, Some(1), 20, 5);
         assert!(step(&mut g, &dev, Some(1), 20, 5));
         let mut want = vec!["capture 0: 8 ops".to_string(), "launch 0".into()];
