@@ -287,6 +287,10 @@ pub struct TrainArgs {
     /// Where to train.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// With --device cuda: the GPU to train on, as the driver numbers the visible ones
+    /// (CUDA_VISIBLE_DEVICES applies first). The ranks of --dp / --tp all share it.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub gpu: u32,
     /// CPU threads (default: all cores).
     #[arg(long, value_parser = positive)]
     pub threads: Option<u32>,
@@ -842,6 +846,9 @@ impl TrainArgs {
             if self.at_step.is_some_and(|s| s >= self.steps) {
                 bail!("--at-step {}: the run must go past the checkpoint (--steps {})", self.at_step.unwrap_or(0), self.steps);
             }
+        }
+        if self.gpu != 0 && device != "cuda" {
+            bail!("--gpu {}: a GPU is chosen for --device cuda; this run trains on the {device}", self.gpu);
         }
         if self.dp > 1 {
             if model.batch % self.dp != 0 {

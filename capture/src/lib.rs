@@ -166,7 +166,8 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
         let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
     }
     // Start the GPU (kernels compiled, libraries loaded) before anything touches the disk.
-    let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::new().context("starting the CUDA backend")?) } else { None };
+    let gpu = args.gpu as usize;
+    let mut cuda = if device == "cuda" { Some(backend::cuda::CudaBackend::open(gpu, false).context("starting the CUDA backend")?) } else { None };
     if let Some(note) = cuda.as_ref().and_then(|be| be.attention_note(plan.config.model.channels as usize, plan.config.model.heads as usize)) {
         eprintln!("note: {note}");
     }
@@ -177,10 +178,11 @@ pub fn train_command(args: &TrainArgs) -> anyhow::Result<i32> {
         let (cfg, dist, name) = (&plan.config, &plan.dist, plan.name.clone());
         let manifest = if cuda.is_some() {
             // The kernels are loaded (and NVRTC's disk cache filled) once above; each rank opens
-            // its own backend on a stream of its own.
+            // its own backend on the same GPU, on a stream of its own.
             drop(cuda.take());
-            let open = |_rank: u32| backend::cuda::CudaBackend::new_sharing_gpu().context("starting the CUDA backend");
-            dist::driver::train_ranks(cfg, dist, dist::driver::RankDevice { name: "cuda:0", open: &open }, run.clone(), name, args.quiet)
+            let open = |_rank: u32| backend::cuda::CudaBackend::open(gpu, true).context("starting the CUDA backend");
+            let device = format!("cuda:{gpu}");
+            dist::driver::train_ranks(cfg, dist, dist::driver::RankDevice { name: &device, open: &open }, run.clone(), name, args.quiet)
         } else {
             let open = |_rank: u32| Ok(backend::cpu::CpuBackend::for_recipe(&cfg.recipe));
             dist::driver::train_ranks(cfg, dist, dist::driver::RankDevice { name: "cpu", open: &open }, run.clone(), name, args.quiet)

@@ -78,8 +78,14 @@ pub enum CudaError {
     Setting(String),
 }
 
-/// The GPU the backend would use: (name, (major, minor)), or why there is none.
+/// The GPU the backend would use (GPU 0): (name, (major, minor)), or why there is none.
 pub fn probe_gpu() -> Result<(String, (i32, i32)), CudaError> {
+    probe_gpu_at(0)
+}
+
+/// GPU `ordinal` (as the driver numbers the visible GPUs): (name, (major, minor)), or why there is
+/// none.
+pub fn probe_gpu_at(ordinal: usize) -> Result<(String, (i32, i32)), CudaError> {
     // SAFETY: only tries to dlopen the driver library.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(CudaError::NoDevice("the CUDA driver (libcuda.so) is not installed".into()));
@@ -88,7 +94,10 @@ pub fn probe_gpu() -> Result<(String, (i32, i32)), CudaError> {
     if n < 1 {
         return Err(CudaError::NoDevice("the driver sees no GPU".into()));
     }
-    let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice(format!("{e}")))?;
+    if ordinal >= n as usize {
+        return Err(CudaError::NoDevice(format!("GPU {ordinal} asked for, the driver sees {n} (0 to {})", n - 1)));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::NoDevice(format!("{e}")))?;
     let name = ctx.name()?;
     let cc = ctx.compute_capability()?;
     Ok((name, cc))
@@ -368,28 +377,24 @@ impl CudaBackend {
     /// Opens GPU 0, checks it can run FP8 GEMMs, compiles the kernels and creates the BLAS handles.
     /// Its work goes to the context's default stream.
     pub fn new() -> Result<CudaBackend, CudaError> {
-        Self::open(false)
+        Self::open(0, false)
     }
 
-    /// [`CudaBackend::new`] on a stream of its own: for one of several ranks that share GPU 0 (the
-    /// threads of `--dp` / `--tp` on one GPU), whose work must neither wait for nor be ordered
-    /// behind the other ranks' on the legacy default stream.
-    pub fn new_sharing_gpu() -> Result<CudaBackend, CudaError> {
-        Self::open(true)
-    }
-
-    fn open(own_stream: bool) -> Result<CudaBackend, CudaError> {
-        let (name, (major, minor)) = probe_gpu()?;
+    /// [`CudaBackend::new`] on GPU `ordinal`; with `shared`, on a stream of its own: for one of
+    /// several ranks that share the GPU (the threads of `--dp` / `--tp` on one GPU), whose work
+    /// must neither wait for nor be ordered behind the other ranks' on the legacy default stream.
+    pub fn open(ordinal: usize, shared: bool) -> Result<CudaBackend, CudaError> {
+        let (name, (major, minor)) = probe_gpu_at(ordinal)?;
         if (major, minor) < (8, 9) {
             return Err(CudaError::OldGpu { name, major, minor });
         }
         // Every setting is checked before the GPU is touched.
         let settings = settings::CudaSettings::from_env()?;
-        let ctx = CudaContext::new(0)?;
+        let ctx = CudaContext::new(ordinal)?;
         // One stream: cudarc's per-buffer event tracking would only add work.
         // SAFETY: every buffer of this backend is used on this one stream.
         unsafe { ctx.disable_event_tracking() };
-        let stream = if own_stream { ctx.new_stream()? } else { ctx.default_stream() };
+        let stream = if shared { ctx.new_stream()? } else { ctx.default_stream() };
         let arch = format!("sm_{major}{minor}");
         let funcs = load_kernels(&ctx, &arch, &settings)?;
         attention::configure(&funcs)?;
