@@ -38,6 +38,8 @@ CASES = [
     ("tiny", "l1.proj.wgrad underflow @50", ["--inject", "site=layers.1.proj,gemm=wgrad,kind=underflow,step=50"]),
     ("tiny", "l0.qkv.dgrad outlier @100", ["--inject", "site=layers.0.qkv,gemm=dgrad,kind=outlier,step=100"]),
     ("llama-tiny", "l1.qkv.wgrad underflow @50", ["--inject", "site=layers.1.qkv,gemm=wgrad,kind=underflow,step=50"]),
+    ("tiny", "l1.fc1 weight oscillation @100", ["--inject", "site=layers.1.fc1,kind=oscillation,step=100"]),
+    ("llama-tiny", "l0.qkv weight oscillation @100", ["--inject", "site=layers.0.qkv,kind=oscillation,step=100"]),
 ]
 
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{HEAVY, analyze, train_tiny};
+use common::{HEAVY, analyze, capture, train_tiny};
 
 #[test]
 fn the_drift_scenarios_underflow_surge_is_seen_before_the_drift() {
@@ -68,6 +68,45 @@ fn a_mis_scaled_cast_is_a_quantization_bias_before_any_loss_anomaly() {
     assert!(mech.iter().all(|m| !(m["kind"] == "saturation" && m["role"] == "activation")), "{mech:?}");
     let text = String::from_utf8_lossy(&analyze(&["anomalies", run.to_str().unwrap()]).stdout).to_string();
     assert!(text.contains("quantization bias: the cast inflates layers.1.fc2.fprop's activation by up to"), "{text}");
+}
+
+#[test]
+fn a_weight_parked_at_its_rounding_boundaries_is_an_oscillation_before_any_loss_anomaly() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (run, bf16) = (dir.path().join("osc"), dir.path().join("bf16"));
+    // From step 60 layers.1.fc1's weight sits at its FP8 grid's rounding boundaries, 1/64 of a bin
+    // past them on alternate sides (TetraJet-v2's oscillation, planted): its forward weight flips
+    // every element every step while the master moves 1/32 of a bin.
+    train_tiny(&run, &["--recipe", "delayed", "--steps", "120", "--inject", "site=layers.1.fc1,kind=oscillation,step=60", "--quiet"]);
+    train_tiny(&bf16, &["--recipe", "bf16", "--steps", "120", "--quiet"]);
+    let o = analyze(&["--json", "anomalies", run.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mech = v["mechanisms"].as_array().unwrap();
+    let osc = mech.iter().find(|m| m["kind"] == "weight oscillation").unwrap_or_else(|| panic!("{mech:?}"));
+    assert_eq!((osc["gemm_name"].as_str(), osc["role"].as_str(), osc["step"].as_i64()), (Some("layers.1.fc1.fprop"), Some("weight"), Some(60)), "{osc}");
+    let ratio = osc["value"].as_f64().unwrap();
+    assert!(ratio > 20.0 && ratio < 40.0, "flip ratio {ratio}: about 1 / (2 · 1/64) = 32");
+    assert!(mech.iter().all(|m| m["kind"] != "weight oscillation" || m["gemm_name"] == "layers.1.fc1.fprop"), "only the planted weight: {mech:?}");
+    // It fires first: the loss shows nothing.
+    assert_eq!(
+        (v["gap_spikes"].as_array().map(Vec::len), &v["drift"], &v["nonfinite"]["first_loss_step"]),
+        (Some(0), &serde_json::Value::Null, &serde_json::Value::Null),
+        "{v}"
+    );
+    let text = String::from_utf8_lossy(&analyze(&["anomalies", run.to_str().unwrap(), "--baseline", bf16.to_str().unwrap()]).stdout).to_string();
+    assert!(text.contains("with no loss anomaly yet") && text.contains("weight oscillation: layers.1.fc1.fprop's weight flips up to"), "{text}");
+    // Only with delayed scaling's given scale, and only on a forward weight.
+    let refuse = |recipe: &str, spec: &str| {
+        let out = dir.path().join(recipe).display().to_string();
+        capture(&["train", "--preset", "tiny", "--device", "cpu", "--steps", "2", "--recipe", recipe, "--inject", spec, "--out", &out])
+    };
+    let current = refuse("current", "site=layers.1.fc1,kind=oscillation,step=1");
+    assert_eq!(current.status.code(), Some(2), "{}", String::from_utf8_lossy(&current.stderr));
+    assert!(String::from_utf8_lossy(&current.stderr).contains("--recipe delayed"), "{}", String::from_utf8_lossy(&current.stderr));
+    let dgrad = refuse("delayed", "site=layers.1.fc1,gemm=dgrad,kind=oscillation,step=1");
+    assert_eq!(dgrad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&dgrad.stderr).contains("gemm=fprop"), "{}", String::from_utf8_lossy(&dgrad.stderr));
 }
 
 #[test]

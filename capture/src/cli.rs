@@ -548,7 +548,10 @@ pub struct TrainArgs {
     /// see how the spike grows as the model learns. Recorded in the manifest.
     #[arg(long, value_name = "STEP", value_parser = positive, help_heading = "Planted faults")]
     pub scenario_step: Option<u32>,
-    /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X].
+    /// Plant a defect: site=layers.1.fc2,gemm=dgrad,kind=overflow|underflow|outlier|nan,step=50[,magnitude=X];
+    /// or site=S,kind=oscillation,step=N[,magnitude=F]: from step N, S's weight parked at its FP8
+    /// grid's rounding boundaries before each step's casts, F (1/64) of the bin past them on
+    /// alternate sides, so its forward weight flips every step (TetraJet-v2's oscillation; delayed).
     /// With --dp or --tp 2 or more, a fault of the ranks: kind=amax-local,site=S,step=N (from step
     /// N that site's amaxes are not reduced: each rank's own); kind=amax-dp-only,site=S,step=N
     /// (--tp 2 or more: from step N the amaxes of that site's tensor-parallel shards are reduced
@@ -634,11 +637,24 @@ pub fn parse_injection(spec: &str, n_layers: u32) -> anyhow::Result<Injection> {
     if site.layer >= n_layers {
         bail!("--inject '{spec}': the model has layers 0-{}", n_layers - 1);
     }
-    let gemm = gemm.with_context(|| format!("--inject '{spec}': missing gemm=fprop|dgrad|wgrad"))?;
+    let kind = kind.with_context(|| format!("--inject '{spec}': missing kind=overflow|underflow|outlier|nan|oscillation"))?;
+    let kind = InjectionKind::parse(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier, nan or oscillation"))?;
+    // An oscillation parks the weight its forward cast reads: gemm=fprop, or none.
+    let gemm = match (gemm, kind) {
+        (None, InjectionKind::Oscillation) => "fprop".to_string(),
+        (g, _) => g.with_context(|| format!("--inject '{spec}': missing gemm=fprop|dgrad|wgrad"))?,
+    };
     let gemm = Gemm::parse(&gemm).with_context(|| format!("--inject '{spec}': gemm must be fprop, dgrad or wgrad"))?;
-    let kind = kind.with_context(|| format!("--inject '{spec}': missing kind=overflow|underflow|outlier|nan"))?;
-    let kind = InjectionKind::parse(&kind).with_context(|| format!("--inject '{spec}': kind must be overflow, underflow, outlier or nan"))?;
-    Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude: magnitude.unwrap_or(kind.default_magnitude()) })
+    let magnitude = magnitude.unwrap_or(kind.default_magnitude());
+    if kind == InjectionKind::Oscillation {
+        if gemm != Gemm::Fprop {
+            bail!("--inject '{spec}': kind=oscillation parks the site's weight, which its forward cast reads: gemm=fprop (or no gemm)");
+        }
+        if !(magnitude > 0.0 && magnitude < 0.5) {
+            bail!("--inject '{spec}': kind=oscillation's magnitude is the offset past the rounding boundary, a fraction of the bin in (0, 0.5)");
+        }
+    }
+    Ok(Injection { site, gemm, kind, step: step.unwrap_or(1), magnitude })
 }
 
 fn data_kind_is_synthetic(d: DataArg) -> bool {
@@ -857,6 +873,12 @@ impl TrainArgs {
             if matches!(kind, RecipeKind::Current | RecipeKind::Block) {
                 bail!("--dp {}: the {} recipe reduces its amaxes before each cast, inside the step; use --recipe delayed or bf16", self.dp, kind.as_str());
             }
+        }
+        if kind != RecipeKind::Delayed && injections.iter().any(|i| i.kind == InjectionKind::Oscillation) {
+            bail!("--inject kind=oscillation parks a weight at the boundaries of the grid its given scale makes: use --recipe delayed");
+        }
+        if self.tp > 1 && injections.iter().any(|i| i.kind == InjectionKind::Oscillation) {
+            bail!("--inject kind=oscillation parks a whole weight; with --tp {} each rank holds a shard: run it on one rank or with --dp", self.tp);
         }
         if kind != RecipeKind::Delayed && dist_faults.iter().any(|f| !matches!(f, crate::dist::DistFault::RankDies { .. })) {
             bail!(

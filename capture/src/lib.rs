@@ -22,6 +22,7 @@ pub mod interrupt;
 pub mod layers;
 pub mod micro;
 pub mod model;
+pub mod oscillation;
 pub mod process_clock;
 pub mod recipe;
 pub mod record;

@@ -76,6 +76,8 @@ fn faults_at(cfg: &RunConfig, id: GemmId, step: u32) -> Option<(OperandFault, Op
             }
             InjectionKind::Outlier => fa.outlier_factor *= inj.magnitude as f32,
             InjectionKind::Nan => nan |= step == inj.step,
+            // Not a fault of the cast: the weight itself is moved before the step (`park_weights`).
+            InjectionKind::Oscillation => {}
         }
     }
     (!fa.is_none() || !fb.is_none() || nan).then_some((fa, fb, nan))
@@ -388,6 +390,24 @@ fn launch_step_work<B: Backend>(
     (dumps, done)
 }
 
+/// The planted oscillations of `cfg` active at `step`: each site's weight parked at the rounding
+/// boundaries of the grid its forward cast uses this step (`plan`), on the side of the step's
+/// parity ([`crate::oscillation::park`]). Before the step's casts.
+fn park_weights<B: Backend>(be: &mut B, model: &mut Model<B>, cfg: &RunConfig, plan: &StepPlan, step: u32) {
+    let lay = crate::model::Layout::of(&model.dims);
+    for inj in cfg.injections.iter().filter(|i| i.kind == InjectionKind::Oscillation && step >= i.step) {
+        let id = GemmId { layer: inj.site.layer, module: inj.site.module, gemm: Gemm::Fprop };
+        let Some(&(_, crate::backend::OperandCast::Fp8Tensor { format, scale: crate::backend::ScaleSource::Given { scale, .. } })) = plan.casts.get(&id) else {
+            continue;
+        };
+        let w = &mut model.state.params[lay.linear(inj.site.layer as usize, inj.site.module).0];
+        let n = be.len(w);
+        let mut values = be.download(w, 0, n, 1);
+        crate::oscillation::park(&mut values, format, scale, step % 2 == 0, inj.magnitude);
+        be.overwrite(w, &values);
+    }
+}
+
 /// Trains as `cfg` says and records into `run` (which must be a fresh, empty directory).
 pub fn train<B: Backend>(be: &mut B, cfg: &RunConfig, run: RunDir, name: String, quiet: bool) -> anyhow::Result<Outcome> {
     train_rank(be, cfg, run, name, quiet, &mut RankGroups::one(), &DistPlan::default(), None)
@@ -495,6 +515,7 @@ pub fn train_rank<B: Backend>(
             None => batches.stage(be, step),
         };
         let mut plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults);
+        park_weights(be, &mut model, cfg, &plan, step);
         // A job of several ranks records each weight's forward cast (and may plant a stale one).
         let weights = if several {
             watch.before_step(be, &mut model, &mut plan, step);

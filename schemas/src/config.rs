@@ -546,16 +546,23 @@ pub enum InjectionKind {
     Outlier,
     /// One NaN in the GEMM's output, at that step only.
     Nan,
+    /// The site's weight parked at its FP8 grid's rounding boundaries before each step's casts, on
+    /// alternate sides (TetraJet-v2's oscillation, planted; fprop, delayed scaling): its forward
+    /// weight flips a bin every step while the master barely moves. Magnitude: the offset past the
+    /// boundary, as a fraction of the bin.
+    Oscillation,
 }
 
 impl InjectionKind {
-    pub const ALL: [InjectionKind; 4] = [InjectionKind::Overflow, InjectionKind::Underflow, InjectionKind::Outlier, InjectionKind::Nan];
+    pub const ALL: [InjectionKind; 5] =
+        [InjectionKind::Overflow, InjectionKind::Underflow, InjectionKind::Outlier, InjectionKind::Nan, InjectionKind::Oscillation];
     pub fn as_str(self) -> &'static str {
         match self {
             InjectionKind::Overflow => "overflow",
             InjectionKind::Underflow => "underflow",
             InjectionKind::Outlier => "outlier",
             InjectionKind::Nan => "nan",
+            InjectionKind::Oscillation => "oscillation",
         }
     }
     pub fn parse(s: &str) -> Option<InjectionKind> {
@@ -568,6 +575,7 @@ impl InjectionKind {
             InjectionKind::Underflow => 16.0,
             InjectionKind::Outlier => 1e4,
             InjectionKind::Nan => 0.0,
+            InjectionKind::Oscillation => 1.0 / 64.0,
         }
     }
 }
