@@ -403,7 +403,7 @@ fn park_weights<B: Backend>(be: &mut B, model: &mut Model<B>, cfg: &RunConfig, p
         let w = &mut model.state.params[lay.linear(inj.site.layer as usize, inj.site.module).0];
         let n = be.len(w);
         let mut values = be.download(w, 0, n, 1);
-        crate::oscillation::park(&mut values, format, scale, step % 2 == 0, inj.magnitude);
+        crate::oscillation::park(&mut values, format, scale, step.is_multiple_of(2), inj.magnitude);
         be.overwrite(w, &values);
     }
 }
