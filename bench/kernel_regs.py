@@ -56,9 +56,11 @@ def main():
             ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
     lib = ctypes.CDLL(sorted(glob.glob(os.path.join(d, "lib", "libnvrtc.so*")))[0])
     src = open(args[0]).read()
-    # The translation unit the backend compiles (capture/src/backend/cuda/kernels.rs: HEADERS): each
-    # `#include "X.cuh"` of kernels/ replaced by that header's text.
-    src = re.sub(r'#include "(\w+\.cuh)"', lambda m: open(os.path.join(KERNELS, m.group(1))).read(), src)
+    # The translation unit the backend compiles (capture/src/backend/cuda/kernel_units.rs: HEADERS):
+    # each `#include "X.cuh"` of kernels/ replaced by that header's text, the headers' own includes
+    # (common.cuh's formats.cuh) too.
+    while re.search(r'#include "(\w+\.cuh)"', src):
+        src = re.sub(r'#include "(\w+\.cuh)"', lambda m: open(os.path.join(KERNELS, m.group(1))).read(), src)
     src = "".join(f"#define {m.replace('=', ' ', 1)}\n" for m in defines) + src
     inc = os.environ.get("CUDA_INCLUDE", os.path.join(d, "include"))
     prog = ctypes.c_void_p()

@@ -6,10 +6,10 @@
 //! (`schemas/src/element_formats.rs`, included by path), so that the build script can include it
 //! (`#[path]`) and both compile the same text with the same options.
 //!
-//! The kernels' formats come from that contract: `#include "formats.cuh"` is replaced by
-//! [`formats_header`], generated from its `KERNEL_FORMATS` (the format codes, their constants,
-//! the conversions, and `FOR_EACH_FMT` macros that instantiate a kernel per format), and the
-//! names of the cast kernels are generated from the same list ([`cast_kernel_names`]).
+//! The kernels' formats come from that contract: `kernels/formats.cuh` is [`formats_header`]'s
+//! text, generated from its `KERNEL_FORMATS` (the format codes, their constants, the conversions,
+//! and `FOR_EACH_FMT` macros that instantiate a kernel per format) and held to it by a test, and
+//! the names of the cast kernels are generated from the same list ([`cast_kernel_names`]).
 
 use cudarc::nvrtc::{result as nr, sys as ns};
 use std::ffi::{CString, c_char};
@@ -21,10 +21,13 @@ use std::path::PathBuf;
 pub mod element_formats;
 use element_formats::KERNEL_FORMATS;
 
-/// The headers of `kernels/`, each pasted in place of its `#include` line ([`Family::translation_unit`]);
-/// none includes another.
-const HEADERS: [(&str, &str); 6] = [
+/// The headers of `kernels/`, each pasted in place of its `#include` line ([`Family::translation_unit`]),
+/// in this order: only `common.cuh` includes another, `formats.cuh`, which comes after it.
+/// `formats.cuh` is generated from the quantization contract ([`formats_header`]) and committed, so
+/// that tools reading `kernels/` as files find it; a test holds the file to the generator.
+const HEADERS: [(&str, &str); 7] = [
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("formats.cuh", include_str!("../../../../kernels/formats.cuh")),
     ("activations.cuh", include_str!("../../../../kernels/activations.cuh")),
     ("norms.cuh", include_str!("../../../../kernels/norms.cuh")),
     ("cast_stats.cuh", include_str!("../../../../kernels/cast_stats.cuh")),
@@ -123,12 +126,11 @@ impl Family {
     }
 
     /// The full translation unit NVRTC compiles: the family's file with the headers it includes
-    /// pasted in ([`HEADERS`], then `formats.cuh` as [`formats_header`] generates it; and, for
-    /// [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
+    /// pasted in ([`HEADERS`]; and, for [`Family::CastSrc`], `CAST_SRC_UNIT` defined first).
     pub fn translation_unit(self) -> String {
         let unit = if self == Family::CastSrc { "#define CAST_SRC_UNIT\n" } else { "" };
         let src = HEADERS.iter().fold(self.source().to_string(), |s, (name, text)| s.replace(&format!("#include \"{name}\""), text));
-        unit.to_string() + &src.replace("#include \"formats.cuh\"", &formats_header())
+        unit.to_string() + &src
     }
 }
 
@@ -142,9 +144,14 @@ impl Family {
 ///   that does not saturate leaves the finite range), `fmt_overflow_code` and `fmt_overflows_to_inf`
 ///   (the code it gives there: Inf, or NaN where the format has no Inf), `to_fp8` and `from_fp8`,
 ///   each with one case per FP8 format and a trap for any other code.
+#[allow(dead_code)] // called by the test that holds kernels/formats.cuh to the contract
 pub fn formats_header() -> String {
     let fp8: Vec<_> = KERNEL_FORMATS.iter().filter(|f| f.is_fp8()).collect();
-    let mut h = String::from("// Generated from schemas/src/element_formats.rs (KERNEL_FORMATS) by kernel_units.rs: edit the contract, not this.\n");
+    let mut h = String::from(
+        "// Generated from schemas/src/element_formats.rs (KERNEL_FORMATS) by capture/src/backend/cuda/kernel_units.rs\n\
+         // (formats_header): edit the contract, then regenerate this file with\n\
+         //   FP8SCOPE_WRITE_FORMATS_CUH=1 cargo test --release -p fp8-capture --lib the_kernels_formats_come_from_the_contract\n",
+    );
     for f in &KERNEL_FORMATS {
         let _ = writeln!(h, "#define FMT_{} {}", f.tag, f.code);
     }

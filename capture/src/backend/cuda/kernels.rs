@@ -209,6 +209,18 @@ mod tests {
     #[test]
     fn the_kernels_formats_come_from_the_contract() {
         let h = super::super::kernel_units::formats_header();
+        // kernels/formats.cuh, committed for the tools that read kernels/ as files, is the
+        // generator's text.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/formats.cuh");
+        if std::env::var_os("FP8SCOPE_WRITE_FORMATS_CUH").is_some() {
+            std::fs::write(&path, &h).expect("write kernels/formats.cuh");
+        }
+        let committed = std::fs::read_to_string(&path).expect("kernels/formats.cuh");
+        assert!(
+            committed == h,
+            "kernels/formats.cuh differs from what schemas/src/element_formats.rs generates now; regenerate it with\n  \
+             FP8SCOPE_WRITE_FORMATS_CUH=1 cargo test --release -p fp8-capture --lib the_kernels_formats_come_from_the_contract\nand rebuild"
+        );
         for line in [
             "#define FMT_BF16 0",
             "#define FMT_E4M3 1",
