@@ -40,10 +40,10 @@ def names(culprits):
 
 
 def verdict_kind(v):
-    if v.get("anomaly"):
-        return "anomaly"
     if v.get("inconclusive"):
         return "inconclusive"
+    if v.get("anomaly"):
+        return "anomaly"
     if v.get("mechanisms"):
         return "mechanism"
     return "healthy" if v.get("healthy") else "unknown"

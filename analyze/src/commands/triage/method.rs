@@ -553,9 +553,12 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         None
     };
     let confirmed = confirmation.as_ref().is_none_or(|c| c.held);
+    // An anomaly the second seed does not reproduce (its FP8 run ends within its own noise band)
+    // is one seed's excursion, not a fault: inconclusive, as a gap within the band is.
+    let not_reproduced = confirmation.as_ref().is_some_and(|c| c.anomaly.is_none());
     let verdict = Verdict {
         healthy: false,
-        inconclusive: false,
+        inconclusive: not_reproduced,
         mechanisms: Vec::new(),
         anomaly: Some(anomaly),
         culprits: if confirmed { found } else { Vec::new() },

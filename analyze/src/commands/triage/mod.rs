@@ -199,7 +199,8 @@ pub struct Confirmation {
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     pub healthy: bool,
-    /// Nothing significant, but a gap the noise band explains: no culprit can be named.
+    /// No culprit can be named: nothing significant but a gap the noise band explains, or (with
+    /// `anomaly` set) an anomaly of the first seed that the second seed does not reproduce.
     pub inconclusive: bool,
     /// No loss anomaly, but an FP8 failure mechanism in the statistics (a saturating cast, an
     /// underflow surge: `analysis::mechanisms`): the run is not called healthy. Each in words.
@@ -232,5 +233,5 @@ pub fn run(a: &TriageArgs, json: bool) -> Result<Outcome, AnalyzeError> {
     let _ = std::fs::write(a.out.join("verdict.json"), output::json_text(&v));
     let _ = std::fs::write(a.out.join("verdict.txt"), &text);
     let stdout = if json { output::json_text(&v) } else { text };
-    Ok(Outcome { stdout, findings: v.anomaly.is_some() })
+    Ok(Outcome { stdout, findings: v.anomaly.is_some() && !v.inconclusive })
 }

@@ -280,6 +280,16 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
     for n in &f.notes {
         s += &format!("\nnote: {n}\n");
     }
+    if let Some(cf) = v.confirmation.as_ref().filter(|c| v.inconclusive && c.anomaly.is_none()) {
+        s += &format!(
+            "\nverdict: inconclusive — the {} of seed {} does not reproduce on seed {} (its FP8 run ends within the noise band there), so it is one seed's excursion rather than a fault of the FP8 GEMMs; no culprit can be named. More replicas, another seed or a longer run would tell.\n",
+            v.anomaly.clone().unwrap_or_default(),
+            cf.seed.saturating_sub(1),
+            cf.seed
+        );
+        s += &format!("the verdict rests on {} runs.\n", t.runs.len());
+        return s;
+    }
     s += &format!("\nverdict: {} ", v.anomaly.clone().unwrap_or_default());
     let complete = f.complete;
     let tested: Vec<Culprit> = v.confirmation.as_ref().map(|c| c.culprits.clone()).unwrap_or_else(|| v.culprits.clone());
