@@ -59,8 +59,14 @@ def main():
     # The translation unit the backend compiles (capture/src/backend/cuda/kernel_units.rs: HEADERS):
     # each `#include "X.cuh"` of kernels/ replaced by that header's text, the headers' own includes
     # (common.cuh's formats.cuh) too.
-    while re.search(r'#include "(\w+\.cuh)"', src):
-        src = re.sub(r'#include "(\w+\.cuh)"', lambda m: open(os.path.join(KERNELS, m.group(1))).read(), src)
+    # Only #include lines count (a header's comments name its own #include), each header pasted once.
+    include = re.compile(r'^#include "(\w+\.cuh)"', re.M)
+    pasted = set()
+    while (m := include.search(src)) is not None:
+        name = m.group(1)
+        text = "" if name in pasted else open(os.path.join(KERNELS, name)).read()
+        pasted.add(name)
+        src = src[:m.start()] + text + src[m.end():]
     src = "".join(f"#define {m.replace('=', ' ', 1)}\n" for m in defines) + src
     inc = os.environ.get("CUDA_INCLUDE", os.path.join(d, "include"))
     prog = ctypes.c_void_p()
