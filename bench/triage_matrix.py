@@ -6,13 +6,16 @@ healthy, inconclusive), the culprits, whether they are exactly the planted GEMM,
 was confirmed (the predicted two-run test or the second seed), the final gap against the noise band,
 the runs recorded and the seconds taken.
 
-    python3 bench/triage_matrix.py --bin BIN_DIR --out OUT [--only faults|clean] [--cases 0,3] \
-        [--deadline SECONDS] [--device cuda] [--jobs 4]
+    python3 bench/triage_matrix.py --bin BIN_DIR --out OUT [--only faults|clean] [--cases f3,c0] \
+        [--deadline SECONDS] [--stop-at SECONDS] [--parallel 2] [--device cuda] [--jobs 4]
 
 Rows go to OUT/matrix.jsonl as each case ends (a call cut short keeps what it finished); the table
-to OUT/matrix.md. --deadline stops starting cases after that many seconds.
+to OUT/matrix.md. --parallel runs that many triages at once (each with --jobs runs at once: small
+presets leave most of a GPU idle, so the seconds of a case then include waiting for the others'
+runs). --deadline stops starting cases after that many seconds; --stop-at ends the triages still
+running at that many seconds, each recorded as cut short.
 """
-import argparse, json, os, shutil, subprocess, time
+import argparse, json, os, shutil, signal, subprocess, tempfile, time
 
 STEPS = {"seed": 450, "llama-small": 400}
 
@@ -49,17 +52,17 @@ def verdict_kind(v):
     return "healthy" if v.get("healthy") else "unknown"
 
 
-def triage(a, d, preset, seed, extra):
+def triage_argv(a, d, preset, seed, extra):
     shutil.rmtree(d, ignore_errors=True)
-    argv = [os.path.join(a.bin, "fp8-analyze"), "--json", "triage", "--quiet", "--predict", "--out", d, "--preset", preset, "--seed", str(seed),
+    return [os.path.join(a.bin, "fp8-analyze"), "--json", "triage", "--quiet", "--predict", "--out", d, "--preset", preset, "--seed", str(seed),
             "--steps", str(STEPS[preset]), "--device", a.device, "--jobs", str(a.jobs)] + extra
-    t0 = time.time()
-    p = subprocess.run(argv, capture_output=True, text=True)
-    secs = round(time.time() - t0, 1)
+
+
+def parse_verdict(out, err):
     try:
-        return json.loads(p.stdout), secs, None
+        return json.loads(out), None
     except ValueError:
-        return None, secs, (p.stderr.strip() or p.stdout.strip())[-400:]
+        return None, (err.strip() or out.strip())[-400:]
 
 
 def row_of(v, secs, err):
@@ -81,8 +84,10 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--only", choices=["faults", "clean"])
-    ap.add_argument("--cases", help="comma-separated indices into the faults (or, with --only clean, the clean runs)")
+    ap.add_argument("--cases", help="comma-separated indices into the faults and the clean runs; f3 or c3 names one list's")
     ap.add_argument("--deadline", type=float, default=1e9, help="start no case after this many seconds")
+    ap.add_argument("--stop-at", type=float, default=1e9, help="end the triages still running at this many seconds")
+    ap.add_argument("--parallel", type=int, default=1, help="triages run at once")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, "runs")
@@ -93,29 +98,62 @@ def main():
     if a.only != "faults":
         todo += [("clean", i, c) for i, c in enumerate(CLEAN)]
     if a.cases:
-        keep = {int(i) for i in a.cases.split(",")}
-        todo = [t for t in todo if t[1] in keep]
-    rows = []
-    for kind, i, case in todo:
-        if time.time() - started > a.deadline:
-            print(f"deadline: {kind} {i} not started", flush=True)
-            continue
+        # "3" picks the fault and the clean run of index 3 (as --only allows); "f3" or "c3" one of them.
+        keep = set()
+        for tok in a.cases.split(","):
+            kinds = {"f": ["fault"], "c": ["clean"]}.get(tok[0], ["fault", "clean"])
+            keep |= {(k, int(tok.lstrip("fc"))) for k in kinds}
+        todo = [t for t in todo if (t[0], t[1]) in keep]
+    def case_of(kind, i, case):
+        """The case's row head and its triage command line."""
+        d = os.path.join(work, f"{kind}{i:02d}")
         if kind == "fault":
             preset, seed, site, gemm, fault, step = case
-            planted = f"{site}.{gemm}"
-            v, secs, err = triage(a, os.path.join(work, f"fault{i:02d}"), preset, seed, ["--inject", f"site={site},gemm={gemm},kind={fault},step={step}"])
-            row = {"case": f"fault{i:02d}", "preset": preset, "seed": seed, "fault": f"{planted} {fault}@{step}", **row_of(v, secs, err)}
-            row["exact"] = row.get("culprits") == [planted]
+            head = {"case": f"fault{i:02d}", "preset": preset, "seed": seed, "fault": f"{site}.{gemm} {fault}@{step}", "planted": f"{site}.{gemm}"}
+            return head, triage_argv(a, d, preset, seed, ["--inject", f"site={site},gemm={gemm},kind={fault},step={step}"])
+        preset, seed = case
+        return {"case": f"clean{i:02d}", "preset": preset, "seed": seed, "fault": "none"}, triage_argv(a, d, preset, seed, [])
+
+    def finish(head, v, secs, err):
+        row = {k: x for k, x in head.items() if k != "planted"}
+        row.update(row_of(v, secs, err))
+        if "planted" in head:
+            row["exact"] = row.get("culprits") == [head["planted"]]
         else:
-            preset, seed = case
-            v, secs, err = triage(a, os.path.join(work, f"clean{i:02d}"), preset, seed, [])
-            row = {"case": f"clean{i:02d}", "preset": preset, "seed": seed, "fault": "none", **row_of(v, secs, err)}
             row["exact"] = row["verdict"] in ("healthy", "inconclusive")
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(os.path.join(a.out, "matrix.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
         shutil.rmtree(os.path.join(work, row["case"]), ignore_errors=True)
+
+    rows = []
+    running = []  # (head, Popen, started, stdout file, stderr file)
+    while todo or running:
+        while todo and len(running) < a.parallel:
+            kind, i, case = todo.pop(0)
+            if time.time() - started > a.deadline:
+                print(f"deadline: {kind} {i} not started", flush=True)
+                continue
+            head, argv = case_of(kind, i, case)
+            fo, fe = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            running.append((head, subprocess.Popen(argv, stdout=fo, stderr=fe, text=True, start_new_session=True), time.time(), fo, fe))
+        time.sleep(1)
+        for r in list(running):
+            head, p, t0, fo, fe = r
+            cut = p.poll() is None and time.time() - started > a.stop_at
+            if cut:
+                os.killpg(p.pid, signal.SIGKILL)  # the triage and the fp8-capture runs it started
+                p.wait()
+            if p.poll() is None:
+                continue
+            running.remove(r)
+            fo.seek(0)
+            fe.seek(0)
+            v, err = parse_verdict(fo.read(), fe.read())
+            if cut:
+                v, err = None, f"cut short at --stop-at {a.stop_at:.0f} s"
+            finish(head, v, round(time.time() - t0, 1), err)
     md = ["| case | preset | seed | fault | verdict | culprits | exact | predicted held | band | runs | s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         band = "-" if r.get("band") is None else f"{r['band']:.2%}"

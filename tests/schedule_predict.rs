@@ -219,3 +219,36 @@ fn schedule_finds_the_cheapest_switch_that_recovers_a_planted_fault() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--from 1.5"));
 }
+
+#[test]
+fn predict_on_a_run_diverged_by_non_saturating_casts_wants_every_gemm_that_ran_at_its_limit() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = |out: &std::path::Path, extra: &[&str]| {
+        let o = out.display().to_string();
+        let mut args = vec!["train", "--preset", "tiny", "--device", "cpu", "--scenario", "nan", "--steps", "30", "--quiet", "--out", o.as_str()];
+        args.extend_from_slice(extra);
+        let r = capture(&args);
+        // Exit 3: the run went non-finite (and was recorded up to there).
+        assert_eq!(r.status.code(), Some(3), "{args:?}: {}", String::from_utf8_lossy(&r.stderr));
+    };
+    let run = dir.path().join("nan");
+    tiny(&run, &["--shadow", "--dump-every", "25"]);
+    let o = analyze(&["--json", "predict", run.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rec = |name: &str| p["sets"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()["recovery"].as_f64().unwrap();
+    // The scenario's casts turn an overflow into NaN, and (scales out of warm-up at step 2) most
+    // operands pass their delayed amax at once: no kind alone is predicted to recover the run ...
+    for kind in ["bf16-fprop", "bf16-dgrad", "bf16-wgrad", "top-1"] {
+        assert_eq!(rec(kind), 0.0, "{kind}");
+    }
+    // ... only a set of every GEMM that ran within 5% of its limit, more than one kind's worth.
+    let recommended = p["recommended"]["gemms"].as_array().unwrap().len();
+    assert!(recommended > 8, "{}", p["recommended"]);
+    assert_eq!(p["recommended"]["recovery"].as_f64(), Some(1.0));
+    let text = analyze(&["predict", run.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("a set recovers the run only with all of them"));
+    // And so it is: with the forward GEMMs in BF16 the run still diverges.
+    tiny(&dir.path().join("fprop"), &["--bf16-gemms", "fprop"]);
+}

@@ -45,6 +45,7 @@
 use crate::analysis::anomalies::{find_nonfinite, loss_curve};
 use crate::analysis::compare::compare_runs;
 use crate::analysis::metrics::error_of_cosine;
+use crate::analysis::overflow_risk::{headroom_ratios, overflow_diverges};
 use crate::analysis::provenance::{lacking, rounding_caveat};
 use crate::error::AnalyzeError;
 use crate::load::{Run, f64s, i64s, strs};
@@ -153,6 +154,10 @@ pub struct LocatedGemm {
     pub signed_total: Option<f64>,
     /// The step this GEMM's operand went non-finite first of all tensors (its score is then ∞).
     pub nonfinite_at: Option<i64>,
+    /// In a run that went non-finite with casts that turn an overflow into NaN (delayed scaling,
+    /// `--overflow nan`): how close its operands came to overflowing up to that step, the largest
+    /// amax / (amax_used · 2^margin) ([`crate::analysis::overflow_risk`]). None elsewhere.
+    pub headroom_ratio: Option<f64>,
     /// Operand roles whose error was subtracted (empty with shadow records).
     pub inputs: Vec<String>,
     pub errors: Vec<StepError>,
@@ -573,6 +578,7 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
                 harm_total,
                 signed_total,
                 nonfinite_at: None,
+                headroom_ratio: None,
                 layer,
                 module,
                 gemm,
@@ -591,12 +597,18 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
     // A GEMM whose operand went non-finite first (in execution order, at the earliest step any
     // did) does unbounded harm: it ranks first, at that step, whether or not a dump step saw it.
     let (steps, loss) = loss_curve(run)?;
-    if let Some(x) = find_nonfinite(run, &steps, &loss)?.first_tensor
-        && let Some(g) = ranked.iter_mut().find(|g| g.layer == x.layer && g.module == x.module && Some(&g.gemm) == x.gemm.as_ref())
-    {
-        g.score = f64::INFINITY;
-        g.peak_step = x.step;
-        g.nonfinite_at = Some(x.step);
+    if let Some(x) = find_nonfinite(run, &steps, &loss)?.first_tensor {
+        if let Some(g) = ranked.iter_mut().find(|g| g.layer == x.layer && g.module == x.module && Some(&g.gemm) == x.gemm.as_ref()) {
+            g.score = f64::INFINITY;
+            g.peak_step = x.step;
+            g.nonfinite_at = Some(x.step);
+        }
+        if overflow_diverges(run) {
+            let ratios = headroom_ratios(run, x.step)?;
+            for g in &mut ranked {
+                g.headroom_ratio = ratios.get(&(g.layer, g.module.clone(), g.gemm.clone())).copied();
+            }
+        }
     }
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.execution_rank.cmp(&b.execution_rank)).then(a.gemm_name.cmp(&b.gemm_name)));
     for g in &mut ranked {

@@ -11,7 +11,8 @@
 //! - [`compare`] and [`metrics`]: tensors against the baseline's; [`compat`]: whether two runs
 //!   can be compared;
 //! - [`locate`]: the GEMMs ranked by the harm their error does, with the evidence; [`predict`]:
-//!   the share of the loss gap each BF16 routing would recover, from the same records;
+//!   the share of the loss gap each BF16 routing would recover, from the same records, and
+//!   [`overflow_risk`]: how close each GEMM's casts came to overflowing before a run diverged;
 //! - [`bisect`]: the order of candidate GEMMs and the search for a minimal curing set;
 //! - [`summary`]: what was run and the worst tensors; [`params`]: the documented defaults;
 //! - [`provenance`]: where a run came from, what it lacks, and the caveat of rounded statistics.
@@ -28,6 +29,7 @@ pub mod locate;
 pub mod mechanisms;
 pub mod metrics;
 pub mod noise;
+pub mod overflow_risk;
 pub mod params;
 pub mod predict;
 pub mod provenance;

@@ -17,7 +17,10 @@
 //!   fault, a stale scale or a flush adds over it (‖δ‖ grows as √e).
 //!
 //! The predicted recovery of a set of GEMMs routed to BF16 is its share of the run's mass:
-//! Σ_set / Σ_all (1 when the set holds the GEMM that went non-finite first). Both shares are
+//! Σ_set / Σ_all. A run that went non-finite has unbounded mass, held by the GEMM that went
+//! non-finite first and, where its casts turn an overflow into NaN, by every GEMM whose operands
+//! came as close to their limit ([`crate::analysis::overflow_risk`]): a set that holds all of them
+//! recovers it whole (1), one that leaves any out recovers nothing (0). Both shares are
 //! reported; the bound share is the one `triage` uses, the signed share is kept beside it. These
 //! are first-order: an error whose harm comes through the optimizer's state (a gradient spike that
 //! inflates Adam's second moment for many steps) or through the operands of later GEMMs is seen only
@@ -27,6 +30,7 @@
 //! cost 2·N·in·out FLOPs each).
 
 use crate::analysis::locate::{LocateReport, LocatedGemm};
+use crate::analysis::overflow_risk::AT_RISK_RATIO;
 use fp8scope_schemas::config::ModelDims;
 use fp8scope_schemas::names::{Gemm, Module};
 use serde::Serialize;
@@ -99,8 +103,15 @@ fn excess_of(g: &LocatedGemm) -> f64 {
         .sum()
 }
 
+/// Whether `g` holds a share of a non-finite run's unbounded mass: it went non-finite first, or the
+/// run's casts turn an overflow into NaN and its operands came within [`AT_RISK_RATIO`] of their
+/// limit up to that step (routed alone, the others would overflow in their turn).
+fn unbounded(g: &LocatedGemm) -> bool {
+    g.nonfinite_at.is_some() || g.headroom_ratio.is_some_and(|r| r >= AT_RISK_RATIO)
+}
+
 fn mass_of(g: &LocatedGemm) -> GemmMass {
-    let nonfinite = g.nonfinite_at.is_some();
+    let nonfinite = unbounded(g);
     let bound = if nonfinite { f64::INFINITY } else { g.harm_total.unwrap_or(0.0) };
     GemmMass {
         gemm_name: g.gemm_name.clone(),
@@ -112,10 +123,12 @@ fn mass_of(g: &LocatedGemm) -> GemmMass {
     }
 }
 
-/// Share of `total` held by `part`, where an infinite total is held only by infinite parts.
-fn share(part: f64, total: f64) -> f64 {
+/// Share of `total` held by `part`. An infinite total (a non-finite run) is recovered whole by a
+/// set that holds every unbounded GEMM, and not at all by one that leaves any out: the run still
+/// diverges (`held_all`).
+fn share(part: f64, total: f64, held_all: bool) -> f64 {
     if total.is_infinite() {
-        if part.is_infinite() { 1.0 } else { 0.0 }
+        if part.is_infinite() && held_all { 1.0 } else { 0.0 }
     } else if total > 0.0 {
         part / total
     } else {
@@ -135,6 +148,7 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
     let signed_ok = masses.iter().all(|m| m.signed.is_some());
     let total_signed: f64 = masses.iter().filter_map(|m| m.signed).sum();
     let inside = |m: &&GemmMass| gemms.contains(&m.gemm_name);
+    let held_all = loc.ranked.iter().filter(|g| unbounded(g)).all(|g| gemms.contains(&g.gemm_name));
     let part_bound: f64 = masses.iter().filter(inside).map(|m| m.bound).sum();
     let part_signed: f64 = masses.iter().filter(inside).filter_map(|m| m.signed).sum();
     let (part_excess, total_excess): (f64, f64) = (masses.iter().filter(inside).map(|m| m.excess).sum(), masses.iter().map(|m| m.excess).sum());
@@ -144,9 +158,9 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
     SetPrediction {
         name: name.to_string(),
         gemms: gemms.to_vec(),
-        recovery: share(part_bound, total_bound),
-        signed_recovery: signed_ok.then(|| share(part_signed, total_signed)),
-        excess_recovery: share(part_excess, total_excess),
+        recovery: share(part_bound, total_bound, held_all),
+        signed_recovery: signed_ok.then(|| share(part_signed, total_signed, held_all)),
+        excess_recovery: share(part_excess, total_excess, held_all),
         bf16_flops_share: if all_flops > 0.0 { set_flops / all_flops } else { 0.0 },
     }
 }
@@ -171,7 +185,7 @@ pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<Strin
     let mut chosen = Vec::new();
     let mut held = 0.0;
     for m in &masses {
-        if share(held, total) >= RECOMMENDED_SHARE || m.bound <= 0.0 {
+        if (total.is_finite() && share(held, total, true) >= RECOMMENDED_SHARE) || m.bound <= 0.0 || (total.is_infinite() && m.bound.is_finite()) {
             break;
         }
         chosen.push(m.gemm_name.clone());
@@ -206,6 +220,7 @@ mod tests {
             harm_total: Some(harm),
             signed_total: Some(signed),
             nonfinite_at: None,
+            headroom_ratio: None,
             inputs: Vec::new(),
             errors: Vec::new(),
             evidence: Vec::new(),
@@ -260,5 +275,29 @@ mod tests {
         assert_eq!(p.recommended.gemms, vec!["layers.0.fc1.fprop".to_string()]);
         assert_eq!(p.sets.iter().find(|s| s.name == "bf16-dgrad").unwrap().recovery, 0.0);
         assert_eq!(p.sets.iter().find(|s| s.name == "bf16-fprop").unwrap().recovery, 1.0);
+    }
+
+    #[test]
+    fn a_non_saturating_run_recovers_only_with_every_gemm_that_ran_at_its_limit() {
+        let dims = dims();
+        let mut first = gemm("layers.0.fc1.fprop", "fc1", "fprop", 0.1, 0.0);
+        first.nonfinite_at = Some(40);
+        first.headroom_ratio = Some(0.99);
+        let mut close = gemm("layers.0.fc2.dgrad", "fc2", "dgrad", 8.0, -6.0);
+        close.headroom_ratio = Some(0.97);
+        let mut far = gemm("layers.0.qkv.wgrad", "qkv", "wgrad", 3.0, -1.0);
+        far.headroom_ratio = Some(0.6);
+        let loc = report(vec![first, close, far]);
+        let p = predict(&loc, &dims, &[("both".into(), vec!["layers.0.fc1.fprop".into(), "layers.0.fc2.dgrad".into()])]);
+        let rec = |n: &str| p.sets.iter().find(|s| s.name == n).unwrap().recovery;
+        // The first to go non-finite alone is not enough: fc2's dgrad ran within 3% of its limit.
+        assert_eq!(rec("bf16-fprop"), 0.0);
+        assert_eq!(rec("bf16-dgrad"), 0.0);
+        assert_eq!(rec("both"), 1.0);
+        // The recommendation holds both unbounded GEMMs, not the one far from its limit.
+        let mut r = p.recommended.gemms.clone();
+        r.sort();
+        assert_eq!(r, vec!["layers.0.fc1.fprop".to_string(), "layers.0.fc2.dgrad".to_string()]);
+        assert_eq!(p.recommended.recovery, 1.0);
     }
 }

@@ -51,9 +51,9 @@ pub fn cast_kernel(level: usize, fmt: usize, layout: CastLayout) -> &'static str
 /// The multi-tensor kernel casting a step's FP8 weights (`cast.cu`: `cast_weights_l{L}_f{F}`) at
 /// statistics level `level` (0 to 2) to the FP8 format of code `fmt`; None for BF16.
 pub fn cast_weights_kernel(level: usize, fmt: usize) -> Option<&'static str> {
-    let fp8: Vec<usize> = super::kernel_units::element_formats::KERNEL_FORMATS.iter().filter(|f| f.is_fp8()).map(|f| f.code as usize).collect();
-    let i = fp8.iter().position(|&c| c == fmt)?;
-    Some(CAST_KERNELS[N_FMT * 9 + 3 + level.min(2) * fp8.len() + i])
+    let fp8 = || super::kernel_units::element_formats::KERNEL_FORMATS.iter().filter(|f| f.is_fp8());
+    let i = fp8().position(|f| f.code as usize == fmt)?;
+    Some(CAST_KERNELS[N_FMT * 9 + 3 + level.min(2) * fp8().count() + i])
 }
 
 /// The cast kernel of a computed source of kind `kind` (`cast_src.cuh`: SRC_*, 1 to 9) at statistics
