@@ -248,7 +248,8 @@ fn predict_on_a_run_diverged_by_non_saturating_casts_wants_every_gemm_that_ran_a
     assert!(recommended > 8, "{}", p["recommended"]);
     assert_eq!(p["recommended"]["recovery"].as_f64(), Some(1.0));
     let text = analyze(&["predict", run.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&text.stdout).contains("a set recovers the run only with all of them"));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("up to that step (amax / amax_used)") && text.contains("a set recovers the run only with all of them"), "{text}");
     // And so it is: with the forward GEMMs in BF16 the run still diverges.
     tiny(&dir.path().join("fprop"), &["--bf16-gemms", "fprop"]);
 }

@@ -148,7 +148,7 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
     let signed_ok = masses.iter().all(|m| m.signed.is_some());
     let total_signed: f64 = masses.iter().filter_map(|m| m.signed).sum();
     let inside = |m: &&GemmMass| gemms.contains(&m.gemm_name);
-    let held_all = loc.ranked.iter().filter(|g| unbounded(g)).all(|g| gemms.contains(&g.gemm_name));
+    let held_all = masses.iter().filter(|m| m.bound.is_infinite()).all(|m| gemms.contains(&m.gemm_name));
     let part_bound: f64 = masses.iter().filter(inside).map(|m| m.bound).sum();
     let part_signed: f64 = masses.iter().filter(inside).filter_map(|m| m.signed).sum();
     let (part_excess, total_excess): (f64, f64) = (masses.iter().filter(inside).map(|m| m.excess).sum(), masses.iter().map(|m| m.excess).sum());
@@ -182,10 +182,12 @@ pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<Strin
         sets.push(predict_set(loc, dims, name, gemms));
     }
     let total: f64 = masses.iter().map(|m| m.bound).sum();
+    // A non-finite run: every unbounded GEMM (`share`); else the fewest holding RECOMMENDED_SHARE.
     let mut chosen = Vec::new();
     let mut held = 0.0;
     for m in &masses {
-        if (total.is_finite() && share(held, total, true) >= RECOMMENDED_SHARE) || m.bound <= 0.0 || (total.is_infinite() && m.bound.is_finite()) {
+        let enough = if total.is_infinite() { m.bound.is_finite() } else { share(held, total, true) >= RECOMMENDED_SHARE };
+        if enough || m.bound <= 0.0 {
             break;
         }
         chosen.push(m.gemm_name.clone());

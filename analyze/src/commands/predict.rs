@@ -80,7 +80,9 @@ fn render(p: &Prediction, top: usize) -> String {
     let unbounded = p.masses.iter().filter(|m| m.bound.is_infinite()).count();
     if unbounded > 1 {
         s += &format!(
-            "the run went non-finite with casts that turn an overflow into NaN, and {unbounded} GEMMs ran within {:.0}% of their scale's limit up to that step              (amax / amax_used): routed alone, the others overflow in their turn, so a set recovers the run only with all of them.              Saturating casts (--overflow saturate, Transformer Engine's) or current scaling keep each overflow finite instead.\n\n",
+            "the run went non-finite with casts that turn an overflow into NaN, and {unbounded} GEMMs ran within {:.0}% of their scale's limit up to that step \
+             (amax / amax_used): routed alone, the others overflow in their turn, so a set recovers the run only with all of them. \
+             Saturating casts (--overflow saturate, Transformer Engine's) or current scaling keep each overflow finite instead.\n\n",
             100.0 * (1.0 - AT_RISK_RATIO)
         );
     }
