@@ -520,10 +520,12 @@ pub struct TrainArgs {
     /// At dump steps, also run each FP8 GEMM of the dumped sites in BF16 and record its error.
     #[arg(long, help_heading = "Recording")]
     pub shadow: bool,
-    /// Keep the last K steps' dumps and shadow GEMMs of the dumped sites (--dump-layers) and write
-    /// them only when something fires: a non-finite value, a saturation burst (≥ 1% of an FP8 cast)
-    /// or a loss spike (the analyzer's rule, online). locate then scores the GEMMs at the anomaly
-    /// step itself. Costs a dump and shadow GEMMs every step; a clean run writes no dumps.
+    /// Dump the dumped sites (--dump-layers) with their shadow GEMMs at the step where something
+    /// fires and the K steps after it: a non-finite value, a saturation burst (≥ 1% of an FP8
+    /// cast) or a loss spike (the analyzer's rule, online). The firing step is launched again with
+    /// the dumps before its optimizer runs, so training is unchanged and locate scores the GEMMs
+    /// at the anomaly step itself. A clean run writes no dumps and costs one early look at each
+    /// step's statistics. One rank only.
     #[arg(long, value_name = "K", default_value = "0", help_heading = "Recording")]
     pub flight_recorder: u32,
     /// Close a Parquet part of every table at least every N steps.

@@ -1,24 +1,28 @@
-//! The flight recorder (`--flight-recorder K`): every step dumps the selected sites' operands and
-//! runs their shadow GEMMs, but their rows wait in a ring of the last K steps; they are written only
-//! when something fires, so that `locate` can score the GEMMs at the anomaly step itself, which
-//! fixed dump steps miss (a one-step spike falls between them). A clean run writes no dumps.
+//! The flight recorder (`--flight-recorder K`): the dumped sites' operands and shadow GEMMs at the
+//! step where something goes wrong and the K steps after it, so that `locate` can score the GEMMs at
+//! the anomaly step itself, which fixed dump steps miss (a one-step spike falls between them). A
+//! clean run writes no dumps, and its steps cost what steps without a recorder cost but for one
+//! early look at their reports.
 //!
-//! Triggers, checked at the end of each step, in this order:
+//! Each step's loss and reports are checked by the triggers before the optimizer runs
+//! (`train.rs`); a step that fires is launched again with the dumps and shadow GEMMs, on the same
+//! weights and batch, as the anomaly replay launches one again with every statistic (`replay.rs`),
+//! so training is unchanged. The next K steps are then dumped as they come (what follows the
+//! trigger: a spike whose saturation starts a step after its batch), and the recorder does not fire
+//! again before they pass, so that one anomaly is written once. The steps before the firing are
+//! not kept: keeping them would mean dumping every step (on the GPU, operands downloaded and shadow
+//! GEMMs run at every step, which left the device a few percent busy at the `seed` preset). Each
+//! firing adds a `flight_recorder` event saying why.
+//!
+//! Triggers, in this order:
 //! - **non-finite**: an operand or a GEMM result holds NaN/Inf, or the loss is not finite;
 //! - **saturation burst**: an FP8 operand cast saturates at least [`SATURATION_BURST`] of its
 //!   values (past delayed scaling's warm-up: a cast whose scale came from a real amax);
 //! - **loss spike**: the loss exceeds median + [`SPIKE_K`]·σ of the trailing [`SPIKE_WINDOW`]
 //!   losses, σ = max(1.4826·MAD, 1e-4·|median|), with at least [`MIN_SPIKE_HISTORY`] of them:
 //!   `fp8-analyze anomalies`' spike rule with its defaults, online.
-//!
-//! After firing, the ring starts empty and the next K steps are written as they come (what follows
-//! the trigger: a spike whose saturation starts a step after its batch), and the recorder does not
-//! fire again before they pass, so that one anomaly is written once. Each firing adds a `flight_recorder` event saying why. On the GPU the operands are
-//! downloaded every step (they are not kept in device memory yet), which costs what dumping every
-//! step costs.
 
 use crate::backend::GemmReport;
-use fp8scope_schemas::tables::{ShadowRow, TensorRow};
 use std::collections::VecDeque;
 
 /// Share of an FP8 cast's values that, saturated, fires the recorder.
@@ -57,51 +61,40 @@ impl LossWatch {
     }
 }
 
-/// The ring of the last K steps' dumps and shadow GEMMs, and the trailing losses.
+/// When the recorder fired last and the trailing losses.
 pub struct FlightRecorder {
-    k: usize,
-    ring: VecDeque<(Vec<TensorRow>, Vec<ShadowRow>)>,
+    k: u32,
     losses: LossWatch,
-    quiet_until: u32,
+    /// Steps before this one are written as they come (the K steps after a firing).
+    writing_until: u32,
 }
 
 impl FlightRecorder {
     pub fn new(k: u32) -> FlightRecorder {
-        FlightRecorder { k: k.max(1) as usize, ring: VecDeque::new(), losses: LossWatch::default(), quiet_until: 0 }
+        FlightRecorder { k: k.max(1), losses: LossWatch::default(), writing_until: 0 }
     }
 
-    /// Whether `step` follows a firing closely enough that its rows are written as they come.
+    /// Whether `step` follows a firing closely enough to be dumped as it comes.
     pub fn writing(&self, step: u32) -> bool {
-        step < self.quiet_until
+        step < self.writing_until
     }
 
-    /// Keeps one step's rows, dropping the oldest beyond K.
-    pub fn keep(&mut self, tensors: Vec<TensorRow>, shadow: Vec<ShadowRow>) {
-        self.ring.push_back((tensors, shadow));
-        while self.ring.len() > self.k {
-            self.ring.pop_front();
-        }
-    }
-
-    /// Why the recorder fires at `step` (None: it does not). Call once per step, after `keep`.
+    /// Why the recorder fires at `step` (None: it does not), from the step's loss and reports
+    /// before its optimizer runs. Call once per step; a firing opens the K steps after it
+    /// ([`Self::writing`]), during which it does not fire again.
     pub fn fires(&mut self, step: u32, loss: f64, reports: &[GemmReport]) -> Option<String> {
         let spike = self.losses.observe(loss).filter(|_| loss.is_finite());
-        if step < self.quiet_until {
+        if self.writing(step) {
             return None;
         }
         let why = nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike)?;
-        self.quiet_until = step + 1 + self.k as u32;
+        self.writing_until = step + 1 + self.k;
         Some(why)
     }
 
-    /// The kept rows, oldest first; the ring starts empty again.
-    pub fn drain(&mut self) -> (Vec<TensorRow>, Vec<ShadowRow>) {
-        let (mut t, mut s) = (Vec::new(), Vec::new());
-        for (a, b) in self.ring.drain(..) {
-            t.extend(a);
-            s.extend(b);
-        }
-        (t, s)
+    /// The steps a firing at `step` writes: itself and the K after it.
+    pub fn window(&self, step: u32) -> (u32, u32) {
+        (step, step + self.k)
     }
 }
 
@@ -152,41 +145,22 @@ fn saturation(reports: &[GemmReport]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fp8scope_schemas::names::{Gemm, Module};
-
-    fn row(step: u32) -> ShadowRow {
-        ShadowRow {
-            step,
-            layer: 0,
-            module: Module::Qkv,
-            gemm: Gemm::Fprop,
-            numel: 1,
-            cosine: 1.0,
-            mse: 0.0,
-            rel_l2: 0.0,
-            max_abs_diff: 0.0,
-            rank: None,
-            dual_inner: None,
-            dual_norm: None,
-        }
-    }
 
     #[test]
-    fn a_spike_fires_once_and_the_ring_keeps_the_last_k_steps() {
+    fn a_spike_fires_once_and_opens_the_next_k_steps() {
         let mut f = FlightRecorder::new(3);
         for step in 1..=20u32 {
-            f.keep(Vec::new(), vec![row(step)]);
             let loss = 3.0 - 0.01 * step as f64 + if step % 2 == 0 { 1e-3 } else { 0.0 };
             assert_eq!(f.fires(step, loss, &[]), None, "no spike in a smooth descent at step {step}");
+            assert!(!f.writing(step + 1));
         }
-        f.keep(Vec::new(), vec![row(21)]);
         let why = f.fires(21, 4.0, &[]).expect("a jump of 1.2 fires");
         assert!(why.starts_with("loss spike"), "{why}");
-        let (_, shadow) = f.drain();
-        assert_eq!(shadow.iter().map(|r| r.step).collect::<Vec<_>>(), [19, 20, 21]);
+        assert_eq!(f.window(21), (21, 24));
         // The next K steps are written as they come, and it does not fire again meanwhile.
         assert!(f.writing(22) && f.writing(24) && !f.writing(25));
         assert_eq!(f.fires(22, 9.0, &[]), None);
+        assert_eq!(f.fires(24, f64::NAN, &[]), None, "a non-finite loss within the window is written as it comes");
         assert!(f.fires(25, f64::NAN, &[]).unwrap().contains("non-finite loss"));
     }
 }

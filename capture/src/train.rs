@@ -118,12 +118,12 @@ fn is_dump_step(r: &fp8scope_schemas::config::RecordConfig, step: u32) -> bool {
     r.dump_every > 0 && (step.is_multiple_of(r.dump_every) || step == 1)
 }
 
-fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32, rank: &RankFaults) -> StepPlan {
+/// The plan of `step`: its casts, planted faults, statistics level and dumps (a dump step, or one
+/// of the steps after the flight recorder fired: `flight_writing`).
+fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_layers: u32, rank: &RankFaults, flight_writing: bool) -> StepPlan {
     let r = &cfg.record;
     let stats_step = r.stats_every > 0 && (step.is_multiple_of(r.stats_every) || step == 1);
     let dump_step = is_dump_step(r, step);
-    // The flight recorder dumps every step (its rows wait in its ring until something fires).
-    let flight_step = r.flight_recorder > 0 && !dump_step;
     let full = dump_step || (stats_step && on_cadence(step, r.stats_every, r.quant_error_every));
     let channels = stats_step && on_cadence(step, r.stats_every, r.channel_stats_every);
     let stats = if full && stats_step {
@@ -173,7 +173,7 @@ fn plan_step(cfg: &RunConfig, scaling: &Scaling, rec: &Recording, step: u32, n_l
         casts,
         faults,
         stats,
-        dump_sites: if dump_step || flight_step { rec.dump_sites.clone() } else { HashSet::new() },
+        dump_sites: if dump_step || flight_writing { rec.dump_sites.clone() } else { HashSet::new() },
         dump_roles: rec.dump_roles.clone(),
         dump_max_elems: r.dump_max_elems as usize,
         dump_strided: r.dump_sample == DumpSample::Strided,
@@ -236,8 +236,9 @@ struct Finished {
     dumps: Vec<crate::model::DumpCapture>,
     /// Faults of the ranks planted on this rank at this step, described (`injection` events).
     planted: Vec<String>,
-    /// The step dumped for the flight recorder only (its rows wait in the ring).
-    flight_step: bool,
+    /// Why the flight recorder fired at this step, and the steps it writes (this one, launched
+    /// again with the dumps, and the K after it).
+    flight: Option<(String, (u32, u32))>,
     /// Each weight's forward cast (digest, what changed), for the casts table of several ranks.
     weights: HashMap<Site, WeightCast>,
     /// Why the step was launched again with every statistic (the anomaly replay), if it was.
@@ -246,8 +247,8 @@ struct Finished {
 
 /// Hands a finished step's rows to the writer (with an event when its loss is not finite), and
 /// closes the tables' parts when `flush_every` says so.
-fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, flight: &mut Option<FlightRecorder>) -> anyhow::Result<()> {
-    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight_step, weights, replayed } = f;
+fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool) -> anyhow::Result<()> {
+    let Finished { step, loss, grad_norm, lr, tokens, step_ms, stats, reports, dumps, planted, flight, weights, replayed } = f;
     let mut rows_out = StepRows {
         step: Some(StepRow { step, loss, grad_norm, lr, tokens, step_ms, nonfinite_tensors: rows::count_nonfinite_tensors(&reports), rank: None }),
         ..Default::default()
@@ -273,33 +274,20 @@ fn record(writer: &mut Writer, f: Finished, flush_every: u32, casts: bool, fligh
     rows_out.events = rows::nonfinite_events(step, &reports);
     rows_out.shadow = rows::shadow_rows(step, &reports);
     rows_out.tensors = rows::tensor_rows(step, dumps, &reports);
-    if let Some(fr) = flight.as_mut() {
-        // A step's dumps wait in the ring (unless it is a dump step of its own); everything kept
-        // is written when the recorder fires.
-        if flight_step && fr.writing(step) {
-            fr.keep(Vec::new(), Vec::new());
-        } else if flight_step {
-            fr.keep(std::mem::take(&mut rows_out.tensors), std::mem::take(&mut rows_out.shadow));
-        } else {
-            fr.keep(Vec::new(), Vec::new());
-        }
-        if let Some(why) = fr.fires(step, loss, &reports) {
-            let (tensors, shadow) = fr.drain();
-            let first = tensors.iter().map(|t| t.step).chain(shadow.iter().map(|r| r.step)).min().unwrap_or(step);
-            rows_out.tensors.extend(tensors);
-            rows_out.shadow.extend(shadow);
-            rows_out.events.push(EventRow {
-                step,
-                kind: "flight_recorder".into(),
-                layer: None,
-                module: None,
-                gemm: None,
-                role: None,
-                value: None,
-                message: format!("{why}: dumps and shadow GEMMs of steps {first}-{step} written"),
-                rank: None,
-            });
-        }
+    if let Some((why, (first, last))) = flight {
+        rows_out.events.push(EventRow {
+            step,
+            kind: "flight_recorder".into(),
+            layer: None,
+            module: None,
+            gemm: None,
+            role: None,
+            value: None,
+            message: format!(
+                "{why}: the step was launched again with the dumps and shadow GEMMs, which are written for steps {first}-{last} (as far as the run goes)"
+            ),
+            rank: None,
+        });
     }
     if let Some(why) = replayed {
         let message = format!("{why}: the step was launched again with every statistic (per-channel statistics and quantization error)");
@@ -440,6 +428,10 @@ pub fn train_rank<B: Backend>(
     let reserved = scenario.as_ref().map_or(0, |s| s.reserved_tokens());
     let data = Data::reserving(&cfg.data, m.vocab, reserved, m.batch, m.seq, cfg.train.seed)?;
     let rec = recording(cfg, m.layers)?;
+    if role.is_some() && cfg.record.flight_recorder > 0 {
+        // Its replay of a firing step would have to be agreed by every rank (their collectives).
+        anyhow::bail!("--flight-recorder records a run of one rank; drop it, or use --dump-every, for a run of several");
+    }
     let mut flight = (cfg.record.flight_recorder > 0).then(|| FlightRecorder::new(cfg.record.flight_recorder));
     // The anomaly replay's watch on the loss: where some statistics steps go without the full set
     // (`--channel-stats-every` or `--quant-error-every` above 1), on one rank (a replay on several
@@ -514,7 +506,7 @@ pub fn train_rank<B: Backend>(
             Some(b) => b,
             None => batches.stage(be, step),
         };
-        let mut plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults);
+        let mut plan = plan_step(cfg, &scaling, &rec, step, m.layers, &faults, flight.as_ref().is_some_and(|f| f.writing(step)));
         park_weights(be, &mut model, cfg, &plan, step);
         // A job of several ranks records each weight's forward cast (and may plant a stale one).
         let weights = if several {
@@ -531,7 +523,7 @@ pub fn train_rank<B: Backend>(
         }
         if let Some(f) = finished.take() {
             let t = Instant::now();
-            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             record_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         if step < cfg.train.steps {
@@ -542,27 +534,37 @@ pub fn train_rank<B: Backend>(
         let mut loss = tp_done
             .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
             .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
-        // The anomaly replay: a statistics step that fires the flight recorder's triggers (a
-        // non-finite value, a saturation burst, a loss spike), planned without the per-channel
-        // statistics or the quantization error, is launched again with every statistic
-        // before the optimizer runs (same weights, same batch, same bits), so that the anomaly's
-        // own step has the full set whatever the cadence.
+        // The anomaly replay: a step that fires the flight recorder's triggers (a non-finite value,
+        // a saturation burst, a loss spike) is launched again before the optimizer runs (same
+        // weights, same batch, same bits), with what it lacks: every statistic, when it was a
+        // statistics step planned without the per-channel statistics or the quantization error
+        // (`replay.rs`), and the dumps and shadow GEMMs, when the flight recorder is on and the step
+        // dumps nothing yet (`flight.rs`).
         let mut replayed = None;
+        let mut flight_fired = None;
         let mut early_reports = None;
-        if let (Ok(l), Some(watch)) = (&loss, replay.as_mut()) {
+        if let (Ok(l), true) = (&loss, replay.is_some() || flight.is_some()) {
             let reports = be.take_reports();
-            match watch.fires(step, *l, &reports, (StatsLevel::Cheap..StatsLevel::Full).contains(&plan.stats)) {
-                Some(why) => {
-                    be.repeat_step();
+            let fired = flight.as_mut().and_then(|f| f.fires(step, *l, &reports).map(|why| (why, f.window(step))));
+            let stats_why = replay.as_mut().and_then(|w| w.fires(step, *l, &reports, (StatsLevel::Cheap..StatsLevel::Full).contains(&plan.stats)));
+            let dump_again = fired.is_some() && plan.dump_sites.is_empty();
+            flight_fired = fired;
+            if stats_why.is_some() || dump_again {
+                be.repeat_step();
+                if stats_why.is_some() {
                     plan.stats = StatsLevel::Full;
-                    let (again, tp_done) = launch_step_work(be, &mut model, &batch, &plan, &mut *groups.tp);
-                    dumps = again;
-                    loss = tp_done
-                        .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
-                        .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
-                    replayed = Some(why);
                 }
-                None => early_reports = Some(reports),
+                if dump_again {
+                    plan.dump_sites = rec.dump_sites.clone();
+                }
+                let (again, tp_done) = launch_step_work(be, &mut model, &batch, &plan, &mut *groups.tp);
+                dumps = again;
+                loss = tp_done
+                    .map_err(|source| crate::step::PhaseError { step, phase: crate::step::Phase::Forward, source })
+                    .and_then(|_| crate::step::step_loss(be, &mut model, &mut *groups.dp, batch.supervised, step));
+                replayed = stats_why;
+            } else {
+                early_reports = Some(reports);
             }
         }
         let reduced = loss
@@ -624,8 +626,7 @@ pub fn train_rank<B: Backend>(
             })
             .map(DistFault::describe)
             .collect();
-        let flight_step = cfg.record.flight_recorder > 0 && !is_dump_step(&cfg.record, step);
-        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight_step, weights, replayed };
+        let f = Finished { step, loss, grad_norm, lr, tokens, step_ms, stats: plan.stats, reports, dumps, planted, flight: flight_fired, weights, replayed };
         losses.push(loss);
         let tok_s = tokens as f64 * dp as f64 * (step - first + 1) as f64 / started.elapsed().as_secs_f64();
         pb.set_message(format!("loss {loss:.4}  {tok_s:.0} tok/s"));
@@ -634,14 +635,14 @@ pub fn train_rank<B: Backend>(
             pb.suspend(|| println!("step {step:>4}  loss={loss:.4}"));
         }
         if !finite {
-            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             status = RunStatus::Diverged;
             error = Some(format!("non-finite loss at step {step}"));
             writer.flush(step)?;
             break;
         }
         if crate::interrupt::requested() {
-            record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
+            record(&mut writer, f, cfg.record.flush_every, several)?;
             status = RunStatus::Crashed;
             error = Some(format!("interrupted by a signal after step {step}"));
             pb.suspend(|| eprintln!("interrupted: stopping after step {step} (again to quit at once)"));
@@ -651,7 +652,7 @@ pub fn train_rank<B: Backend>(
     }
     // The last step's rows (or, after a failure, those of the step before it).
     if let Some(f) = finished.take() {
-        record(&mut writer, f, cfg.record.flush_every, several, &mut flight)?;
+        record(&mut writer, f, cfg.record.flush_every, several)?;
     }
     pb.finish_and_clear();
     if std::env::var_os("FP8SCOPE_PROFILE").is_some_and(|v| v != "0") && !record_ms.is_empty() {

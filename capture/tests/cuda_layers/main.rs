@@ -282,3 +282,14 @@ fn bf16_buffer(gpu: &mut fp8_capture::backend::cuda::CudaBackend, values: &[f32]
     assert!(out.is_bf16());
     out
 }
+
+/// The channel statistics of a GPU cast report against the CPU's: the amax channel exactly, the
+/// share to 1e-12 (f64 sums of the same squares in different orders).
+pub(crate) fn same_channels(gpu: &fp8_capture::backend::CastReport, cpu: &fp8_capture::backend::CastReport, what: &str) {
+    let (g, c) = (gpu.channels.expect("GPU channel statistics"), cpu.channels.expect("CPU channel statistics"));
+    assert_eq!(g.amax_channel, c.amax_channel, "{what}: amax channel");
+    match (g.top_channel_sq_frac, c.top_channel_sq_frac) {
+        (Some(a), Some(b)) => assert!((a - b).abs() <= 1e-12 * b, "{what}: top channels' share {a} vs {b}"),
+        (a, b) => assert_eq!(a, b, "{what}: top channels' share"),
+    }
+}

@@ -143,11 +143,9 @@ fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
     // (m, k) of W; rows and columns that are not whole 64 × 64 tiles among them.
     let shapes: Vec<(usize, usize)> = (0..70).map(|i| [(64, 64), (96, 128), (224, 64), (160, 256), (64, 96)][i % 5]).collect();
     let mut draw = |len: usize, scale: f32| -> Vec<f32> { (0..len).map(|_| scale * normal.sample(&mut rng)).collect() };
-    let bufs: Vec<[Buf; 3]> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &(m, k))| [gpu.upload(&draw(m * k, 0.05 * (1 + i % 4) as f32)), gpu.upload(&draw(n * k, 1.0)), gpu.upload(&draw(n * m, 1e-3))])
-        .collect();
+    let host: Vec<[Vec<f32>; 3]> =
+        shapes.iter().enumerate().map(|(i, &(m, k))| [draw(m * k, 0.05 * (1 + i % 4) as f32), draw(n * k, 1.0), draw(n * m, 1e-3)]).collect();
+    let bufs: Vec<[Buf; 3]> = host.iter().map(|h| [gpu.upload(&h[0]), gpu.upload(&h[1]), gpu.upload(&h[2])]).collect();
     let given = |scale: f32| OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale, amax_used: 448.0 / scale } };
     let grad = OperandCast::Fp8Tensor { format: Fp8Format::E5M2, scale: ScaleSource::Given { scale: 4096.0, amax_used: 14.0 } };
     // Weight i's cast: BF16 and current scaling for some (cast at their GEMM), a given scale else.
@@ -194,6 +192,21 @@ fn weights_cast_in_one_launch_give_the_bits_of_casting_each_at_its_gemm() {
             runs.push((outs, reports));
         }
         let ((outs, reports), (want_outs, want_reports)) = (&runs[0], &runs[1]);
+        // Both ways against the CPU reference's channel statistics of each fprop's operands, so
+        // that a difference says which way is wrong.
+        if level >= StatsLevel::Channels {
+            for (way, reps) in [("in one launch", reports), ("each at its GEMM", want_reports)] {
+                for r in reps.iter().filter(|r| r.id.gemm == Gemm::Fprop) {
+                    let i = r.id.layer as usize * 4 + Module::ALL.iter().position(|&m| m == r.id.module).expect("a module of ALL");
+                    let ((m, k), cast_b) = (shapes[i], weight_cast(i));
+                    let cast_a = if matches!(cast_b, OperandCast::Bf16) { OperandCast::Bf16 } else { given(16.0) };
+                    let cpu_a = cast_operand(&host[i][1], n, k, cast_a, OperandFault::NONE, level, false).report;
+                    let cpu_b = cast_operand(&host[i][0], m, k, cast_b, OperandFault::NONE, level, false).report;
+                    same_channels(&r.a, &cpu_a, &format!("{level:?}, weights cast {way}: weight {i}'s fprop activation"));
+                    same_channels(&r.b, &cpu_b, &format!("{level:?}, weights cast {way}: weight {i}'s fprop weight"));
+                }
+            }
+        }
         for i in 0..70 {
             assert!(outs[i].0 == want_outs[i].0, "{level:?}: weight {i} {:?}: the fprop's output differs with the weights cast in one launch", shapes[i]);
             assert!(outs[i].1 == want_outs[i].1, "{level:?}: weight {i} {:?}: the dgrad's output (from the kept Wᵀ) differs", shapes[i]);

@@ -61,7 +61,9 @@ pub(super) struct ChannelRecords {
     copied: usize,
 }
 
-/// The record columns' copy on the host: page-locked buffers, written by their own stream.
+/// The record columns' copy on the host: page-locked buffers, written by their own stream. Their
+/// reader waits for that stream ([`ChannelRecords::settle_copy`] or its `synchronize`), never for
+/// the buffers' cudarc events, which are not recorded with event tracking off.
 struct HostCopy {
     stream: Arc<CudaStream>,
     sq: PinnedHostSlice<f64>,
@@ -321,7 +323,13 @@ impl CudaBackend {
         let by_slot = std::mem::take(&mut self.chan.by_slot);
         let out = match &self.chan.copy {
             _ if n == 0 => Vec::new(),
-            Some(h) if self.chan.copied == n => summarize_all(&by_slot, &h.sq.as_slice()?[..n], &h.amax.as_slice()?[..n]),
+            Some(h) if self.chan.copied == n => {
+                // The backend turns cudarc's event tracking off (one stream), so the pinned
+                // buffers' own events are never recorded and `as_slice` would not wait for the
+                // copy: the copy stream is waited for here (it holds that copy and nothing after).
+                h.stream.synchronize()?;
+                summarize_all(&by_slot, &h.sq.as_slice()?[..n], &h.amax.as_slice()?[..n])
+            }
             _ => {
                 self.chan.settle_copy()?;
                 let sq = self.stream.clone_dtoh(&self.chan.sq.slice(0..n))?;
