@@ -81,6 +81,52 @@ extern "C" __global__ void count_nonfinite(const void* __restrict__ x, int x_bf1
     if ((threadIdx.x & 31) == 0 && bad) atomicAdd(count, (u64)bad);
 }
 
+// The error of a GEMM's FP8 result against its BF16 shadow on the same inputs (dump steps), summed
+// on the device instead of downloading both outputs: per block, over the pairs whose values are both
+// finite (test f32, or BF16 with test_bf16; ref f32), in grid-stride order,
+// partials[blockIdx.x * 7 + k] = sum (t - r)^2, sum t r, sum t^2, sum r^2, max |t - r|, pairs,
+// non-finite test values (f64, fixed order). The host adds the blocks in order
+// (backend/cuda/shadow_error.rs; the CPU reference is tensor_stats::output_error).
+// Launch: 256 threads, any grid.
+__device__ __forceinline__ double warp_max_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+extern "C" __global__ void output_error_partial(const void* __restrict__ test, int test_bf16, const float* __restrict__ ref, u64 n,
+                                                double* __restrict__ partials) {
+    __shared__ double sh[32];
+    double d2 = 0.0, dot = 0.0, t2 = 0.0, r2 = 0.0, mx = 0.0, pairs = 0.0, bad = 0.0;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        float tf = load_value(test, i, test_bf16), rf = ref[i];
+        if (!isfinite(tf)) bad += 1.0;
+        if (!isfinite(tf) || !isfinite(rf)) continue;
+        double t = tf, r = rf, d = t - r;
+        d2 += d * d;
+        dot += t * r;
+        t2 += t * t;
+        r2 += r * r;
+        mx = fmax(mx, fabs(d));
+        pairs += 1.0;
+    }
+    double* out = partials + (u64)blockIdx.x * 7;
+    double sums[6] = {d2, dot, t2, r2, pairs, bad};
+    const int at[6] = {0, 1, 2, 3, 5, 6};
+    for (int k = 0; k < 6; k++) {
+        double s = block_sum_d(sums[k], sh);
+        if (threadIdx.x == 0) out[at[k]] = s;
+    }
+    // The block's max: each warp's, then warp 0 over them.
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    mx = warp_max_d(mx);
+    __syncthreads();
+    if (lane == 0) sh[warp] = mx;
+    __syncthreads();
+    if (warp == 0) {
+        double m = warp_max_d(lane < nw ? sh[lane] : 0.0);
+        if (lane == 0) out[4] = m;
+    }
+}
+
 // Per-channel statistics of a GEMM operand x (rows x cols f32, row-major; a channel is a column),
 // over finite values, with the planted outlier fault applied as the cast kernels apply it (the
 // elements o0..o3 times outlier_factor, when it is not 1): sum of x^2 (f64) and max |x| (-inf for a

@@ -61,17 +61,21 @@ impl LossWatch {
     }
 }
 
-/// When the recorder fired last and the trailing losses.
+/// When the recorder fired last, whether it may fire again, and the trailing losses.
 pub struct FlightRecorder {
     k: u32,
     losses: LossWatch,
     /// Steps before this one are written as they come (the K steps after a firing).
     writing_until: u32,
+    /// False from a firing until a step on which no trigger holds: an anomaly that lasts (an
+    /// operand that saturates every step from a planted overflow on) fires once, not every K + 1
+    /// steps, which would dump nearly every step.
+    armed: bool,
 }
 
 impl FlightRecorder {
     pub fn new(k: u32) -> FlightRecorder {
-        FlightRecorder { k: k.max(1), losses: LossWatch::default(), writing_until: 0 }
+        FlightRecorder { k: k.max(1), losses: LossWatch::default(), writing_until: 0, armed: true }
     }
 
     /// Whether `step` follows a firing closely enough to be dumped as it comes.
@@ -81,14 +85,22 @@ impl FlightRecorder {
 
     /// Why the recorder fires at `step` (None: it does not), from the step's loss and reports
     /// before its optimizer runs. Call once per step; a firing opens the K steps after it
-    /// ([`Self::writing`]), during which it does not fire again.
+    /// ([`Self::writing`]), during which it does not fire again, and it fires again only once a
+    /// step has passed on which no trigger held (a non-finite loss, which ends the run, fires
+    /// whenever it is not within those K steps).
     pub fn fires(&mut self, step: u32, loss: f64, reports: &[GemmReport]) -> Option<String> {
         let spike = self.losses.observe(loss).filter(|_| loss.is_finite());
-        if self.writing(step) {
+        let why = nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike);
+        let Some(why) = why else {
+            self.armed = true;
+            return None;
+        };
+        // A non-finite loss ends the run: it fires even when not re-armed.
+        if self.writing(step) || (!self.armed && loss.is_finite()) {
             return None;
         }
-        let why = nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike)?;
         self.writing_until = step + 1 + self.k;
+        self.armed = false;
         Some(why)
     }
 
@@ -162,5 +174,30 @@ mod tests {
         assert_eq!(f.fires(22, 9.0, &[]), None);
         assert_eq!(f.fires(24, f64::NAN, &[]), None, "a non-finite loss within the window is written as it comes");
         assert!(f.fires(25, f64::NAN, &[]).unwrap().contains("non-finite loss"));
+    }
+
+    #[test]
+    fn an_anomaly_that_lasts_fires_once_and_the_next_one_after_a_quiet_step() {
+        use crate::backend::{CastReport, GemmId};
+        use fp8scope_schemas::names::{Gemm, Module};
+        let saturated = |frac: f64| {
+            let c = CastReport { format: "e4m3", amax_used: 1.0, numel: 1000, saturated: (frac * 1000.0) as u64, ..CastReport::default() };
+            vec![GemmReport {
+                id: GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop },
+                a: c.clone(),
+                b: CastReport::default(),
+                shadow: None,
+                output_nonfinite: 0,
+            }]
+        };
+        let mut f = FlightRecorder::new(2);
+        let fired: Vec<u32> = (1..=20u32)
+            .filter(|&step| {
+                // Saturated from step 3 to 12, quiet at 13, saturated again from 14.
+                let frac = if (3..=12).contains(&step) || step >= 14 { 0.05 } else { 0.0 };
+                f.fires(step, 3.0, &saturated(frac)).is_some()
+            })
+            .collect();
+        assert_eq!(fired, [3, 14]);
     }
 }

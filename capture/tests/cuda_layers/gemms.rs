@@ -174,3 +174,61 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
     }
     println!("{checked} GEMMs' non-finite counts checked");
 }
+
+/// The shadow GEMM's error summed on the device (`output_error_partial`) against the CPU's
+/// `output_error` of the same two outputs downloaded: every metric to 1e-9 relative (f64 sums in
+/// another order), NaN when the FP8 result holds a non-finite value; at odd lengths, one long enough
+/// for blocks that loop, f32 and BF16 results. Then through a GEMM: the report of an FP8 fprop with
+/// its shadow equals the error of its output against the BF16 GEMM's on the same operands.
+#[test]
+fn shadow_errors_summed_on_the_device_match_the_cpu_on_the_outputs() {
+    let Some(mut gpu) = cuda_common::gpu("shadow errors on the device") else { return };
+    let mut rng = Pcg64::seed_from_u64(29);
+    let normal = Normal::new(0.0f32, 1.0).unwrap();
+    let close = |got: (f64, f64, f64, f64), want: (f64, f64, f64, f64), what: &str| {
+        for (g, w, name) in [(got.0, want.0, "cosine"), (got.1, want.1, "mse"), (got.2, want.2, "rel_l2"), (got.3, want.3, "max_abs_diff")] {
+            assert!(g.is_nan() == w.is_nan() && (w.is_nan() || (g - w).abs() <= 1e-9 * w.abs().max(1e-30)), "{what}: {name} {g} against the CPU's {w}");
+        }
+    };
+    for n in [1usize, 1000, 4097, 3_000_001] {
+        let r: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng)).collect();
+        let mut t: Vec<f32> = r.iter().map(|v| v + 0.05 * normal.sample(&mut rng)).collect();
+        for plant in ["finite", "NaN in the result", "Inf in the reference"] {
+            let mut reference = r.clone();
+            match plant {
+                "NaN in the result" => t[n / 2] = f32::NAN,
+                "Inf in the reference" => reference[n / 3] = f32::INFINITY,
+                _ => {}
+            }
+            let rb = gpu.upload(&reference);
+            for bf16 in [false, true] {
+                let tb = if bf16 { gpu.upload_bf16(&t).expect("upload_bf16") } else { gpu.upload(&t) };
+                let host_t = gpu.download(&tb, 0, n, 1);
+                let got = gpu.output_error_for_test(&tb, &rb).expect("output_error");
+                close(got, fp8_capture::tensor_stats::output_error(&host_t, &reference), &format!("{n} values, {plant}, BF16 result {bf16}"));
+            }
+            if plant == "NaN in the result" {
+                t[n / 2] = r[n / 2];
+            }
+        }
+    }
+    // Through a GEMM: an FP8 fprop with its shadow, against the BF16 fprop's output.
+    let dims = LinearDims { n: 96, k: 256, m: 160 };
+    let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng)).collect() };
+    let (x, w) = (gpu.upload(&draw(dims.n * dims.k)), gpu.upload(&draw(dims.m * dims.k)));
+    let id = GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop };
+    let fp8 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 64.0, amax_used: 7.0 } };
+    let call = GemmCall { cast_a: fp8, cast_b: fp8, shadow: true, ..GemmCall::bf16(id, dims) };
+    let (mut y8, mut y16) = (gpu.zeros_bf16(dims.n * dims.m), gpu.zeros(dims.n * dims.m));
+    gpu.gemm(&call, &mut y8, &x, &w, None, None);
+    let shadow = gpu.take_reports()[0].shadow.expect("an FP8 GEMM with its shadow reports its error");
+    gpu.gemm(&GemmCall::bf16(id, dims), &mut y16, &x, &w, None, None);
+    gpu.take_reports();
+    assert_eq!(gpu.take_error(), None);
+    let (a, b) = (gpu.download(&y8, 0, dims.n * dims.m, 1), gpu.download(&y16, 0, dims.n * dims.m, 1));
+    // The shadow's reference is the BF16 GEMM written in f32, as y16 is.
+    let (cos, mse, rel, max) = fp8_capture::tensor_stats::output_error(&a, &b);
+    close((shadow.cosine, shadow.mse, shadow.rel_l2, shadow.max_abs_diff), (cos, mse, rel, max), "an FP8 fprop's shadow");
+    assert!(shadow.cosine > 0.99 && shadow.cosine < 1.0 && shadow.numel == (dims.n * dims.m) as u64, "{shadow:?}");
+    println!("shadow errors on the device: 4 lengths × 3 plants × 2 result storages, and one FP8 fprop's shadow");
+}

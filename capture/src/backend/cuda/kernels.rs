@@ -72,9 +72,16 @@ impl Family {
             Family::CastSrc => CAST_SRC_KERNELS.as_slice(),
             Family::GemmOutput => &["gemm_epilogue", "gemm_nonfinite_count", "bias_to_bf16", "slot_flags_clear"],
             Family::BiasGrad => &["rowsum_dequant", "colsum_bf16_partial", "colsum_bf16_reduce"],
-            Family::Stats => {
-                &["sumsq_partial", "sumsq_multi", "zero_multi", "sum_partials", "count_nonfinite", "channel_stats_partial", "channel_stats_reduce"]
-            }
+            Family::Stats => &[
+                "sumsq_partial",
+                "sumsq_multi",
+                "zero_multi",
+                "sum_partials",
+                "count_nonfinite",
+                "output_error_partial",
+                "channel_stats_partial",
+                "channel_stats_reduce",
+            ],
             Family::Embedding => &["embedding_fwd", "embedding_bwd"],
             Family::Residual => &["residual_fwd", "residual_bwd"],
             Family::Gelu => &["gelu_fwd", "gelu_bwd"],
