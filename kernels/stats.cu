@@ -84,9 +84,10 @@ extern "C" __global__ void count_nonfinite(const void* __restrict__ x, int x_bf1
 // The error of a GEMM's FP8 result against its BF16 shadow on the same inputs (dump steps), summed
 // on the device instead of downloading both outputs: per block, over the pairs whose values are both
 // finite (test f32, or BF16 with test_bf16; ref f32), in grid-stride order,
-// partials[blockIdx.x * 7 + k] = sum (t - r)^2, sum t r, sum t^2, sum r^2, max |t - r|, pairs,
-// non-finite test values (f64, fixed order). The host adds the blocks in order
-// (backend/cuda/shadow_error.rs; the CPU reference is tensor_stats::output_error).
+// partials[blockIdx.x * 8 + k] = sum (t - r)^2, sum t r, sum t^2, sum r^2, max |t - r|, pairs,
+// non-finite test values, sum (t - r) r (a gradient GEMM's error paired with its BF16 result, its
+// dual) (f64, fixed order). The host adds the blocks in order (backend/cuda/shadow_error.rs; the CPU
+// references are tensor_stats::output_error and error_inner).
 // Launch: 256 threads, any grid.
 __device__ __forceinline__ double warp_max_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -95,7 +96,7 @@ __device__ __forceinline__ double warp_max_d(double v) {
 extern "C" __global__ void output_error_partial(const void* __restrict__ test, int test_bf16, const float* __restrict__ ref, u64 n,
                                                 double* __restrict__ partials) {
     __shared__ double sh[32];
-    double d2 = 0.0, dot = 0.0, t2 = 0.0, r2 = 0.0, mx = 0.0, pairs = 0.0, bad = 0.0;
+    double d2 = 0.0, dot = 0.0, t2 = 0.0, r2 = 0.0, mx = 0.0, pairs = 0.0, bad = 0.0, inner = 0.0;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         float tf = load_value(test, i, test_bf16), rf = ref[i];
         if (!isfinite(tf)) bad += 1.0;
@@ -107,11 +108,12 @@ extern "C" __global__ void output_error_partial(const void* __restrict__ test, i
         r2 += r * r;
         mx = fmax(mx, fabs(d));
         pairs += 1.0;
+        inner += d * r;
     }
-    double* out = partials + (u64)blockIdx.x * 7;
-    double sums[6] = {d2, dot, t2, r2, pairs, bad};
-    const int at[6] = {0, 1, 2, 3, 5, 6};
-    for (int k = 0; k < 6; k++) {
+    double* out = partials + (u64)blockIdx.x * 8;
+    double sums[7] = {d2, dot, t2, r2, pairs, bad, inner};
+    const int at[7] = {0, 1, 2, 3, 5, 6, 7};
+    for (int k = 0; k < 7; k++) {
         double s = block_sum_d(sums[k], sh);
         if (threadIdx.x == 0) out[at[k]] = s;
     }

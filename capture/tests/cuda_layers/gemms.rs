@@ -177,9 +177,11 @@ fn gemm_nonfinite_counts_match_a_count_of_the_output() {
 
 /// The shadow GEMM's error summed on the device (`output_error_partial`) against the CPU's
 /// `output_error` of the same two outputs downloaded: every metric to 1e-9 relative (f64 sums in
-/// another order), NaN when the FP8 result holds a non-finite value; at odd lengths, one long enough
-/// for blocks that loop, f32 and BF16 results. Then through a GEMM: the report of an FP8 fprop with
-/// its shadow equals the error of its output against the BF16 GEMM's on the same operands.
+/// another order), NaN when the FP8 result holds a non-finite value, and the error paired with the
+/// reference (a gradient GEMM's dual) against `error_inner`; at odd lengths, one long enough for
+/// blocks that loop, f32 and BF16 results. Then through GEMMs: the report of an FP8 fprop and of an
+/// FP8 dgrad with their shadows equals the error of their outputs against the BF16 GEMMs' on the
+/// same operands; the dgrad's paired with its BF16 result, the fprop's left null.
 #[test]
 fn shadow_errors_summed_on_the_device_match_the_cpu_on_the_outputs() {
     let Some(mut gpu) = cuda_common::gpu("shadow errors on the device") else { return };
@@ -204,31 +206,47 @@ fn shadow_errors_summed_on_the_device_match_the_cpu_on_the_outputs() {
             for bf16 in [false, true] {
                 let tb = if bf16 { gpu.upload_bf16(&t).expect("upload_bf16") } else { gpu.upload(&t) };
                 let host_t = gpu.download(&tb, 0, n, 1);
-                let got = gpu.output_error_for_test(&tb, &rb).expect("output_error");
-                close(got, fp8_capture::tensor_stats::output_error(&host_t, &reference), &format!("{n} values, {plant}, BF16 result {bf16}"));
+                let e = gpu.output_error_for_test(&tb, &rb).expect("output_error");
+                let what = format!("{n} values, {plant}, BF16 result {bf16}");
+                close((e.cosine, e.mse, e.rel_l2, e.max_abs_diff), fp8_capture::tensor_stats::output_error(&host_t, &reference), &what);
+                let (inner, norm) = fp8_capture::tensor_stats::error_inner(&host_t, &reference, &reference);
+                close((e.inner_with_reference, e.reference_norm, 0.0, 0.0), (inner, norm, 0.0, 0.0), &format!("{what}, paired with the reference"));
             }
             if plant == "NaN in the result" {
                 t[n / 2] = r[n / 2];
             }
         }
     }
-    // Through a GEMM: an FP8 fprop with its shadow, against the BF16 fprop's output.
+    // Through GEMMs: an FP8 fprop (X·Wᵀ) and dgrad (dY·W) with their shadows, against the BF16
+    // GEMMs' outputs (written in f32, as the shadow's reference is).
     let dims = LinearDims { n: 96, k: 256, m: 160 };
     let mut draw = |len: usize| -> Vec<f32> { (0..len).map(|_| normal.sample(&mut rng)).collect() };
-    let (x, w) = (gpu.upload(&draw(dims.n * dims.k)), gpu.upload(&draw(dims.m * dims.k)));
-    let id = GemmId { layer: 0, module: Module::Fc1, gemm: Gemm::Fprop };
+    let (x, w, dy) = (gpu.upload(&draw(dims.n * dims.k)), gpu.upload(&draw(dims.m * dims.k)), gpu.upload(&draw(dims.n * dims.m)));
     let fp8 = OperandCast::Fp8Tensor { format: Fp8Format::E4M3, scale: ScaleSource::Given { scale: 64.0, amax_used: 7.0 } };
-    let call = GemmCall { cast_a: fp8, cast_b: fp8, shadow: true, ..GemmCall::bf16(id, dims) };
-    let (mut y8, mut y16) = (gpu.zeros_bf16(dims.n * dims.m), gpu.zeros(dims.n * dims.m));
-    gpu.gemm(&call, &mut y8, &x, &w, None, None);
-    let shadow = gpu.take_reports()[0].shadow.expect("an FP8 GEMM with its shadow reports its error");
-    gpu.gemm(&GemmCall::bf16(id, dims), &mut y16, &x, &w, None, None);
-    gpu.take_reports();
-    assert_eq!(gpu.take_error(), None);
-    let (a, b) = (gpu.download(&y8, 0, dims.n * dims.m, 1), gpu.download(&y16, 0, dims.n * dims.m, 1));
-    // The shadow's reference is the BF16 GEMM written in f32, as y16 is.
-    let (cos, mse, rel, max) = fp8_capture::tensor_stats::output_error(&a, &b);
-    close((shadow.cosine, shadow.mse, shadow.rel_l2, shadow.max_abs_diff), (cos, mse, rel, max), "an FP8 fprop's shadow");
-    assert!(shadow.cosine > 0.99 && shadow.cosine < 1.0 && shadow.numel == (dims.n * dims.m) as u64, "{shadow:?}");
-    println!("shadow errors on the device: 4 lengths × 3 plants × 2 result storages, and one FP8 fprop's shadow");
+    for (gemm, a, len) in [(Gemm::Fprop, &x, dims.n * dims.m), (Gemm::Dgrad, &dy, dims.n * dims.k)] {
+        let id = GemmId { layer: 0, module: Module::Fc1, gemm };
+        let call = GemmCall { cast_a: fp8, cast_b: fp8, shadow: true, ..GemmCall::bf16(id, dims) };
+        let (mut y8, mut y16) = (gpu.zeros_bf16(len), gpu.zeros(len));
+        gpu.gemm(&call, &mut y8, a, &w, None, None);
+        let shadow = gpu.take_reports()[0].shadow.expect("an FP8 GEMM with its shadow reports its error");
+        gpu.gemm(&GemmCall::bf16(id, dims), &mut y16, a, &w, None, None);
+        gpu.take_reports();
+        assert_eq!(gpu.take_error(), None);
+        let (t, r) = (gpu.download(&y8, 0, len, 1), gpu.download(&y16, 0, len, 1));
+        close(
+            (shadow.cosine, shadow.mse, shadow.rel_l2, shadow.max_abs_diff),
+            fp8_capture::tensor_stats::output_error(&t, &r),
+            &format!("an FP8 {gemm:?}'s shadow"),
+        );
+        assert!(shadow.cosine > 0.99 && shadow.cosine < 1.0 && shadow.numel == len as u64, "{gemm:?}: {shadow:?}");
+        match gemm {
+            Gemm::Fprop => assert_eq!((shadow.dual_inner, shadow.dual_norm), (None, None), "the fprop's dual comes with the backward"),
+            _ => {
+                let (inner, norm) = fp8_capture::tensor_stats::error_inner(&t, &r, &r);
+                let (gi, gn) = (shadow.dual_inner.expect("a gradient GEMM's dual"), shadow.dual_norm.expect("its norm"));
+                close((gi, gn, 0.0, 0.0), (inner, norm, 0.0, 0.0), &format!("an FP8 {gemm:?}'s error paired with its BF16 result"));
+            }
+        }
+    }
+    println!("shadow errors on the device: 4 lengths × 3 plants × 2 result storages, and an FP8 fprop's and dgrad's shadows");
 }

@@ -85,8 +85,11 @@ impl CudaBackend {
             };
             let mut reference = DevBuf::f32(self.stream.alloc_zeros::<f32>(n_out)?);
             self.linear(&bf, &mut reference, a, b, bias, None, false, false, false)?;
-            let (cosine, mse, rel_l2, max_abs_diff) = self.output_error_impl(out, &reference)?;
-            Some(ShadowError { numel: n_out as u64, cosine, mse, rel_l2, max_abs_diff, dual_inner: None, dual_norm: None })
+            let e = self.output_error_impl(out, &reference)?;
+            // A gradient's dual is its BF16 value (as on the CPU); an fprop's, dY, comes with the
+            // backward, which this backend does not pair: null.
+            let (dual_inner, dual_norm) = if call.id.gemm == Gemm::Fprop { (None, None) } else { (Some(e.inner_with_reference), Some(e.reference_norm)) };
+            Some(ShadowError { numel: n_out as u64, cosine: e.cosine, mse: e.mse, rel_l2: e.rel_l2, max_abs_diff: e.max_abs_diff, dual_inner, dual_norm })
         } else {
             None
         };

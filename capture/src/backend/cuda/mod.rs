@@ -615,7 +615,7 @@ mod residual;
 mod rmsnorm;
 mod rope;
 mod rope_attention;
-mod shadow_error;
+pub mod shadow_error;
 mod stats;
 mod swiglu;
 mod weight_casts;
