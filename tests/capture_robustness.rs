@@ -97,6 +97,7 @@ fn bad_flags_get_one_line_and_touch_no_existing_run() {
     refused(&["train", "--scenario", "nan", "--scenario-step", "5", "--out", fr], "plants no batch");
     refused(&["train", "--steps", "2", "--out", ex], "already holds a run");
     refused(&["train", "--device", "cuda", "--out", fr], "--device cuda");
+    refused(&["train", "--dp", "2", "--flight-recorder", "4", "--out", fr], "--flight-recorder records a run of one rank");
     assert!(!fresh.exists(), "a refused run created its directory");
     assert_eq!(snapshot(&existing), before, "an existing run was modified");
     let m = Manifest::read(&existing).unwrap();

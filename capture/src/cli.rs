@@ -854,6 +854,10 @@ impl TrainArgs {
                 amax_reduce.as_str()
             );
         }
+        if self.flight_recorder > 0 && self.dp * self.tp > 1 {
+            // A firing step is launched again, which every rank's collectives would have to agree on.
+            bail!("--flight-recorder records a run of one rank; not with --dp {} --tp {} (use --dump-every there)", self.dp, self.tp);
+        }
         if (self.checkpoint_every > 0 || !self.checkpoint_at.is_empty()) && self.dp * self.tp > 1 {
             bail!("--checkpoint-every: a checkpoint holds one rank's state; not with --dp {} --tp {}", self.dp, self.tp);
         }
