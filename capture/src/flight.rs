@@ -89,9 +89,7 @@ impl FlightRecorder {
     /// step has passed on which no trigger held (a non-finite loss, which ends the run, fires
     /// whenever it is not within those K steps).
     pub fn fires(&mut self, step: u32, loss: f64, reports: &[GemmReport]) -> Option<String> {
-        let spike = self.losses.observe(loss).filter(|_| loss.is_finite());
-        let why = nonfinite(loss, reports).or_else(|| saturation(reports)).or(spike);
-        let Some(why) = why else {
+        let Some(why) = anomaly(&mut self.losses, loss, reports) else {
             self.armed = true;
             return None;
         };
