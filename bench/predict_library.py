@@ -12,6 +12,13 @@ Prints and writes (under --out) a markdown table, the Spearman rank correlation 
 and measured recovery (for the bound share, the signed share and the excess share) and the mean
 absolute error, over every case and over the cases whose FP8 run ends finite (a first-order share
 cannot say which routing keeps a run from going non-finite: those cases are reported beside).
+Each case also trains --replicas BF16 replicas with jittered initial weights (their largest final
+gap is the case's noise band) and the FP8 run once more with jittered weights (its gap's change is
+the FP8 run's spread); the larger of the two over |FP8 gap| is the resolution of its measured
+recoveries. The
+rank correlation is given twice: against the measured recoveries as they are, and with recoveries
+equal within that resolution tied (many routings recover 0.997 to 1.004 of a gap, or -0.02 to
+0.04, and the noise alone orders them).
 
     python3 bench/predict_library.py --bin $CARGO_TARGET_DIR/release --out bench/results/predict-library
 """
@@ -29,6 +36,18 @@ CASES = [
     ("llama-tiny", "l0.fc1.fprop overflow@100", ["--inject", "site=layers.0.fc1,gemm=fprop,kind=overflow,step=100"]),
     ("llama-tiny", "l1.qkv.wgrad underflow@50", ["--inject", "site=layers.1.qkv,gemm=wgrad,kind=underflow,step=50"]),
     ("llama-tiny", "drift", ["--scenario", "drift"]),
+    ("llama-tiny", "spike", ["--scenario", "spike"]),
+    ("llama-tiny", "nan", ["--scenario", "nan"]),
+    ("llama-tiny", "swiglu-outliers", ["--scenario", "swiglu-outliers"]),
+    ("tiny", "massive-activations", ["--scenario", "massive-activations"]),
+    ("llama-tiny", "massive-activations", ["--scenario", "massive-activations"]),
+    ("tiny", "l0.proj.wgrad overflow@100", ["--inject", "site=layers.0.proj,gemm=wgrad,kind=overflow,step=100"]),
+    ("tiny", "l1.qkv.fprop nan@120", ["--inject", "site=layers.1.qkv,gemm=fprop,kind=nan,step=120"]),
+    ("tiny", "l1.fc1.dgrad overflow@80", ["--inject", "site=layers.1.fc1,gemm=dgrad,kind=overflow,step=80"]),
+    ("llama-tiny", "l0.proj.dgrad overflow@100", ["--inject", "site=layers.0.proj,gemm=dgrad,kind=overflow,step=100"]),
+    ("llama-tiny", "l1.fc1.wgrad overflow@100", ["--inject", "site=layers.1.fc1,gemm=wgrad,kind=overflow,step=100"]),
+    ("llama-tiny", "l1.qkv.fprop outlier@100", ["--inject", "site=layers.1.qkv,gemm=fprop,kind=outlier,step=100"]),
+    ("llama-tiny", "l0.fc2.fprop nan@120", ["--inject", "site=layers.0.fc2,gemm=fprop,kind=nan,step=120"]),
 ]
 
 
@@ -83,6 +102,26 @@ def spearman(a, b):
     return cov / (va * vb) if va > 0 and vb > 0 else float("nan")
 
 
+def tied_within_noise(ms, res):
+    """The measured recoveries with those equal within their noise made ties: sorted, each joins
+    the group of the one before it when they differ by less than the larger of their resolutions
+    (band / |FP8 gap| of their cases), and a group takes its mean. Two routings that both recover
+    1.000 and 0.997 of a gap whose band is 0.01 of it are not ranked by the noise between them."""
+    order = sorted(range(len(ms)), key=lambda i: ms[i])
+    out = list(ms)
+    group = order[:1]
+    for prev, i in zip(order, order[1:]):
+        if ms[i] - ms[prev] < max(res[i], res[prev]):
+            group.append(i)
+            continue
+        for g in group:
+            out[g] = sum(ms[k] for k in group) / len(group)
+        group = [i]
+    for g in group:
+        out[g] = sum(ms[k] for k in group) / len(group)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="directory of fp8-capture and fp8-analyze")
@@ -91,6 +130,7 @@ def main():
     ap.add_argument("--min-gap", type=float, default=0.02)
     ap.add_argument("--dump-every", type=int, default=25)
     ap.add_argument("--cases", default=None, help="comma-separated indices into the library")
+    ap.add_argument("--replicas", type=int, default=2, help="BF16 replicas with jittered initial weights per case (the noise band)")
     a = ap.parse_args()
     cap, ana = os.path.join(a.bin, "fp8-capture"), os.path.join(a.bin, "fp8-analyze")
     os.makedirs(a.out, exist_ok=True)
@@ -109,8 +149,27 @@ def main():
         fp8 = os.path.join(cdir, "fp8")
         run([cap] + common + ["--recipe", "delayed", "--dump-every", str(a.dump_every), "--shadow", "--out", fp8])
         lb, lf = final_loss(base), final_loss(fp8)
+        if lb is None or not math.isfinite(lb):
+            skipped.append({"preset": preset, "case": label, "error": "the BF16 baseline did not end finite"})
+            continue
+        # The noise band: the largest final gap of a BF16 replica with its initial weights jittered
+        # (as triage measures it); a measured recovery is known to within band / |FP8 gap|.
+        reps = []
+        for k in range(1, a.replicas + 1):
+            rd = os.path.join(cdir, f"replica-{k}")
+            run([cap] + plain + ["--recipe", "bf16", "--init-jitter", str(k), "--out", rd])
+            reps.append(abs(rel_gap(final_loss(rd), lb)))
+        band = max(reps) if reps else 0.0
+        # The FP8 run's own spread: the same FP8 run with its initial weights jittered. A routed run
+        # moves the trajectory further than a BF16 replica's jitter does, so a measured recovery is
+        # known to within the larger of the two spreads.
+        fp8_rep = os.path.join(cdir, "fp8-replica")
+        run([cap] + common + ["--recipe", "delayed", "--init-jitter", "1", "--out", fp8_rep])
+        fp8_spread = abs(rel_gap(final_loss(fp8_rep), lb) - rel_gap(lf, lb)) if lf is not None and math.isfinite(lf) else 0.0
+        if not math.isfinite(fp8_spread):
+            fp8_spread = 0.0
         g_fp8 = rel_gap(lf, lb) if lf is not None and math.isfinite(lf) else float("inf")
-        print(f"[{time.time() - t0:6.0f}s] {preset} {label}: baseline {lb}, fp8 {lf} (gap {g_fp8:+.4f})", flush=True)
+        print(f"[{time.time() - t0:6.0f}s] {preset} {label}: baseline {lb}, fp8 {lf} (gap {g_fp8:+.4f}, band {band:.4f}, FP8 spread {fp8_spread:.4f})", flush=True)
         if math.isfinite(g_fp8) and abs(g_fp8) < a.min_gap:
             skipped.append({"preset": preset, "case": label, "fp8_gap": g_fp8})
             continue
@@ -141,15 +200,18 @@ def main():
             m = measured_recovery(g_fp8, g)
             rows.append({"preset": preset, "case": label, "set": s["name"], "gemms": s["gemms"], "fp8_gap": g_fp8, "set_gap": g,
                          "predicted": s["recovery"], "predicted_signed": s.get("signed_recovery"),
-                         "predicted_excess": s.get("excess_recovery"), "measured": m,
+                         "predicted_excess": s.get("excess_recovery"), "measured": m, "band": band, "fp8_spread": fp8_spread,
+                         "resolution": max(band, fp8_spread) / abs(g_fp8) if math.isfinite(g_fp8) else 0.0,
                          "bf16_flops_share": s["bf16_flops_share"]})
             print(f"  {s['name']:12s} predicted {s['recovery']:.3f} (signed {s.get('signed_recovery')}, excess {s.get('excess_recovery')}) measured {m:.3f} (gap {g:+.4f})", flush=True)
     def scores(rs):
         ms = [r["measured"] for r in rs]
-        out = {"cases": len(rs)}
+        tied = tied_within_noise(ms, [r["resolution"] for r in rs])
+        out = {"cases": len(rs), "pairs_distinct": len(set(tied))}
         for key, field in [("bound", "predicted"), ("signed", "predicted_signed"), ("excess", "predicted_excess")]:
             pr = [r[field] if r.get(field) is not None else 0.0 for r in rs]
             out[f"spearman_{key}"] = spearman(pr, ms) if len(rs) > 2 else None
+            out[f"spearman_{key}_noise"] = spearman(pr, tied) if len(rs) > 2 else None
             out[f"mae_{key}"] = sum(abs(p - m) for p, m in zip(pr, ms)) / max(1, len(rs))
         return out
     res = {
@@ -160,16 +222,18 @@ def main():
         "seconds": time.time() - t0,
     }
     json.dump(res, open(os.path.join(a.out, "predict_library.json"), "w"), indent=1)
-    md = ["| preset | case | set | FP8 gap | set's gap | predicted (bound) | predicted (signed) | predicted (excess) | measured | BF16 FLOPs |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    md = ["| preset | case | set | FP8 gap | set's gap | predicted (bound) | predicted (signed) | predicted (excess) | measured | ± noise | BF16 FLOPs |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ps = "-" if r["predicted_signed"] is None else f"{r['predicted_signed']:.3f}"
         pe = "-" if r.get("predicted_excess") is None else f"{r['predicted_excess']:.3f}"
-        md.append(f"| {r['preset']} | {r['case']} | {r['set']} | {r['fp8_gap']:+.2%} | {r['set_gap']:+.2%} | {r['predicted']:.3f} | {ps} | {pe} | {r['measured']:.3f} | {r['bf16_flops_share']:.1%} |")
+        md.append(f"| {r['preset']} | {r['case']} | {r['set']} | {r['fp8_gap']:+.2%} | {r['set_gap']:+.2%} | {r['predicted']:.3f} | {ps} | {pe} | {r['measured']:.3f} | {r['resolution']:.3f} | {r['bf16_flops_share']:.1%} |")
     md.append("")
     for label, sc in [("every case", res), ("cases whose FP8 run ends finite", res["finite"])]:
         md.append(f"{label}, {sc['cases']} sets: Spearman bound {sc['spearman_bound']:.3f}, signed {sc['spearman_signed']:.3f}, excess {sc['spearman_excess']:.3f}; "
                   f"mean absolute error bound {sc['mae_bound']:.3f}, signed {sc['mae_signed']:.3f}, excess {sc['mae_excess']:.3f}")
+        md.append(f"{label}, measured recoveries equal within the noise band tied ({sc['pairs_distinct']} distinct): Spearman bound "
+                  f"{sc['spearman_bound_noise']:.3f}, signed {sc['spearman_signed_noise']:.3f}, excess {sc['spearman_excess_noise']:.3f}")
     for s in skipped:
         md.append(f"left out: {s['preset']} {s['case']}: {s.get('error') or 'FP8 gap %+.2f%% under --min-gap' % (100 * s['fp8_gap'])}")
     open(os.path.join(a.out, "predict_library.md"), "w").write("\n".join(md) + "\n")

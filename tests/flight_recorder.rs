@@ -51,6 +51,20 @@ fn a_nan_at_step_n_writes_the_dumps_of_step_n_and_a_clean_run_writes_none() {
     let ev = csv(&nan, "SELECT step, message FROM events WHERE kind = 'flight_recorder'");
     assert!(ev.contains("60,") && ev.contains("non-finite") && ev.contains("steps 60-68"), "{ev}");
     assert_eq!(manifest(&nan)["config"]["record"]["flight_recorder"], 8);
+    // The step written is the NaN's own: every GEMM downstream of the planted one has NaN operands
+    // there, yet only the planted GEMM holds the run's unbounded mass, and it alone is the cure.
+    let p = common::analyze(&["--json", "predict", &out]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    let unbounded: Vec<&str> = v["masses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["bound"].is_null() || m["bound"].as_f64() == Some(f64::INFINITY))
+        .map(|m| m["gemm_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(unbounded, ["layers.1.fc2.fprop"], "{}", v["masses"]);
+    assert_eq!(v["recommended"]["gemms"], serde_json::json!(["layers.1.fc2.fprop"]));
 
     let clean = dir.path().join("clean");
     train_tiny(&clean, &["--recipe", "delayed", "--steps", "120", "--quiet", "--flight-recorder", "8"]);

@@ -76,6 +76,14 @@ pub struct StepError {
     pub warmup: bool,
 }
 
+/// A step's harm where it is finite, else 0. A shadow GEMM whose operands the NaN had already
+/// reached (the flight recorder writes the step a run goes non-finite) has no finite error to
+/// weigh: the unbounded harm is the first non-finite GEMM's (`nonfinite_at`), not of every GEMM
+/// downstream of it.
+fn finite_harm(e: &StepError) -> f64 {
+    e.harm.filter(|h| h.is_finite()).unwrap_or(0.0)
+}
+
 /// The steps a GEMM is scored on: those after delayed scaling's warm-up, or every step if the run
 /// never left it.
 pub fn scored_steps(errors: &[StepError]) -> Vec<&StepError> {
@@ -560,14 +568,14 @@ pub fn locate(run: &Run, base: Option<&Run>, threshold: f64) -> Result<LocateRep
             let best = |key: &dyn Fn(&StepError) -> f64| scored.iter().fold(scored[0], |b, e| if key(e) > key(b) { e } else { b });
             let by_error = best(&|e: &StepError| e.added);
             let (score, peak_step) = if by_harm {
-                let h = best(&|e: &StepError| e.harm.unwrap_or(0.0));
-                (h.harm.unwrap_or(0.0), h.step)
+                let h = best(&finite_harm);
+                (finite_harm(h), h.step)
             } else {
                 (by_error.added, by_error.step)
             };
             let first_crossed = scored.iter().find(|e| e.added > limit).map(|e| e.step);
-            let harm_total = by_harm.then(|| scored.iter().map(|e| e.harm.unwrap_or(0.0)).sum::<f64>());
-            let signed_total = scored.iter().map(|e| e.signed).sum::<Option<f64>>();
+            let harm_total = by_harm.then(|| scored.iter().map(|e| finite_harm(e)).sum::<f64>());
+            let signed_total = scored.iter().map(|e| e.signed.map(|s| if s.is_finite() { s } else { 0.0 })).sum::<Option<f64>>();
             let (peak_error, peak_error_step) = (by_error.added, by_error.step);
             let (layer, module, gemm) = id.clone();
             LocatedGemm {

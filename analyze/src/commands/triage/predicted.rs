@@ -16,10 +16,13 @@
 //!   (⟨δY, dY⟩ > 0), the fewest that hold [`SUSPECT_SHARE`] of that rise, when the rise explains at
 //!   least [`SPIKE_EXPLAINED`] of the spike's jump over the baseline (a spike that comes from
 //!   corrupted gradients, steps after the fault, is not a forward error at its own step);
+//! - for a run that went non-finite, every GEMM of unbounded mass (`predict`): the first that went
+//!   non-finite and, where the casts turn an overflow into NaN, each that ran at its limit; none
+//!   (the full method) when that takes more than [`MAX_SUSPECTS`];
 //! - the leads when there are any (the GEMM whose operand went non-finite first; for a spike
 //!   without signed records, the GEMMs whose casts saturated at its first step);
-//! - else the GEMM kind of the largest first-order mass, and within it the fewest GEMMs that hold
-//!   [`SUSPECT_SHARE`] of the kind's mass (a fault that lives in one kind, as a stale scale's
+//! - else the GEMM kind of the largest first-order excess mass (the bound mass where no GEMM has
+//!   an excess), and within it the fewest GEMMs that hold [`SUSPECT_SHARE`] of the kind's mass (a fault that lives in one kind, as a stale scale's
 //!   underflow does in the gradients, spreads its mass over that kind's GEMMs).
 //!
 //! At most [`MAX_SUSPECTS`] in every case.
@@ -28,7 +31,7 @@ use super::method::{Triage, classify};
 use super::{Culprit, PredictedTest};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::LocateReport;
-use crate::analysis::predict::{predict, predict_set};
+use crate::analysis::predict::{GemmMass, predict, predict_set};
 use crate::capture_driver::RunSpec;
 use crate::error::AnalyzeError;
 use crate::load::{Run, f64s, i64s, strs};
@@ -63,6 +66,11 @@ fn fewest_holding(ranked: &[(String, f64)], total: f64) -> Option<Vec<String>> {
 /// The suspects without a spike's signed records: the leads, else the fewest GEMMs of the kind of
 /// the largest mass that hold [`SUSPECT_SHARE`] of it; None when none can be chosen.
 pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Option<Vec<String>> {
+    let p = predict(loc, dims, &[]);
+    let unbounded: Vec<String> = p.masses.iter().filter(|m| m.bound.is_infinite()).map(|m| m.gemm_name.clone()).collect();
+    if !unbounded.is_empty() {
+        return unbounded_suspects(&unbounded, leads);
+    }
     if !leads.is_empty() {
         let mut l: Vec<String> = Vec::new();
         for x in leads {
@@ -73,15 +81,42 @@ pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Optio
         l.truncate(MAX_SUSPECTS);
         return Some(l);
     }
-    let p = predict(loc, dims, &[]);
-    let kind = p.sets.iter().filter(|s| s.name.starts_with("bf16-")).max_by(|a, b| a.recovery.total_cmp(&b.recovery))?;
-    let ranked: Vec<(String, f64)> =
-        p.masses.iter().filter(|m| m.bound > 0.0 && kind.gemms.contains(&m.gemm_name)).map(|m| (m.gemm_name.clone(), m.bound)).collect();
+    let ranked = heaviest_kind(&p.masses);
     let total: f64 = ranked.iter().map(|r| r.1).sum();
-    if total.is_infinite() {
-        return Some(ranked.iter().filter(|r| r.1.is_infinite()).map(|r| r.0.clone()).take(MAX_SUSPECTS).collect());
-    }
     fewest_holding(&ranked, total)
+}
+
+/// The GEMMs of the kind that holds the most weight, heaviest first, each with its weight: the
+/// excess mass (the error beyond each GEMM's own floor, `predict`) where any GEMM has one, else the
+/// bound mass. A planted fault's GEMM stands out by its excess: at `seed`'s size the bound of the
+/// first layers' gradient GEMMs, whose duals are the largest, outweighed it.
+fn heaviest_kind(masses: &[GemmMass]) -> Vec<(String, f64)> {
+    let by_excess = masses.iter().any(|m| m.excess.is_finite() && m.excess > 0.0);
+    let weight = |m: &GemmMass| if by_excess { m.excess } else { m.bound };
+    let mut per_kind: BTreeMap<&str, f64> = BTreeMap::new();
+    for m in masses {
+        *per_kind.entry(m.gemm.as_str()).or_default() += weight(m);
+    }
+    let Some((kind, _)) = per_kind.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)) else { return Vec::new() };
+    let mut ranked: Vec<(String, f64)> = masses.iter().filter(|m| m.gemm == kind && weight(m) > 0.0).map(|m| (m.gemm_name.clone(), weight(m))).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked
+}
+
+/// The suspects of a run that went non-finite: every GEMM of unbounded mass, the first that went
+/// non-finite and, where the casts turn an overflow into NaN, each that ran at its scale's limit
+/// (`predict`: a routing that leaves any of them in FP8 still diverges), the leads first. None when
+/// more than [`MAX_SUSPECTS`] are needed: no short list can cure the run, and two runs testing the
+/// first of them would be spent for nothing (the full method follows).
+fn unbounded_suspects(unbounded: &[String], leads: &[String]) -> Option<Vec<String>> {
+    let mut out: Vec<String> = leads.iter().filter(|l| unbounded.contains(l)).cloned().collect();
+    out.dedup();
+    for u in unbounded {
+        if !out.contains(u) {
+            out.push(u.clone());
+        }
+    }
+    (out.len() <= MAX_SUSPECTS).then_some(out)
 }
 
 /// The suspects of a spike starting at `start` whose loss jumped `jump` over the baseline's, from
@@ -169,7 +204,52 @@ pub(super) fn test(
 
 #[cfg(test)]
 mod tests {
-    use super::{culprit_of, fewest_holding};
+    use super::{culprit_of, fewest_holding, heaviest_kind, unbounded_suspects};
+    use crate::analysis::predict::GemmMass;
+
+    fn mass(name: &str, bound: f64, excess: f64) -> GemmMass {
+        let gemm = name.rsplit('.').next().unwrap().to_string();
+        GemmMass { gemm_name: name.into(), site: name.rsplit_once('.').unwrap().0.into(), gemm, bound, signed: None, excess }
+    }
+
+    #[test]
+    fn the_heaviest_kind_is_weighed_by_the_excess_mass_where_there_is_one() {
+        // A planted dgrad overflow in the last layer: the first layers' dgrads have the largest
+        // bound (their duals are the largest) but no error beyond their floor.
+        let masses = vec![
+            mass("layers.0.qkv.dgrad", 9.0, 0.2),
+            mass("layers.0.proj.dgrad", 8.0, 0.1),
+            mass("layers.11.fc1.dgrad", 3.0, 6.0),
+            mass("layers.0.qkv.fprop", 2.0, 0.0),
+            mass("layers.3.fc2.wgrad", 5.0, 0.3),
+        ];
+        let r = heaviest_kind(&masses);
+        assert_eq!(r[0], ("layers.11.fc1.dgrad".to_string(), 6.0));
+        assert_eq!(fewest_holding(&r, r.iter().map(|x| x.1).sum()), Some(vec!["layers.11.fc1.dgrad".to_string()]));
+        // Without any excess (every error at its floor), the bound decides.
+        let flat: Vec<GemmMass> = masses.iter().map(|m| GemmMass { excess: 0.0, ..m.clone() }).collect();
+        assert_eq!(heaviest_kind(&flat)[0].0, "layers.0.qkv.dgrad");
+        assert!(heaviest_kind(&[]).is_empty());
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_non_finite_run_suspects_every_unbounded_gemm_the_lead_first_or_none_past_four() {
+        // A planted NaN: its GEMM alone is unbounded, and the lead.
+        assert_eq!(unbounded_suspects(&names(&["layers.1.qkv.fprop"]), &names(&["layers.1.qkv.fprop"])), Some(names(&["layers.1.qkv.fprop"])));
+        // Casts that turn an overflow into NaN: the GEMMs at their limit join the lead, which comes first.
+        let at_risk = names(&["layers.0.fc1.fprop", "layers.1.fc2.dgrad", "layers.0.qkv.fprop"]);
+        assert_eq!(
+            unbounded_suspects(&at_risk, &names(&["layers.1.fc2.dgrad"])),
+            Some(names(&["layers.1.fc2.dgrad", "layers.0.fc1.fprop", "layers.0.qkv.fprop"]))
+        );
+        // The nan scenario: 24 GEMMs at their limit; no short list cures it.
+        let all: Vec<String> = (0..24).map(|i| format!("layers.{}.g{}.fprop", i / 12, i)).collect();
+        assert_eq!(unbounded_suspects(&all, &all[..1]), None);
+    }
 
     #[test]
     fn a_gemm_name_reads_back_as_a_culprit() {
