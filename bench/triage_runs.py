@@ -14,6 +14,8 @@ CASES = [
     ("tiny", "spike", ["--scenario", "spike"]),
     ("tiny", "drift", ["--scenario", "drift"]),
     ("tiny", "nan", ["--scenario", "nan"]),
+    ("tiny", "l1.fc2.dgrad nan@150 (seed 2)", ["--seed", "2", "--inject", "site=layers.1.fc2,gemm=dgrad,kind=nan,step=150"]),
+    ("llama-tiny", "l0.fc2.fprop nan@120", ["--inject", "site=layers.0.fc2,gemm=fprop,kind=nan,step=120"]),
 ]
 
 
