@@ -130,6 +130,11 @@ def main():
         if lb is None or not math.isfinite(lb):
             skipped.append({"preset": preset, "case": label, "error": "the BF16 baseline did not end finite"})
             continue
+        g_fp8 = rel_gap(lf, lb) if lf is not None and math.isfinite(lf) else float("inf")
+        if math.isfinite(g_fp8) and abs(g_fp8) < a.min_gap:
+            print(f"[{time.time() - t0:6.0f}s] {preset} {label}: baseline {lb}, fp8 {lf} (gap {g_fp8:+.4f}): left out", flush=True)
+            skipped.append({"preset": preset, "case": label, "fp8_gap": g_fp8})
+            continue
         # The noise band: the largest final gap of a BF16 replica with its initial weights jittered
         # (as triage measures it); a measured recovery is known to within band / |FP8 gap|.
         reps = []
@@ -140,17 +145,15 @@ def main():
         band = max(reps) if reps else 0.0
         # The FP8 run's own spread: the same FP8 run with its initial weights jittered. A routed run
         # moves the trajectory further than a BF16 replica's jitter does, so a measured recovery is
-        # known to within the larger of the two spreads.
-        fp8_rep = os.path.join(cdir, "fp8-replica")
-        run([cap] + common + ["--recipe", "delayed", "--init-jitter", "1", "--out", fp8_rep])
-        fp8_spread = abs(rel_gap(final_loss(fp8_rep), lb) - rel_gap(lf, lb)) if lf is not None and math.isfinite(lf) else 0.0
-        if not math.isfinite(fp8_spread):
-            fp8_spread = 0.0
-        g_fp8 = rel_gap(lf, lb) if lf is not None and math.isfinite(lf) else float("inf")
+        # known to within the larger of the two spreads. A run that went non-finite has no gap to spread.
+        fp8_spread = 0.0
+        if math.isfinite(g_fp8):
+            fp8_rep = os.path.join(cdir, "fp8-replica")
+            run([cap] + common + ["--recipe", "delayed", "--init-jitter", "1", "--out", fp8_rep])
+            fp8_spread = abs(rel_gap(final_loss(fp8_rep), lb) - g_fp8)
+            if not math.isfinite(fp8_spread):
+                fp8_spread = 0.0
         print(f"[{time.time() - t0:6.0f}s] {preset} {label}: baseline {lb}, fp8 {lf} (gap {g_fp8:+.4f}, band {band:.4f}, FP8 spread {fp8_spread:.4f})", flush=True)
-        if math.isfinite(g_fp8) and abs(g_fp8) < a.min_gap:
-            skipped.append({"preset": preset, "case": label, "fp8_gap": g_fp8})
-            continue
         p = run([ana, "--json", "predict", fp8])
         if p.returncode != 0:
             print(f"  predict failed: {p.stderr.strip()}", flush=True)

@@ -22,8 +22,9 @@
 //! - the leads when there are any (the GEMM whose operand went non-finite first; for a spike
 //!   without signed records, the GEMMs whose casts saturated at its first step);
 //! - else the GEMM kind of the largest first-order excess mass (the bound mass where no GEMM has
-//!   an excess), and within it the fewest GEMMs that hold [`SUSPECT_SHARE`] of the kind's mass (a fault that lives in one kind, as a stale scale's
-//!   underflow does in the gradients, spreads its mass over that kind's GEMMs).
+//!   an excess), and within it the fewest GEMMs that hold [`SUSPECT_SHARE`] of the kind's mass (a
+//!   fault that lives in one kind, as a stale scale's underflow does in the gradients, spreads its
+//!   mass over that kind's GEMMs).
 //!
 //! At most [`MAX_SUSPECTS`] in every case.
 
@@ -63,8 +64,9 @@ fn fewest_holding(ranked: &[(String, f64)], total: f64) -> Option<Vec<String>> {
     None
 }
 
-/// The suspects without a spike's signed records: the leads, else the fewest GEMMs of the kind of
-/// the largest mass that hold [`SUSPECT_SHARE`] of it; None when none can be chosen.
+/// The suspects without a spike's signed records: a non-finite run's unbounded GEMMs, else the
+/// leads, else the fewest GEMMs of the kind of the largest (excess) mass that hold
+/// [`SUSPECT_SHARE`] of it; None when none can be chosen.
 pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Option<Vec<String>> {
     let p = predict(loc, dims, &[]);
     let unbounded: Vec<String> = p.masses.iter().filter(|m| m.bound.is_infinite()).map(|m| m.gemm_name.clone()).collect();
@@ -72,12 +74,7 @@ pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Optio
         return unbounded_suspects(&unbounded, leads);
     }
     if !leads.is_empty() {
-        let mut l: Vec<String> = Vec::new();
-        for x in leads {
-            if !l.contains(x) {
-                l.push(x.clone());
-            }
-        }
+        let mut l = distinct(leads);
         l.truncate(MAX_SUSPECTS);
         return Some(l);
     }
@@ -109,14 +106,19 @@ fn heaviest_kind(masses: &[GemmMass]) -> Vec<(String, f64)> {
 /// more than [`MAX_SUSPECTS`] are needed: no short list can cure the run, and two runs testing the
 /// first of them would be spent for nothing (the full method follows).
 fn unbounded_suspects(unbounded: &[String], leads: &[String]) -> Option<Vec<String>> {
-    let mut out: Vec<String> = leads.iter().filter(|l| unbounded.contains(l)).cloned().collect();
-    out.dedup();
-    for u in unbounded {
-        if !out.contains(u) {
-            out.push(u.clone());
+    let out = distinct(leads.iter().filter(|l| unbounded.contains(l)).chain(unbounded));
+    (out.len() <= MAX_SUSPECTS).then_some(out)
+}
+
+/// `names` without repeats, in their first order.
+fn distinct<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if !out.contains(n) {
+            out.push(n.clone());
         }
     }
-    (out.len() <= MAX_SUSPECTS).then_some(out)
+    out
 }
 
 /// The suspects of a spike starting at `start` whose loss jumped `jump` over the baseline's, from
@@ -245,6 +247,11 @@ mod tests {
         assert_eq!(
             unbounded_suspects(&at_risk, &names(&["layers.1.fc2.dgrad"])),
             Some(names(&["layers.1.fc2.dgrad", "layers.0.fc1.fprop", "layers.0.qkv.fprop"]))
+        );
+        // A lead given twice, apart, is suspected once.
+        assert_eq!(
+            unbounded_suspects(&at_risk, &names(&["layers.1.fc2.dgrad", "layers.0.qkv.fprop", "layers.1.fc2.dgrad"])),
+            Some(names(&["layers.1.fc2.dgrad", "layers.0.qkv.fprop", "layers.0.fc1.fprop"]))
         );
         // The nan scenario: 24 GEMMs at their limit; no short list cures it.
         let all: Vec<String> = (0..24).map(|i| format!("layers.{}.g{}.fprop", i / 12, i)).collect();
