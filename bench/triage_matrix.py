@@ -73,7 +73,9 @@ def row_of(v, secs, err):
     conf = v.get("confirmation")
     return {"verdict": verdict_kind(v), "anomaly": v.get("anomaly"), "culprits": names(v.get("culprits")),
             "band": noise.get("final_gap"), "predicted_held": pred.get("held"), "predicted_recovered": pred.get("recovered"),
-            "suspects": names(pred.get("suspects")), "second_seed": None if conf is None else {k: conf.get(k) for k in conf if k != "runs"},
+            "suspects": names(pred.get("suspects")),
+            "each_alone": [{"gemm": names([e["culprit"]])[0], "cures": e.get("cures"), "recovered": e.get("recovered")} for e in pred.get("each_alone") or []],
+            "second_seed": None if conf is None else {k: conf.get(k) for k in conf if k != "runs"},
             "runs": len(v.get("runs", [])), "seconds": secs}
 
 

@@ -20,8 +20,18 @@
 //! Σ_set / Σ_all. A run that went non-finite has unbounded mass, held by the GEMM that went
 //! non-finite first and, where its casts turn an overflow into NaN, by every GEMM whose operands
 //! came as close to their limit ([`crate::analysis::overflow_risk`]): a set that holds all of them
-//! recovers it whole (1), one that leaves any out recovers nothing (0). Both shares are
-//! reported; the bound share is the one `triage` uses, the signed share is kept beside it. These
+//! recovers it whole (1), one that leaves any out recovers nothing (0). When more than
+//! [`RECIPE_WIDE_SHARE`] of the GEMMs came that close, the scales themselves failed (a run that
+//! diverges as its scales leave warm-up): closeness no longer says which GEMM overflows next
+//! (measured on `llama-tiny`'s `nan` scenario, where 21 of 24 GEMMs were within 5% and one of the
+//! other three overflowed next), so every GEMM holds a share and only the whole set, or the recipe,
+//! recovers it.
+//!
+//! The headline share ([`SetPrediction::recovery`]), the ranking of the GEMMs, the top sets and the
+//! recommendation use the excess mass wherever any GEMM has one (the bound where none has): over
+//! the scenario and planted-fault library it follows the measured recoveries more closely
+//! (`bench/predict_library.py`), and `triage --predict` chooses its suspects by it. The bound and
+//! the signed shares are kept beside it. These
 //! are first-order: an error whose harm comes through the optimizer's state (a gradient spike that
 //! inflates Adam's second moment for many steps) or through the operands of later GEMMs is seen only
 //! where it lands, which `bench/predict_library.sh` measures against real routed runs.
@@ -37,6 +47,9 @@ use serde::Serialize;
 
 /// Share of the run's mass the recommended set must hold.
 pub const RECOMMENDED_SHARE: f64 = 0.9;
+/// Share of a non-finite run's GEMMs at their limit past which every GEMM is held at risk (see
+/// the module).
+pub const RECIPE_WIDE_SHARE: f64 = 0.5;
 
 /// One GEMM's accumulated first-order mass.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -53,14 +66,30 @@ pub struct GemmMass {
     pub excess: f64,
 }
 
+impl GemmMass {
+    /// The mass that ranks it: the excess where the run's GEMMs have one ([`by_excess`]).
+    pub fn weight(&self, by_excess: bool) -> f64 {
+        if by_excess { self.excess } else { self.bound }
+    }
+}
+
+/// Whether `masses` are weighed by their excess: some GEMM has a finite excess above zero (else
+/// every error sits at its floor and the bound decides).
+pub fn by_excess(masses: &[GemmMass]) -> bool {
+    masses.iter().any(|m| m.excess.is_finite() && m.excess > 0.0)
+}
+
 /// The predicted recovery of one set of GEMMs routed to BF16.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SetPrediction {
     pub name: String,
     /// `layers.1.fc2.dgrad`, …
     pub gemms: Vec<String>,
-    /// Share of the bound mass the set holds: the predicted share of the loss gap it recovers.
+    /// The predicted share of the loss gap it recovers: its share of the excess mass, or of the
+    /// bound mass where no GEMM has an excess ([`by_excess`]).
     pub recovery: f64,
+    /// Share of the bound mass the set holds.
+    pub bound_recovery: f64,
     /// Share of the harmful signed mass (None without signed records).
     pub signed_recovery: Option<f64>,
     /// Share of the excess mass.
@@ -73,10 +102,16 @@ pub struct SetPrediction {
 #[derive(Clone, Debug, Serialize)]
 pub struct Prediction {
     pub run: String,
+    /// Every GEMM's masses, heaviest first by `ranked_by`.
     pub masses: Vec<GemmMass>,
-    /// The three kinds, then the top 1, 2 and 3 GEMMs by bound mass, then the sets asked for.
+    /// "excess" or "bound": the mass that ranks the GEMMs and gives the headline share.
+    pub ranked_by: &'static str,
+    /// Whether more than [`RECIPE_WIDE_SHARE`] of a non-finite run's GEMMs ran at their limit, so
+    /// that every GEMM holds a share of its unbounded mass (see the module).
+    pub recipe_wide: bool,
+    /// The three kinds, then the top 1, 2 and 3 GEMMs by that mass, then the sets asked for.
     pub sets: Vec<SetPrediction>,
-    /// The fewest GEMMs, largest mass first, that hold [`RECOMMENDED_SHARE`] of the bound mass.
+    /// The fewest GEMMs, heaviest first, that hold [`RECOMMENDED_SHARE`] of that mass.
     pub recommended: SetPrediction,
 }
 
@@ -110,8 +145,20 @@ fn unbounded(g: &LocatedGemm) -> bool {
     g.nonfinite_at.is_some() || g.headroom_ratio.is_some_and(|r| r >= AT_RISK_RATIO)
 }
 
-fn mass_of(g: &LocatedGemm) -> GemmMass {
-    let nonfinite = unbounded(g);
+/// Whether more than [`RECIPE_WIDE_SHARE`] of the GEMMs of a run hold unbounded mass (see the module).
+fn recipe_wide(loc: &LocateReport) -> bool {
+    let at_risk = loc.ranked.iter().filter(|g| unbounded(g)).count();
+    at_risk > 1 && at_risk as f64 > RECIPE_WIDE_SHARE * loc.ranked.len() as f64
+}
+
+/// Every GEMM's masses, in `locate`'s order.
+pub fn masses(loc: &LocateReport) -> Vec<GemmMass> {
+    let wide = recipe_wide(loc);
+    loc.ranked.iter().map(|g| mass_of(g, wide)).collect()
+}
+
+fn mass_of(g: &LocatedGemm, recipe_wide: bool) -> GemmMass {
+    let nonfinite = recipe_wide || unbounded(g);
     let bound = if nonfinite { f64::INFINITY } else { g.harm_total.unwrap_or(0.0) };
     GemmMass {
         gemm_name: g.gemm_name.clone(),
@@ -143,7 +190,7 @@ fn site_flops(dims: &ModelDims, g: &LocatedGemm) -> f64 {
 
 /// Predicts the recovery of `gemms` (names as `locate` gives them) routed to BF16.
 pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[String]) -> SetPrediction {
-    let masses: Vec<GemmMass> = loc.ranked.iter().map(mass_of).collect();
+    let masses = masses(loc);
     let total_bound: f64 = masses.iter().map(|m| m.bound).sum();
     let signed_ok = masses.iter().all(|m| m.signed.is_some());
     let total_signed: f64 = masses.iter().filter_map(|m| m.signed).sum();
@@ -155,20 +202,25 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
     // Every GEMM of every kind of every layer: 3 kinds × sites, each of its site's FLOPs.
     let all_flops: f64 = 3.0 * (0..dims.layers).flat_map(|_| Module::ALL).map(|m| dims.site_features(m)).map(|(i, o)| (i * o) as f64).sum::<f64>();
     let set_flops: f64 = loc.ranked.iter().filter(|g| gemms.contains(&g.gemm_name)).map(|g| site_flops(dims, g)).sum();
+    let bound_recovery = share(part_bound, total_bound, held_all);
+    let excess_recovery = share(part_excess, total_excess, held_all);
     SetPrediction {
         name: name.to_string(),
         gemms: gemms.to_vec(),
-        recovery: share(part_bound, total_bound, held_all),
+        recovery: if by_excess(&masses) { excess_recovery } else { bound_recovery },
+        bound_recovery,
         signed_recovery: signed_ok.then(|| share(part_signed, total_signed, held_all)),
-        excess_recovery: share(part_excess, total_excess, held_all),
+        excess_recovery,
         bf16_flops_share: if all_flops > 0.0 { set_flops / all_flops } else { 0.0 },
     }
 }
 
 /// The predictions for the kinds, the top GEMMs and `extra` named sets.
 pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<String>)]) -> Prediction {
-    let mut masses: Vec<GemmMass> = loc.ranked.iter().map(mass_of).collect();
-    masses.sort_by(|a, b| b.bound.total_cmp(&a.bound).then(a.gemm_name.cmp(&b.gemm_name)));
+    let mut masses = masses(loc);
+    let excess = by_excess(&masses);
+    let w = |m: &GemmMass| m.weight(excess);
+    masses.sort_by(|a, b| w(b).total_cmp(&w(a)).then(b.bound.total_cmp(&a.bound)).then(a.gemm_name.cmp(&b.gemm_name)));
     let mut sets = Vec::new();
     for k in Gemm::ALL {
         let names: Vec<String> = loc.ranked.iter().filter(|g| g.gemm == k.as_str()).map(|g| g.gemm_name.clone()).collect();
@@ -181,25 +233,27 @@ pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<Strin
     for (name, gemms) in extra {
         sets.push(predict_set(loc, dims, name, gemms));
     }
-    let total: f64 = masses.iter().map(|m| m.bound).sum();
-    // A non-finite run: every unbounded GEMM (`share`); else the fewest holding RECOMMENDED_SHARE.
+    let total: f64 = masses.iter().map(w).sum();
+    // A non-finite run: every unbounded GEMM (`share`; they sort first); else the fewest holding
+    // RECOMMENDED_SHARE.
     let mut chosen = Vec::new();
     let mut held = 0.0;
     for m in &masses {
-        let enough = if total.is_infinite() { m.bound.is_finite() } else { share(held, total, true) >= RECOMMENDED_SHARE };
-        if enough || m.bound <= 0.0 {
+        let enough = if total.is_infinite() { w(m).is_finite() } else { share(held, total, true) >= RECOMMENDED_SHARE };
+        if enough || w(m) <= 0.0 {
             break;
         }
         chosen.push(m.gemm_name.clone());
-        held += m.bound;
+        held += w(m);
     }
     let recommended = predict_set(loc, dims, "recommended", &chosen);
-    Prediction { run: loc.run.clone(), masses, sets, recommended }
+    Prediction { run: loc.run.clone(), masses, ranked_by: if excess { "excess" } else { "bound" }, recipe_wide: recipe_wide(loc), sets, recommended }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::locate::StepError;
 
     fn dims() -> ModelDims {
         serde_json::from_str(r#"{"vocab":512,"channels":64,"ffn":256,"heads":4,"layers":1,"batch":8,"seq":64,"attn_mask":"causal"}"#).unwrap()
@@ -289,7 +343,7 @@ mod tests {
         close.headroom_ratio = Some(0.97);
         let mut far = gemm("layers.0.qkv.wgrad", "qkv", "wgrad", 3.0, -1.0);
         far.headroom_ratio = Some(0.6);
-        let loc = report(vec![first, close, far]);
+        let loc = report(vec![first, close, far, gemm("layers.0.proj.fprop", "proj", "fprop", 0.2, 0.1), gemm("layers.0.fc1.wgrad", "fc1", "wgrad", 0.4, 0.2)]);
         let p = predict(&loc, &dims, &[("both".into(), vec!["layers.0.fc1.fprop".into(), "layers.0.fc2.dgrad".into()])]);
         let rec = |n: &str| p.sets.iter().find(|s| s.name == n).unwrap().recovery;
         // The first to go non-finite alone is not enough: fc2's dgrad ran within 3% of its limit.
@@ -301,5 +355,53 @@ mod tests {
         r.sort();
         assert_eq!(r, vec!["layers.0.fc1.fprop".to_string(), "layers.0.fc2.dgrad".to_string()]);
         assert_eq!(p.recommended.recovery, 1.0);
+        assert!(!p.recipe_wide);
+    }
+
+    fn step(step: i64, output_error: f64, harm: f64) -> StepError {
+        StepError { step, output_error, input_error: 0.0, added: output_error, harm: Some(harm), signed: None, warmup: false }
+    }
+
+    #[test]
+    fn when_most_gemms_ran_at_their_limit_every_gemm_holds_a_share_and_only_all_of_them_recover() {
+        let dims = dims();
+        let mut first = gemm("layers.0.fc1.fprop", "fc1", "fprop", 0.1, 0.0);
+        first.nonfinite_at = Some(3);
+        let mut near = gemm("layers.0.fc2.dgrad", "fc2", "dgrad", 8.0, -6.0);
+        near.headroom_ratio = Some(0.97);
+        let mut also = gemm("layers.0.qkv.fprop", "qkv", "fprop", 1.0, 0.5);
+        also.headroom_ratio = Some(0.99);
+        // 3 of 4 at their limit: the fourth, at 0.83, may overflow next.
+        let mut next = gemm("layers.0.proj.wgrad", "proj", "wgrad", 0.3, -0.1);
+        next.headroom_ratio = Some(0.83);
+        let all: Vec<String> = ["layers.0.fc1.fprop", "layers.0.fc2.dgrad", "layers.0.qkv.fprop", "layers.0.proj.wgrad"].map(String::from).to_vec();
+        let p = predict(&report(vec![first, near, also, next]), &dims, &[("at-risk".into(), all[..3].to_vec()), ("all".into(), all.clone())]);
+        assert!(p.recipe_wide);
+        let rec = |n: &str| p.sets.iter().find(|s| s.name == n).unwrap().recovery;
+        assert_eq!((rec("at-risk"), rec("all")), (0.0, 1.0));
+        let mut r = p.recommended.gemms.clone();
+        r.sort();
+        let mut want = all.clone();
+        want.sort();
+        assert_eq!(r, want);
+    }
+
+    #[test]
+    fn the_excess_mass_ranks_the_gemms_and_gives_the_headline_share_where_any_gemm_has_one() {
+        let dims = dims();
+        // The largest bound, its error always at its floor: no excess.
+        let mut floor = gemm("layers.0.qkv.dgrad", "qkv", "dgrad", 9.0, 0.0);
+        floor.errors = (0..10).map(|i| step(i, 1e-3, 0.9)).collect();
+        // A smaller bound whose error grew tenfold over its floor at half its steps.
+        let mut fault = gemm("layers.0.fc2.dgrad", "fc2", "dgrad", 3.0, 0.0);
+        fault.errors = (0..10).map(|i| if i < 5 { step(i, 1e-3, 0.1) } else { step(i, 1e-1, 0.5) }).collect();
+        let p = predict(&report(vec![floor, fault]), &dims, &[]);
+        assert_eq!(p.ranked_by, "excess");
+        assert_eq!(p.masses[0].gemm_name, "layers.0.fc2.dgrad");
+        let top = p.sets.iter().find(|s| s.name == "top-1").unwrap();
+        assert_eq!(top.gemms, vec!["layers.0.fc2.dgrad".to_string()]);
+        // Every excess is the fault's: its headline share is whole, its bound share a quarter.
+        assert!((top.recovery - 1.0).abs() < 1e-12 && (top.bound_recovery - 0.25).abs() < 1e-12, "{top:?}");
+        assert_eq!(p.recommended.gemms, vec!["layers.0.fc2.dgrad".to_string()]);
     }
 }

@@ -4,7 +4,7 @@
 use crate::analysis::locate::locate;
 use crate::analysis::overflow_risk::AT_RISK_RATIO;
 use crate::analysis::params::DEFAULT_COSINE_THRESHOLD;
-use crate::analysis::predict::{Prediction, SetPrediction, predict};
+use crate::analysis::predict::{Prediction, RECIPE_WIDE_SHARE, SetPrediction, predict};
 use crate::commands::Outcome;
 use crate::error::AnalyzeError;
 use crate::load::{LoadOptions, Run};
@@ -58,18 +58,27 @@ pub fn run(args: &PredictArgs, opts: LoadOptions, json: bool) -> Result<Outcome,
 
 fn set_row(s: &SetPrediction) -> Vec<String> {
     let gemms = if s.gemms.len() <= 3 { s.gemms.join(",") } else { format!("{} GEMMs", s.gemms.len()) };
-    vec![s.name.clone(), gemms, pct(s.recovery), pct(s.excess_recovery), s.signed_recovery.map(pct).unwrap_or_else(|| "-".into()), pct(s.bf16_flops_share)]
+    vec![
+        s.name.clone(),
+        gemms,
+        pct(s.recovery),
+        pct(s.bound_recovery),
+        pct(s.excess_recovery),
+        s.signed_recovery.map(pct).unwrap_or_else(|| "-".into()),
+        pct(s.bf16_flops_share),
+    ]
 }
 
 fn render(p: &Prediction, top: usize) -> String {
     let mut s = format!(
         "predict: run '{}', from its shadow GEMMs: the share of the loss gap each set of GEMMs routed to BF16 would recover, \
-         by its share of the first-order mass (bound Σ‖δ‖·‖dual‖; excess: the bound beyond each GEMM's own error floor; signed Σ⟨δ, dual⟩, its harmful part)\n\n",
-        p.run
+         by its share of the first-order mass (bound Σ‖δ‖·‖dual‖; excess: the bound beyond each GEMM's own error floor; signed Σ⟨δ, dual⟩, its harmful part); \
+         'recovers' is the {} share, which also ranks the GEMMs\n\n",
+        p.run, p.ranked_by
     );
     let mut rows: Vec<Vec<String>> = p.sets.iter().map(set_row).collect();
     rows.push(set_row(&p.recommended));
-    s += &output::table(&["set", "gemms", "recovers (bound)", "recovers (excess)", "recovers (signed)", "BF16 FLOPs"], &rows);
+    s += &output::table(&["set", "gemms", "recovers", "bound share", "excess share", "signed share", "BF16 FLOPs"], &rows);
     s += &format!(
         "\n\nrecommended: {} ({} GEMM(s) holding {} of the mass; {} of the GEMM FLOPs in BF16)\n\n",
         if p.recommended.gemms.is_empty() { "nothing (no mass)".to_string() } else { p.recommended.gemms.join(", ") },
@@ -78,7 +87,15 @@ fn render(p: &Prediction, top: usize) -> String {
         pct(p.recommended.bf16_flops_share)
     );
     let unbounded = p.masses.iter().filter(|m| m.bound.is_infinite()).count();
-    if unbounded > 1 {
+    if p.recipe_wide {
+        s += &format!(
+            "the run went non-finite with more than {:.0}% of its GEMMs within {:.0}% of their scale's limit up to that step: the scales failed, not one GEMM \
+             (closeness no longer says which overflows next), so only every GEMM in BF16 recovers it. The cure to try is the recipe: current scaling, \
+             or saturating casts (--overflow saturate).\n\n",
+            100.0 * RECIPE_WIDE_SHARE,
+            100.0 * (1.0 - AT_RISK_RATIO)
+        );
+    } else if unbounded > 1 {
         s += &format!(
             "the run went non-finite with casts that turn an overflow into NaN, and {unbounded} GEMMs ran within {:.0}% of their scale's limit up to that step \
              (amax / amax_used): routed alone, the others overflow in their turn, so a set recovers the run only with all of them. \
@@ -91,9 +108,9 @@ fn render(p: &Prediction, top: usize) -> String {
         .iter()
         .take(top)
         .enumerate()
-        .map(|(i, m)| vec![(i + 1).to_string(), m.gemm_name.clone(), num(m.bound), num(m.excess), m.signed.map(num).unwrap_or_else(|| "-".into())])
+        .map(|(i, m)| vec![(i + 1).to_string(), m.gemm_name.clone(), num(m.excess), num(m.bound), m.signed.map(num).unwrap_or_else(|| "-".into())])
         .collect();
-    s += &output::table(&["#", "gemm", "bound mass", "excess mass", "harmful signed mass"], &rows);
+    s += &output::table(&["#", "gemm", "excess mass", "bound mass", "harmful signed mass"], &rows);
     s.push('\n');
     s
 }

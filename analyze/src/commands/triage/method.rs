@@ -373,7 +373,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
             let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
             if pt.held {
-                let mut found = pt.suspects.clone();
+                let mut found = pt.named.clone();
                 found.sort();
                 if let Some(step) = spike_start {
                     for cu in &found {

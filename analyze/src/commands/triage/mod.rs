@@ -97,6 +97,21 @@ pub struct PredictedTest {
     pub held: bool,
     /// The share of the FP8 gap their BF16 run recovered (1 − |residual| / |gap|), when known.
     pub recovered: Option<f64>,
+    /// When several suspects held, each alone in BF16 (one more run each, in one batch): whether it
+    /// cures the run and the share of the gap it recovers. Empty when not tried.
+    pub each_alone: Vec<SuspectAlone>,
+    /// The culprits the test names: the one suspect that cures the run alone in BF16 when exactly
+    /// one does (the others stay in FP8 without the anomaly, so they are not needed), else every
+    /// suspect.
+    pub named: Vec<Culprit>,
+}
+
+/// One suspect of several, alone in BF16 (`PredictedTest::each_alone`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SuspectAlone {
+    pub culprit: Culprit,
+    pub cures: bool,
+    pub recovered: Option<f64>,
 }
 
 /// A GEMM named in the verdict.

@@ -10,6 +10,13 @@
 //! Necessary and sufficient together name the suspects as the culprits. When either test fails,
 //! triage goes on with the full method, the two runs counted in its total.
 //!
+//! When several suspects held, one more batch sends each alone to BF16 (one run each, at most
+//! [`MAX_SUSPECTS`], side by side): when exactly one of them cures the run by itself, the others
+//! stayed in FP8 without the anomaly and are not needed, so the verdict names that one. (When
+//! several cure alone, the anomaly needs them together in FP8; when none does, each holds a part:
+//! the verdict names them all.) A planted fault's suspects at `seed`'s size held with a second
+//! GEMM of large excess beside it, which two runs alone cannot exclude.
+//!
 //! The suspects, in this order:
 //! - for a spike, from the shadow GEMMs of its first two steps (the FP8 run of `--predict` records
 //!   with the flight recorder, so they exist): the forward GEMMs whose error raised the loss there
@@ -29,10 +36,10 @@
 //! At most [`MAX_SUSPECTS`] in every case.
 
 use super::method::{Triage, classify};
-use super::{Culprit, PredictedTest};
+use super::{Culprit, PredictedTest, SuspectAlone};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::LocateReport;
-use crate::analysis::predict::{GemmMass, predict, predict_set};
+use crate::analysis::predict::{GemmMass, by_excess, predict, predict_set};
 use crate::capture_driver::RunSpec;
 use crate::error::AnalyzeError;
 use crate::load::{Run, f64s, i64s, strs};
@@ -88,8 +95,8 @@ pub fn suspects(loc: &LocateReport, dims: &ModelDims, leads: &[String]) -> Optio
 /// bound mass. A planted fault's GEMM stands out by its excess: at `seed`'s size the bound of the
 /// first layers' gradient GEMMs, whose duals are the largest, outweighed it.
 fn heaviest_kind(masses: &[GemmMass]) -> Vec<(String, f64)> {
-    let by_excess = masses.iter().any(|m| m.excess.is_finite() && m.excess > 0.0);
-    let weight = |m: &GemmMass| if by_excess { m.excess } else { m.bound };
+    let excess = by_excess(masses);
+    let weight = |m: &GemmMass| m.weight(excess);
     let mut per_kind: BTreeMap<&str, f64> = BTreeMap::new();
     for m in masses {
         *per_kind.entry(m.gemm.as_str()).or_default() += weight(m);
@@ -158,7 +165,8 @@ fn culprit_of(name: &str) -> Option<Culprit> {
     Some(Culprit { layer, module: it.next()?.to_string(), gemm: it.next()?.to_string() })
 }
 
-/// Records the two runs that test `suspects`; returns the test.
+/// Records the two runs that test `suspects` (and, when several held, each alone in BF16); returns
+/// the test.
 pub(super) fn test(
     t: &mut Triage,
     loc: &LocateReport,
@@ -187,26 +195,65 @@ pub(super) fn test(
         })
     });
     let cure_gap = t.reports.get("predicted-cure").and_then(end);
-    let recovered = match (fp8_gap, cure_gap) {
-        (Some(f), Some(c)) if f.abs() > 0.0 => Some(1.0 - c.abs() / f.abs()),
-        _ => None,
-    };
+    let recovered = recovered_share(fp8_gap, cure_gap);
     let pred = predict_set(loc, dims, "suspects", suspects);
     let cures = cured.first().copied().unwrap_or(false);
+    let held = cures && reproduced.is_some();
+    let each_alone = if held && culprits.len() > 1 { each_alone(t, &culprits, fp8_gap, fp8_flags)? } else { Vec::new() };
     Ok(PredictedTest {
+        named: named(&culprits, &each_alone),
         suspects: culprits,
         predicted_recovery: pred.recovery,
         bf16_flops_share: pred.bf16_flops_share,
         cures,
         reproduced: reproduced.clone(),
-        held: cures && reproduced.is_some(),
+        held,
         recovered,
+        each_alone,
     })
+}
+
+/// The share of `fp8_gap` a run ending at `gap` recovered.
+fn recovered_share(fp8_gap: Option<f64>, gap: Option<f64>) -> Option<f64> {
+    match (fp8_gap, gap) {
+        (Some(f), Some(c)) if f.abs() > 0.0 => Some(1.0 - c.abs() / f.abs()),
+        _ => None,
+    }
+}
+
+/// Each of several held suspects alone in BF16, everything else in FP8: one run each, one batch.
+fn each_alone(
+    t: &mut Triage,
+    culprits: &[Culprit],
+    fp8_gap: Option<f64>,
+    fp8_flags: &dyn Fn(&[String]) -> Vec<String>,
+) -> Result<Vec<SuspectAlone>, AnalyzeError> {
+    let name = |c: &Culprit| format!("predicted-only-{}", c.name());
+    let specs: Vec<RunSpec> = culprits.iter().map(|c| RunSpec { name: name(c), flags: fp8_flags(&["--bf16-sites".into(), c.site_flag()]) }).collect();
+    let cured = t.batch("predicted, each alone", "predicted", &specs)?;
+    Ok(culprits
+        .iter()
+        .zip(cured)
+        .map(|(c, cures)| {
+            let gap = t.reports.get(&name(c)).and_then(|r| r.end_gap.as_ref().and_then(|e| e.gap));
+            SuspectAlone { culprit: c.clone(), cures, recovered: recovered_share(fp8_gap, gap) }
+        })
+        .collect())
+}
+
+/// The culprits a held test names: the one suspect that cures alone in BF16 when exactly one does,
+/// else every suspect.
+fn named(suspects: &[Culprit], each_alone: &[SuspectAlone]) -> Vec<Culprit> {
+    let curing: Vec<&SuspectAlone> = each_alone.iter().filter(|a| a.cures).collect();
+    match curing.as_slice() {
+        [one] => vec![one.culprit.clone()],
+        _ => suspects.to_vec(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{culprit_of, fewest_holding, heaviest_kind, unbounded_suspects};
+    use super::{SuspectAlone, culprit_of, fewest_holding, heaviest_kind, named, unbounded_suspects};
     use crate::analysis::predict::GemmMass;
 
     fn mass(name: &str, bound: f64, excess: f64) -> GemmMass {
@@ -274,5 +321,20 @@ mod tests {
         assert_eq!(fewest_holding(&r(&[("a", 0.9)]), 1.0), Some(vec!["a".to_string()]));
         // Six equal GEMMs need five: more than four, none.
         assert_eq!(fewest_holding(&r(&[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 1.0), ("f", 1.0)]), 6.0), None);
+    }
+
+    #[test]
+    fn a_held_pair_names_the_one_suspect_that_cures_alone_else_both() {
+        let (a, b) = (culprit_of("layers.11.fc1.dgrad").unwrap(), culprit_of("layers.0.qkv.dgrad").unwrap());
+        let both = vec![a.clone(), b.clone()];
+        let alone = |ca: bool, cb: bool| {
+            vec![SuspectAlone { culprit: a.clone(), cures: ca, recovered: None }, SuspectAlone { culprit: b.clone(), cures: cb, recovered: None }]
+        };
+        assert_eq!(named(&both, &alone(true, false)), vec![a.clone()]);
+        assert_eq!(named(&both, &alone(false, true)), vec![b.clone()]);
+        // Neither alone: each holds a part. Both alone: they harm only together. Not tried: all.
+        assert_eq!(named(&both, &alone(false, false)), both);
+        assert_eq!(named(&both, &alone(true, true)), both);
+        assert_eq!(named(&both, &[]), both);
     }
 }

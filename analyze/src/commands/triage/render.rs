@@ -155,7 +155,23 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
                 if bf16 != "-" { format!("bf16 {bf16}") } else { format!("only fp8 {}", flag_after(e, "--fp8-sites")) }
             }),
         );
-        if p.held {
+        if p.held && p.named.len() < p.suspects.len() {
+            let names: Vec<String> = v.culprits.iter().map(Culprit::name).collect();
+            let others: Vec<String> = p.suspects.iter().filter(|c| !p.named.contains(c)).map(Culprit::name).collect();
+            s += &format!(
+                "\nverdict: {} caused by {}: returning it alone to BF16 cures the run{}, with {} left in FP8; the suspects alone in FP8 bring the {} back.\n",
+                v.anomaly.clone().unwrap_or_default(),
+                names.join(", "),
+                p.each_alone
+                    .iter()
+                    .find(|a| a.cures)
+                    .and_then(|a| a.recovered)
+                    .map(|r| format!(" (it recovers {:.1}% of the gap)", 100.0 * r))
+                    .unwrap_or_default(),
+                others.join(", "),
+                p.reproduced.clone().unwrap_or_default()
+            );
+        } else if p.held {
             let names: Vec<String> = v.culprits.iter().map(Culprit::name).collect();
             s += &format!(
                 "\nverdict: {} caused by {}: returning {} to BF16 cures the run{}, and {} alone in FP8 bring{} the {} back.\n",
@@ -167,6 +183,8 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
                 if names.len() == 1 { "s" } else { "" },
                 p.reproduced.clone().unwrap_or_default()
             );
+        }
+        if p.held {
             for c in &v.culprits {
                 if let Some((step, ev)) = t.spike_evidence.get(&c.name()) {
                     s += &format!("  {}: at the spike's first step, {step}: {}\n", c.name(), operands(ev));
@@ -175,7 +193,11 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
                     s += &format!("  {}: locate ranks it #{rank} of {of}\n", c.name());
                 }
             }
-            s += &format!("current scaling and block scaling were not tried.\nthe verdict rests on {} runs (predicted, then tested by two).\n", t.runs.len());
+            let tested = if p.each_alone.is_empty() { "two".to_string() } else { format!("two, then each suspect alone in BF16 by {}", p.each_alone.len()) };
+            s += &format!(
+                "current scaling and block scaling were not tried.\nthe verdict rests on {} runs (predicted, then tested by {tested}).\n",
+                t.runs.len()
+            );
             return s;
         }
     }
@@ -394,6 +416,14 @@ fn predicted_section(p: &super::PredictedTest, table: &str) -> String {
             (false, None) => "not held: they neither cure the run nor bring the anomaly back alone; the full method follows".to_string(),
         }
     );
+    for a in &p.each_alone {
+        s += &format!(
+            "   {} alone in BF16: {}{}\n",
+            a.culprit.name(),
+            if a.cures { "cures the run" } else { "does not cure the run" },
+            a.recovered.map(|r| format!(" (recovers {:.1}% of the gap)", 100.0 * r)).unwrap_or_default()
+        );
+    }
     s
 }
 
