@@ -197,6 +197,41 @@ fn triage_predict_sends_each_of_two_held_suspects_alone_to_bf16_and_names_both_w
 }
 
 #[test]
+fn triage_predict_on_a_run_whose_scales_fail_at_once_tests_the_recipe_with_one_run() {
+    let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t");
+    let o = analyze(&[
+        "--json",
+        "triage",
+        "--out",
+        out.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--scenario",
+        "nan",
+        "--steps",
+        "60",
+        "--predict",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(v["anomaly"], "nan", "{v}");
+    let p = &v["predicted"];
+    // Every GEMM of tiny ran at its limit by step 2: the prediction is the recipe, and current
+    // scaling keeps the run finite.
+    assert_eq!((p["recipe"]["at_risk"].as_u64(), p["recipe"]["gemms"].as_u64()), (Some(24), Some(24)), "{p}");
+    assert_eq!((p["held"].as_bool(), v["current_scaling_cures"].as_bool()), (Some(true), Some(true)), "{v}");
+    assert_eq!(v["culprits"].as_array().map(Vec::len), Some(0));
+    let names: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 5, "baseline, two replicas, the FP8 run and current scaling: {names:?}");
+    assert!(names.contains(&"predicted-current"), "{names:?}");
+    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
+    assert!(text.contains("caused by the recipe") && text.contains("rests on 5 runs"), "{text}");
+}
+
+#[test]
 fn schedule_finds_the_cheapest_switch_that_recovers_a_planted_fault() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

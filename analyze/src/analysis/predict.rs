@@ -145,9 +145,14 @@ fn unbounded(g: &LocatedGemm) -> bool {
     g.nonfinite_at.is_some() || g.headroom_ratio.is_some_and(|r| r >= AT_RISK_RATIO)
 }
 
+/// How many GEMMs of a run went non-finite first or ran at their limit up to then.
+pub fn at_risk_count(loc: &LocateReport) -> usize {
+    loc.ranked.iter().filter(|g| unbounded(g)).count()
+}
+
 /// Whether more than [`RECIPE_WIDE_SHARE`] of the GEMMs of a run hold unbounded mass (see the module).
 fn recipe_wide(loc: &LocateReport) -> bool {
-    let at_risk = loc.ranked.iter().filter(|g| unbounded(g)).count();
+    let at_risk = at_risk_count(loc);
     at_risk > 1 && at_risk as f64 > RECIPE_WIDE_SHARE * loc.ranked.len() as f64
 }
 

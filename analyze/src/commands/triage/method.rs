@@ -370,7 +370,38 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             (Some(step), Some(jump)) => predicted::spike_suspects(&fp8_run, step, jump)?,
             _ => None,
         };
-        if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
+        // A run whose scales failed at once (most GEMMs at their limit when it went non-finite):
+        // the prediction is the recipe, tested by one run with current scaling.
+        let recipe_test = match &loc {
+            Some(l) if anomaly == "nan" && a.recipe == "delayed" && !c.multi_rank() => {
+                let mut f = c.common();
+                f.extend(["--recipe".into(), "current".into()]);
+                f.extend(c.injections());
+                predicted::test_recipe(&mut t, l, &dims, f)?
+            }
+            _ => None,
+        };
+        if let Some(pt) = recipe_test {
+            if pt.held {
+                let v = Verdict {
+                    healthy: false,
+                    inconclusive: false,
+                    mechanisms: Vec::new(),
+                    anomaly: Some(anomaly),
+                    culprits: Vec::new(),
+                    current_scaling_cures: true,
+                    block_scaling_cures: None,
+                    mxfp8_cures: None,
+                    noise: noise_summary,
+                    confirmation: None,
+                    predicted: Some(pt),
+                    runs: t.runs.clone(),
+                };
+                let text = render(&v, &t, &rep, loc.as_ref(), None, None);
+                return Ok((v, text));
+            }
+            predicted_test = Some(pt);
+        } else if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
             let pt = predicted::test(&mut t, l, &dims, &sus, &rep, &anomaly, &fp8_flags)?;
             if pt.held {
                 let mut found = pt.named.clone();

@@ -104,6 +104,21 @@ pub struct PredictedTest {
     /// one does (the others stay in FP8 without the anomaly, so they are not needed), else every
     /// suspect.
     pub named: Vec<Culprit>,
+    /// The prediction was the recipe, not a GEMM: the run went non-finite with most of its GEMMs at
+    /// their scale's limit (`predict`'s `recipe_wide`), so the one test run is the same run with
+    /// current scaling (`cures`), and `suspects` is empty.
+    pub recipe: Option<RecipeTest>,
+}
+
+/// The recipe test of a run whose scales failed at once (`PredictedTest::recipe`).
+#[derive(Clone, Debug, Serialize)]
+pub struct RecipeTest {
+    /// GEMMs within 5% of their limit (or non-finite first) up to the non-finite step.
+    pub at_risk: usize,
+    /// GEMMs of the run.
+    pub gemms: usize,
+    /// The recipe tried ("current").
+    pub tried: String,
 }
 
 /// One suspect of several, alone in BF16 (`PredictedTest::each_alone`).

@@ -36,10 +36,10 @@
 //! At most [`MAX_SUSPECTS`] in every case.
 
 use super::method::{Triage, classify};
-use super::{Culprit, PredictedTest, SuspectAlone};
+use super::{Culprit, PredictedTest, RecipeTest, SuspectAlone};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::LocateReport;
-use crate::analysis::predict::{GemmMass, by_excess, predict, predict_set};
+use crate::analysis::predict::{GemmMass, at_risk_count, by_excess, predict, predict_set};
 use crate::capture_driver::RunSpec;
 use crate::error::AnalyzeError;
 use crate::load::{Run, f64s, i64s, strs};
@@ -210,7 +210,34 @@ pub(super) fn test(
         held,
         recovered,
         each_alone,
+        recipe: None,
     })
+}
+
+/// When the FP8 run went non-finite with most of its GEMMs at their scale's limit (`predict`'s
+/// `recipe_wide`): no short list of GEMMs can cure it, and the scales failed, so one run tests the
+/// recipe instead: the same run with current scaling (`current_flags`), which must end finite and
+/// without the anomaly. Returns None where that is not the prediction.
+pub(super) fn test_recipe(t: &mut Triage, loc: &LocateReport, dims: &ModelDims, current_flags: Vec<String>) -> Result<Option<PredictedTest>, AnalyzeError> {
+    let p = predict(loc, dims, &[]);
+    if !p.recipe_wide {
+        return Ok(None);
+    }
+    let at_risk = at_risk_count(loc);
+    let cured = t.batch("predicted", "predicted", &[RunSpec { name: "predicted-current".into(), flags: current_flags }])?;
+    let cures = cured.first().copied().unwrap_or(false);
+    Ok(Some(PredictedTest {
+        suspects: Vec::new(),
+        predicted_recovery: 1.0,
+        bf16_flops_share: 0.0,
+        cures,
+        reproduced: None,
+        held: cures,
+        recovered: None,
+        each_alone: Vec::new(),
+        named: Vec::new(),
+        recipe: Some(RecipeTest { at_risk, gemms: loc.ranked.len(), tried: "current".into() }),
+    }))
 }
 
 /// The share of `fp8_gap` a run ending at `gap` recovered.

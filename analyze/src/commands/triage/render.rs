@@ -7,6 +7,7 @@ use super::{Culprit, RunEntry, Verdict};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::{LocateReport, OperandEvidence};
 use crate::analysis::noise::NoiseBand;
+use crate::analysis::overflow_risk::AT_RISK_RATIO;
 use crate::output::{self, band_ratio, num, pct};
 use std::collections::BTreeSet;
 
@@ -147,7 +148,29 @@ pub(super) fn render(v: &Verdict, t: &Triage, fp8: &AnomalyReport, loc: Option<&
         s += &format!("the verdict rests on {} runs.\n", t.runs.len());
         return s;
     }
-    if let Some(p) = &v.predicted {
+    if let Some((p, r)) = v.predicted.as_ref().and_then(|p| Some((p, p.recipe.as_ref()?))) {
+        s += &format!(
+            "\n2. predicted from the FP8 run's shadow GEMMs: the scales, not a GEMM: {} of its {} GEMMs ran within {:.0}% of their scale's limit (or went non-finite first) up to the non-finite step, \
+             so no short list of GEMMs in BF16 keeps it finite; tested by one run with {} scaling:\n",
+            r.at_risk,
+            r.gemms,
+            100.0 * (1.0 - AT_RISK_RATIO),
+            r.tried
+        );
+        s += &table_of(&["predicted"], "recipe", &|e| flag_after(e, "--recipe"));
+        if p.held {
+            s += &format!(
+                "\n\nverdict: {} caused by the recipe: delayed scaling's scales failed at once, and {} scaling cures the run. No GEMM alone is the cause; \
+                 saturating casts (--overflow saturate) would keep each overflow finite instead.\n\
+                 the verdict rests on {} runs (predicted, then tested by one).\n",
+                v.anomaly.clone().unwrap_or_default(),
+                r.tried,
+                t.runs.len()
+            );
+            return s;
+        }
+        s += &format!("\n\n   not held: {} scaling does not cure the run either; the full method follows\n", r.tried);
+    } else if let Some(p) = &v.predicted {
         s += &predicted_section(
             p,
             &table_of(&["predicted"], "routing", &|e| {
