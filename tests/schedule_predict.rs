@@ -5,6 +5,27 @@ mod common;
 
 use common::{HEAVY, analyze, capture, train_tiny};
 
+/// `fp8-analyze --json triage --predict` on `tiny` on the CPU with `extra`, into `out`: the exit
+/// status, the verdict and its text.
+fn triage_tiny_predict(out: &std::path::Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let mut args = vec!["--json", "triage", "--out", out.to_str().unwrap(), "--preset", "tiny", "--device", "cpu", "--predict"];
+    args.extend_from_slice(extra);
+    let o = analyze(&args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), v, std::fs::read_to_string(out.join("verdict.txt")).unwrap_or_default())
+}
+
+fn culprit_names(v: &serde_json::Value) -> Vec<String> {
+    let mut c: Vec<String> = v["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap()))
+        .collect();
+    c.sort();
+    c
+}
+
 fn formats_by_half(run: &std::path::Path, switch: u32) -> String {
     let sql = format!("SELECT step >= {switch} AS after, gemm, format, COUNT(*) AS n FROM stats WHERE role = 'activation' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
     let o = analyze(&["query", run.to_str().unwrap(), "--format", "csv", "--sql", &sql]);
@@ -113,36 +134,13 @@ fn predict_puts_a_planted_dgrad_overflow_first_and_its_kind_ahead() {
 fn triage_predict_names_a_planted_fault_with_two_runs_beyond_the_baseline_replicas_and_fp8_run() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("t");
-    let o = analyze(&[
-        "--json",
-        "triage",
-        "--out",
-        out.to_str().unwrap(),
-        "--preset",
-        "tiny",
-        "--device",
-        "cpu",
-        "--steps",
-        "200",
-        "--inject",
-        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100",
-        "--predict",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
-    let culprits: Vec<String> = v["culprits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap()))
-        .collect();
-    assert_eq!(culprits, ["layers.1.fc2.dgrad"], "{v}");
+    let (code, v, text) = triage_tiny_predict(&dir.path().join("t"), &["--steps", "200", "--inject", "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100"]);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(culprit_names(&v), ["layers.1.fc2.dgrad"], "{v}");
     assert_eq!(v["predicted"]["held"], true, "{}", v["predicted"]);
     let names: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 6, "baseline, two replicas, the FP8 run and the two tests: {names:?}");
     assert!(names.contains(&"predicted-cure") && names.contains(&"predicted-alone"), "{names:?}");
-    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
     assert!(text.contains("alone in FP8 brings the") && text.contains("rests on 6 runs"), "{text}");
     // Without shadow GEMMs there is nothing to predict from: one line, exit 2.
     let bad = analyze(&["triage", "--out", dir.path().join("u").to_str().unwrap(), "--preset", "tiny", "--dump-every", "0", "--predict"]);
@@ -154,26 +152,9 @@ fn triage_predict_names_a_planted_fault_with_two_runs_beyond_the_baseline_replic
 fn triage_predict_sends_each_of_two_held_suspects_alone_to_bf16_and_names_both_when_neither_cures_alone() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("t");
     // Two planted dgrad overflows: the suspects are both; each alone in BF16 leaves the other's gap.
-    let o = analyze(&[
-        "--json",
-        "triage",
-        "--out",
-        out.to_str().unwrap(),
-        "--preset",
-        "tiny",
-        "--device",
-        "cpu",
-        "--steps",
-        "200",
-        "--inject",
-        "site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100",
-        "--inject",
-        "site=layers.0.fc1,gemm=dgrad,kind=overflow,step=100",
-        "--predict",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    let faults = ["site=layers.1.fc2,gemm=dgrad,kind=overflow,step=100", "site=layers.0.fc1,gemm=dgrad,kind=overflow,step=100"];
+    let (_, v, text) = triage_tiny_predict(&dir.path().join("t"), &["--steps", "200", "--inject", faults[0], "--inject", faults[1]]);
     let p = &v["predicted"];
     assert_eq!(p["held"], true, "{p}");
     let each = p["each_alone"].as_array().unwrap();
@@ -183,16 +164,8 @@ fn triage_predict_sends_each_of_two_held_suspects_alone_to_bf16_and_names_both_w
         let r = a["recovered"].as_f64().unwrap();
         assert!(r > 0.05 && r < 0.8, "each fault alone recovers a part of the gap: {a}");
     }
-    let mut culprits: Vec<String> = v["culprits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| format!("layers.{}.{}.{}", c["layer"], c["module"].as_str().unwrap(), c["gemm"].as_str().unwrap()))
-        .collect();
-    culprits.sort();
-    assert_eq!(culprits, ["layers.0.fc1.dgrad", "layers.1.fc2.dgrad"], "{v}");
+    assert_eq!(culprit_names(&v), ["layers.0.fc1.dgrad", "layers.1.fc2.dgrad"], "{v}");
     assert_eq!(v["runs"].as_array().unwrap().len(), 8, "baseline, two replicas, FP8, the two tests, each suspect alone");
-    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
     assert!(text.contains("layers.1.fc2.dgrad alone in BF16: does not cure the run") && text.contains("each suspect alone in BF16 by 2"), "{text}");
 }
 
@@ -200,34 +173,17 @@ fn triage_predict_sends_each_of_two_held_suspects_alone_to_bf16_and_names_both_w
 fn triage_predict_on_a_run_whose_scales_fail_at_once_tests_the_recipe_with_one_run() {
     let _g = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("t");
-    let o = analyze(&[
-        "--json",
-        "triage",
-        "--out",
-        out.to_str().unwrap(),
-        "--preset",
-        "tiny",
-        "--device",
-        "cpu",
-        "--scenario",
-        "nan",
-        "--steps",
-        "60",
-        "--predict",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    let (_, v, text) = triage_tiny_predict(&dir.path().join("t"), &["--scenario", "nan", "--steps", "60"]);
     assert_eq!(v["anomaly"], "nan", "{v}");
     let p = &v["predicted"];
     // Every GEMM of tiny ran at its limit by step 2: the prediction is the recipe, and current
     // scaling keeps the run finite.
     assert_eq!((p["recipe"]["at_risk"].as_u64(), p["recipe"]["gemms"].as_u64()), (Some(24), Some(24)), "{p}");
     assert_eq!((p["held"].as_bool(), v["current_scaling_cures"].as_bool()), (Some(true), Some(true)), "{v}");
-    assert_eq!(v["culprits"].as_array().map(Vec::len), Some(0));
+    assert!(culprit_names(&v).is_empty());
     let names: Vec<&str> = v["runs"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 5, "baseline, two replicas, the FP8 run and current scaling: {names:?}");
     assert!(names.contains(&"predicted-current"), "{names:?}");
-    let text = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
     assert!(text.contains("caused by the recipe") && text.contains("rests on 5 runs"), "{text}");
 }
 

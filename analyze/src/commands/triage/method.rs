@@ -381,24 +381,28 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             }
             _ => None,
         };
+        // A held prediction is the verdict: its culprits (none for the recipe), nothing more run.
+        let held = |t: &Triage, culprits: Vec<Culprit>, pt: super::PredictedTest, anomaly: String| {
+            let v = Verdict {
+                healthy: false,
+                inconclusive: false,
+                mechanisms: Vec::new(),
+                anomaly: Some(anomaly),
+                culprits,
+                current_scaling_cures: pt.recipe.is_some(),
+                block_scaling_cures: None,
+                mxfp8_cures: None,
+                noise: noise_summary.clone(),
+                confirmation: None,
+                predicted: Some(pt),
+                runs: t.runs.clone(),
+            };
+            let text = render(&v, t, &rep, loc.as_ref(), None, None);
+            (v, text)
+        };
         if let Some(pt) = recipe_test {
             if pt.held {
-                let v = Verdict {
-                    healthy: false,
-                    inconclusive: false,
-                    mechanisms: Vec::new(),
-                    anomaly: Some(anomaly),
-                    culprits: Vec::new(),
-                    current_scaling_cures: true,
-                    block_scaling_cures: None,
-                    mxfp8_cures: None,
-                    noise: noise_summary,
-                    confirmation: None,
-                    predicted: Some(pt),
-                    runs: t.runs.clone(),
-                };
-                let text = render(&v, &t, &rep, loc.as_ref(), None, None);
-                return Ok((v, text));
+                return Ok(held(&t, Vec::new(), pt, anomaly));
             }
             predicted_test = Some(pt);
         } else if let Some((l, Some(sus))) = loc.as_ref().map(|l| (l, from_spike.or_else(|| predicted::suspects(l, &dims, &leads)))) {
@@ -411,22 +415,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
                         t.spike_evidence.insert(cu.name(), (step, evidence(&fp8_run, &(cu.layer as i64, cu.module.clone(), cu.gemm.clone()), step)?));
                     }
                 }
-                let v = Verdict {
-                    healthy: false,
-                    inconclusive: false,
-                    mechanisms: Vec::new(),
-                    anomaly: Some(anomaly),
-                    culprits: found,
-                    current_scaling_cures: false,
-                    block_scaling_cures: None,
-                    mxfp8_cures: None,
-                    noise: noise_summary,
-                    confirmation: None,
-                    predicted: Some(pt),
-                    runs: t.runs.clone(),
-                };
-                let text = render(&v, &t, &rep, loc.as_ref(), None, None);
-                return Ok((v, text));
+                return Ok(held(&t, found, pt, anomaly));
             }
             predicted_test = Some(pt);
         }
