@@ -55,7 +55,7 @@ def verdict_kind(v):
 def triage_argv(a, d, preset, seed, extra):
     shutil.rmtree(d, ignore_errors=True)
     return [os.path.join(a.bin, "fp8-analyze"), "--json", "triage", "--quiet", "--predict", "--out", d, "--preset", preset, "--seed", str(seed),
-            "--steps", str(STEPS[preset]), "--device", a.device, "--jobs", str(a.jobs)] + extra
+            "--steps", str(STEPS[preset]), "--device", a.device, "--jobs", str(a.jobs)] + extra + a.triage_flags.split()
 
 
 def parse_verdict(out, err):
@@ -90,6 +90,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=1e9, help="start no case after this many seconds")
     ap.add_argument("--stop-at", type=float, default=1e9, help="end the triages still running at this many seconds")
     ap.add_argument("--parallel", type=int, default=1, help="triages run at once")
+    ap.add_argument("--triage-flags", default="", help="more flags for every triage (e.g. '--noise-runs 4')")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, "runs")
