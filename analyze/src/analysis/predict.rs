@@ -34,7 +34,7 @@
 //! the signed shares are kept beside it. These
 //! are first-order: an error whose harm comes through the optimizer's state (a gradient spike that
 //! inflates Adam's second moment for many steps) or through the operands of later GEMMs is seen only
-//! where it lands, which `bench/predict_library.sh` measures against real routed runs.
+//! where it lands, which `bench/predict_library.py` measures against real routed runs.
 //!
 //! Beside each set: the share of the run's GEMM FLOPs it would run in BF16 (each site's three GEMMs
 //! cost 2·N·in·out FLOPs each).
