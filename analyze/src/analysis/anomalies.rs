@@ -149,6 +149,11 @@ pub struct AnomalyReport {
 }
 
 impl AnomalyReport {
+    /// The relative gap of the run's end against the baseline, when there is one.
+    pub fn final_gap(&self) -> Option<f64> {
+        self.end_gap.as_ref()?.gap
+    }
+
     /// The first step any loss anomaly starts at (non-finite loss, a counted spike, the drift).
     pub fn first_anomaly_step(&self) -> Option<i64> {
         let spike = if self.baseline.is_some() { self.counted_gap_spikes().first().map(|s| s.start) } else { self.spikes.first().map(|s| s.start) };

@@ -151,7 +151,7 @@ pub fn at_risk_count(loc: &LocateReport) -> usize {
 }
 
 /// Whether more than [`RECIPE_WIDE_SHARE`] of the GEMMs of a run hold unbounded mass (see the module).
-fn recipe_wide(loc: &LocateReport) -> bool {
+pub fn recipe_wide(loc: &LocateReport) -> bool {
     let at_risk = at_risk_count(loc);
     at_risk > 1 && at_risk as f64 > RECIPE_WIDE_SHARE * loc.ranked.len() as f64
 }
@@ -222,7 +222,8 @@ pub fn predict_set(loc: &LocateReport, dims: &ModelDims, name: &str, gemms: &[St
 
 /// The predictions for the kinds, the top GEMMs and `extra` named sets.
 pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<String>)]) -> Prediction {
-    let mut masses = masses(loc);
+    let wide = recipe_wide(loc);
+    let mut masses: Vec<GemmMass> = loc.ranked.iter().map(|g| mass_of(g, wide)).collect();
     let excess = by_excess(&masses);
     let w = |m: &GemmMass| m.weight(excess);
     masses.sort_by(|a, b| w(b).total_cmp(&w(a)).then(b.bound.total_cmp(&a.bound)).then(a.gemm_name.cmp(&b.gemm_name)));
@@ -252,7 +253,7 @@ pub fn predict(loc: &LocateReport, dims: &ModelDims, extra: &[(String, Vec<Strin
         held += w(m);
     }
     let recommended = predict_set(loc, dims, "recommended", &chosen);
-    Prediction { run: loc.run.clone(), masses, ranked_by: if excess { "excess" } else { "bound" }, recipe_wide: recipe_wide(loc), sets, recommended }
+    Prediction { run: loc.run.clone(), masses, ranked_by: if excess { "excess" } else { "bound" }, recipe_wide: wide, sets, recommended }
 }
 
 #[cfg(test)]

@@ -373,12 +373,7 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
         // A run whose scales failed at once (most GEMMs at their limit when it went non-finite):
         // the prediction is the recipe, tested by one run with current scaling.
         let recipe_test = match &loc {
-            Some(l) if anomaly == "nan" && a.recipe == "delayed" && !c.multi_rank() => {
-                let mut f = c.common();
-                f.extend(["--recipe".into(), "current".into()]);
-                f.extend(c.injections());
-                predicted::test_recipe(&mut t, l, &dims, f)?
-            }
+            Some(l) if anomaly == "nan" && a.recipe == "delayed" && !c.multi_rank() => predicted::test_recipe(&mut t, l, recipe_flags(c, "current"))?,
             _ => None,
         };
         // A held prediction is the verdict: its culprits (none for the recipe), nothing more run.
@@ -429,19 +424,13 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
     // need them inside the step, are not tried there (the verdict says so).
     let try_current = a.recipe != "current" && !c.multi_rank();
     if try_current {
-        let mut f = c.common();
-        f.extend(["--recipe".into(), "current".into()]);
-        f.extend(c.injections());
-        specs.push(RunSpec { name: "current".into(), flags: f });
+        specs.push(RunSpec { name: "current".into(), flags: recipe_flags(c, "current") });
     }
     // Block scaling (1×128 / 128×128 tiles): the cure of an outlier a per-tensor scale cannot hold
     // (one channel on a few tokens). Tried where it runs: the CPU (the CUDA backend has none yet).
     let try_block = a.recipe != "block" && c.device == "cpu" && !c.multi_rank();
     if try_block {
-        let mut f = c.common();
-        f.extend(["--recipe".into(), "block".into()]);
-        f.extend(c.injections());
-        specs.push(RunSpec { name: "block".into(), flags: f });
+        specs.push(RunSpec { name: "block".into(), flags: recipe_flags(c, "block") });
     }
     // MXFP8 (1×32 blocks, E8M0 scales): Blackwell's block format, emulated on the CPU. Its casts
     // take no planted fault, so it is tried on scenarios and clean runs only.
@@ -553,8 +542,8 @@ pub fn triage(a: &TriageArgs) -> Result<(Verdict, String), AnalyzeError> {
             judged.push(rep);
         }
         t.base_loss = saved_base;
-        let end = |r: &Option<AnomalyReport>| r.as_ref().and_then(|x| x.end_gap.as_ref()?.gap);
-        let first_gap = rep.end_gap.as_ref().and_then(|e| e.gap).unwrap_or(0.0);
+        let end = |r: &Option<AnomalyReport>| r.as_ref().and_then(AnomalyReport::final_gap);
+        let first_gap = rep.final_gap().unwrap_or(0.0);
         // The anomaly reproduces when the detectors find it again, or when the FP8 run ends beyond
         // the band on the same side (its size may differ with the seed).
         let beyond_band = match (end(&judged[0]), &t.noise) {
@@ -629,6 +618,15 @@ pub fn second_seed_verdict(c: Option<&Confirmation>) -> (bool, bool) {
         None => (true, false),
         Some(c) => (c.held, c.anomaly.is_none()),
     }
+}
+
+/// The run's flags with `recipe` in place of its own, its planted faults kept: the recipe
+/// candidates of the full method (current and block scaling) and of the predicted recipe test.
+fn recipe_flags(c: &CaptureFlags, recipe: &str) -> Vec<String> {
+    let mut f = c.common();
+    f.extend(["--recipe".into(), recipe.into()]);
+    f.extend(c.injections());
+    f
 }
 
 /// The locate rank (1-based) of a culprit, if ranked.

@@ -39,7 +39,7 @@ use super::method::{Triage, classify};
 use super::{Culprit, PredictedTest, RecipeTest, SuspectAlone};
 use crate::analysis::anomalies::AnomalyReport;
 use crate::analysis::locate::LocateReport;
-use crate::analysis::predict::{GemmMass, at_risk_count, by_excess, predict, predict_set};
+use crate::analysis::predict::{GemmMass, at_risk_count, by_excess, predict, predict_set, recipe_wide};
 use crate::capture_driver::RunSpec;
 use crate::error::AnalyzeError;
 use crate::load::{Run, f64s, i64s, strs};
@@ -184,7 +184,7 @@ pub(super) fn test(
     ];
     let cured = t.batch("predicted", "predicted", &specs)?;
     let alone_rep = t.reports.get("predicted-alone").cloned();
-    let end = |r: &AnomalyReport| r.end_gap.as_ref().and_then(|e| e.gap);
+    let end = AnomalyReport::final_gap;
     let fp8_gap = end(fp8);
     // The anomaly comes back with the suspects alone in FP8: the detectors find it again, or the
     // run ends beyond the band on the FP8 run's side.
@@ -218,9 +218,8 @@ pub(super) fn test(
 /// `recipe_wide`): no short list of GEMMs can cure it, and the scales failed, so one run tests the
 /// recipe instead: the same run with current scaling (`current_flags`), which must end finite and
 /// without the anomaly. Returns None where that is not the prediction.
-pub(super) fn test_recipe(t: &mut Triage, loc: &LocateReport, dims: &ModelDims, current_flags: Vec<String>) -> Result<Option<PredictedTest>, AnalyzeError> {
-    let p = predict(loc, dims, &[]);
-    if !p.recipe_wide {
+pub(super) fn test_recipe(t: &mut Triage, loc: &LocateReport, current_flags: Vec<String>) -> Result<Option<PredictedTest>, AnalyzeError> {
+    if !recipe_wide(loc) {
         return Ok(None);
     }
     let at_risk = at_risk_count(loc);
@@ -262,7 +261,7 @@ fn each_alone(
         .iter()
         .zip(cured)
         .map(|(c, cures)| {
-            let gap = t.reports.get(&name(c)).and_then(|r| r.end_gap.as_ref().and_then(|e| e.gap));
+            let gap = t.reports.get(&name(c)).and_then(AnomalyReport::final_gap);
             SuspectAlone { culprit: c.clone(), cures, recovered: recovered_share(fp8_gap, gap) }
         })
         .collect())
